@@ -1,0 +1,38 @@
+// GpuSource: the vendor seam of the card-level line.
+//
+// NVML (nvml_source.h) implements it; so can any future vendor backend or a test double. The
+// agent never switches on vendor type. Contract: Init() once; then Devices() is stable until
+// the next Init(); Sample/Processes may be called from one collector thread while WaitEvents
+// runs on another (implementations must allow exactly that concurrency). A lost GPU is
+// reported in its sample (`lost`) and as an event, never as a crash.
+#pragma once
+
+#include <string_view>
+#include <vector>
+
+#include "common/status.h"
+#include "model/gpu.h"
+
+namespace gpuwatch::collect {
+
+class GpuSource {
+ public:
+  virtual ~GpuSource() = default;
+
+  virtual std::string_view Name() const = 0;
+  // Unavailable: no library / no driver / no GPU; the agent then runs host collection only.
+  virtual Status Init() = 0;
+  virtual const model::SystemInfo& System() const = 0;
+  virtual const std::vector<model::GpuStaticInfo>& Devices() const = 0;
+  // Capabilities of device `index`, refined as fields are first read (R2).
+  virtual model::GpuCapabilities Capabilities(size_t index) const = 0;
+
+  // Fills every supported dynamic field of device `index`. A GpuLost status leaves
+  // out->lost set; other per-field failures only clear that field's validity bit.
+  virtual Status Sample(size_t index, int64_t time_ms, model::GpuSample* out) = 0;
+  virtual Status Processes(size_t index, std::vector<model::GpuProcess>* out) = 0;
+  // Blocks up to timeout_ms for XID/ECC events; appends what arrived.
+  virtual Status WaitEvents(int timeout_ms, int64_t now_ms, std::vector<model::GpuEvent>* out) = 0;
+};
+
+}  // namespace gpuwatch::collect

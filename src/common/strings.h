@@ -1,0 +1,41 @@
+// Small string helpers for parsers of procfs, sysfs and vendor text. Pure functions.
+#pragma once
+
+#include <charconv>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace gpuwatch {
+
+std::string_view TrimWhitespace(std::string_view s);
+// Splits on any of `delims`; empty fields are dropped when `skip_empty`.
+std::vector<std::string_view> SplitAny(std::string_view s, std::string_view delims,
+                                       bool skip_empty = true);
+bool StartsWith(std::string_view s, std::string_view prefix);
+std::string ToLower(std::string_view s);
+
+// Whole-string integer parse (after trimming); nullopt on any stray character or overflow.
+template <typename T>
+std::optional<T> ParseInt(std::string_view s, int base = 10) {
+  s = TrimWhitespace(s);
+  if (s.empty()) return std::nullopt;
+  T v{};
+  auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), v, base);
+  if (ec != std::errc() || p != s.data() + s.size()) return std::nullopt;
+  return v;
+}
+
+std::optional<double> ParseDouble(std::string_view s);
+
+// Reads a whole small file (procfs/sysfs style). NotFound / PermissionDenied / IoError.
+struct FileReadResult {
+  bool ok = false;
+  int err = 0;  // errno when !ok
+  std::string data;
+};
+FileReadResult ReadSmallFile(const std::string& path, size_t max_bytes = 1 << 20);
+
+}  // namespace gpuwatch

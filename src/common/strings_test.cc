@@ -1,0 +1,36 @@
+#include "common/strings.h"
+
+#include <gtest/gtest.h>
+
+namespace gpuwatch {
+namespace {
+
+TEST(StringsTest, ParseIntRejectsJunk) {
+  EXPECT_EQ(ParseInt<int>(" 42\n"), 42);
+  EXPECT_EQ(ParseInt<int>("42x"), std::nullopt);
+  EXPECT_EQ(ParseInt<int>(""), std::nullopt);
+  EXPECT_EQ(ParseInt<uint8_t>("300"), std::nullopt);
+  EXPECT_EQ(ParseInt<uint64_t>("ff", 16), 255u);
+}
+
+TEST(StringsTest, SplitAnySkipsEmpty) {
+  auto parts = SplitAny("  a  b\tc ", " \t");
+  ASSERT_EQ(parts.size(), 3u);
+  EXPECT_EQ(parts[2], "c");
+  auto kept = SplitAny("a,,b", ",", false);
+  EXPECT_EQ(kept.size(), 3u);
+}
+
+TEST(StringsTest, ParseDouble) {
+  EXPECT_DOUBLE_EQ(*ParseDouble("1.5"), 1.5);
+  EXPECT_EQ(ParseDouble("1.5.2"), std::nullopt);
+}
+
+TEST(StringsTest, ReadSmallFileMissing) {
+  auto r = ReadSmallFile("/nonexistent/gpuwatch");
+  EXPECT_FALSE(r.ok);
+  EXPECT_EQ(r.err, ENOENT);
+}
+
+}  // namespace
+}  // namespace gpuwatch

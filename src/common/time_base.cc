@@ -1,0 +1,45 @@
+#include "common/time_base.h"
+
+#include <cstdlib>
+
+namespace gpuwatch {
+namespace {
+int64_t WallMs() {
+  using namespace std::chrono;
+  return duration_cast<milliseconds>(system_clock::now().time_since_epoch()).count();
+}
+}  // namespace
+
+TimeBase::TimeBase(std::chrono::milliseconds resync_threshold)
+    : threshold_(resync_threshold),
+      anchor_steady_(std::chrono::steady_clock::now()),
+      anchor_wall_ms_(WallMs()) {}
+
+int64_t TimeBase::NowMs() {
+  using namespace std::chrono;
+  std::lock_guard<std::mutex> lock(mu_);
+  const auto steady = steady_clock::now();
+  const int64_t mono_ms =
+      anchor_wall_ms_ + duration_cast<milliseconds>(steady - anchor_steady_).count();
+  const int64_t wall = WallMs();
+  if (std::llabs(wall - mono_ms) > threshold_.count()) {
+    last_step_ms_ = wall - mono_ms;
+    ++resyncs_;
+    anchor_steady_ = steady;
+    anchor_wall_ms_ = wall;
+    return wall;
+  }
+  return mono_ms;
+}
+
+uint64_t TimeBase::resyncs() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return resyncs_;
+}
+
+int64_t TimeBase::last_step_ms() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return last_step_ms_;
+}
+
+}  // namespace gpuwatch

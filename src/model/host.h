@@ -1,0 +1,51 @@
+// Host-level data model: CPU, memory, load, NICs and InfiniBand ports (R1 host part, R10).
+// Value types.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace gpuwatch::model {
+
+struct NicSample {
+  std::string name;
+  // Cumulative counters since boot, from /proc/net/dev.
+  uint64_t rx_bytes = 0, tx_bytes = 0;
+  uint64_t rx_packets = 0, tx_packets = 0;
+  uint64_t rx_errors = 0, tx_errors = 0;
+  uint64_t rx_dropped = 0, tx_dropped = 0;
+  std::optional<bool> link_up;          // /sys/class/net/<if>/operstate
+  std::optional<double> speed_mbps;     // /sys/class/net/<if>/speed
+};
+
+struct IbPortSample {
+  std::string device;  // mlx5_0
+  unsigned port = 1;
+  std::string state;       // "ACTIVE"
+  std::optional<double> rate_gbps;
+  std::string link_layer;  // InfiniBand | Ethernet
+  // Counters as read; data counters already converted from 4-byte words to bytes.
+  std::optional<uint64_t> xmit_bytes, rcv_bytes, xmit_packets, rcv_packets;
+  std::optional<uint64_t> symbol_errors, rcv_errors, link_downed, link_error_recovery;
+  std::optional<uint64_t> xmit_discards, port_xmit_wait;
+  // hw_counters (RDMA transport): retransmission-related.
+  std::optional<uint64_t> local_ack_timeout_err, out_of_sequence, packet_seq_err;
+};
+
+struct HostSample {
+  int64_t time_ms = 0;
+  // Derived between two ticks; absent on the first.
+  std::optional<double> cpu_util_pct, iowait_pct;
+  unsigned cpu_count = 0;
+  // Cumulative jiffies since boot (for rate() in PromQL).
+  uint64_t cpu_total_jiffies = 0, cpu_idle_jiffies = 0, cpu_iowait_jiffies = 0;
+  std::optional<double> mem_total_bytes, mem_available_bytes, mem_used_bytes;
+  std::optional<double> swap_used_bytes;
+  std::optional<double> load1, load5, load15;
+  std::vector<NicSample> nics;
+  std::vector<IbPortSample> ib_ports;
+};
+
+}  // namespace gpuwatch::model

@@ -1,0 +1,164 @@
+#include "model/metric_catalog.h"
+
+#include <fmt/format.h>
+
+#include <array>
+#include <cstdlib>
+
+namespace gpuwatch::model {
+namespace {
+
+using G = GpuMetric;
+constexpr MetricType kG = MetricType::kGauge;
+constexpr MetricType kC = MetricType::kCounter;
+
+// clang-format off
+constexpr std::array<GpuMetricDesc, kNumGpuMetrics> kGpu = {{
+  {G::kUtilGpuPct, "DCGM_FI_DEV_GPU_UTIL", kG, "%", 1, "util_pct", "nvmlDeviceGetUtilizationRates.gpu", "GPU utilization: percent of time one or more kernels ran."},
+  {G::kUtilMemPct, "DCGM_FI_DEV_MEM_COPY_UTIL", kG, "%", 1, "mem_util_pct", "nvmlDeviceGetUtilizationRates.memory", "Memory utilization: percent of time device memory was read or written."},
+  {G::kMemUsedMib, "DCGM_FI_DEV_FB_USED", kG, "MiB", 1, "mem_used_mib", "nvmlDeviceGetMemoryInfo(_v2).used", "Framebuffer memory used."},
+  {G::kMemFreeMib, "DCGM_FI_DEV_FB_FREE", kG, "MiB", 1, "", "nvmlDeviceGetMemoryInfo(_v2).free", "Framebuffer memory free."},
+  {G::kMemTotalMib, "DCGM_FI_DEV_FB_TOTAL", kG, "MiB", 1, "", "nvmlDeviceGetMemoryInfo(_v2).total", "Framebuffer memory total."},
+  {G::kMemReservedMib, "DCGM_FI_DEV_FB_RESERVED", kG, "MiB", 1, "", "nvmlDeviceGetMemoryInfo_v2.reserved", "Framebuffer memory reserved by the driver and firmware."},
+  {G::kTempC, "DCGM_FI_DEV_GPU_TEMP", kG, "C", 1, "temp_c", "nvmlDeviceGetTemperature(GPU)", "GPU die temperature."},
+  {G::kMemTempC, "DCGM_FI_DEV_MEMORY_TEMP", kG, "C", 1, "mem_temp_c", "field NVML_FI_DEV_MEMORY_TEMP", "HBM memory temperature."},
+  {G::kPowerW, "DCGM_FI_DEV_POWER_USAGE", kG, "W", 1, "power_w", "nvmlDeviceGetPowerUsage", "Power draw."},
+  {G::kPowerLimitW, "DCGM_FI_DEV_ENFORCED_POWER_LIMIT", kG, "W", 1, "", "nvmlDeviceGetEnforcedPowerLimit", "Enforced power limit."},
+  {G::kEnergyMj, "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION", kC, "mJ", 1, "energy_j", "nvmlDeviceGetTotalEnergyConsumption", "Energy consumed since the driver was loaded."},
+  {G::kSmClockMhz, "DCGM_FI_DEV_SM_CLOCK", kG, "MHz", 1, "sm_clock_mhz", "nvmlDeviceGetClockInfo(SM)", "SM clock."},
+  {G::kMemClockMhz, "DCGM_FI_DEV_MEM_CLOCK", kG, "MHz", 1, "mem_clock_mhz", "nvmlDeviceGetClockInfo(MEM)", "Memory clock."},
+  {G::kMaxSmClockMhz, "DCGM_FI_DEV_MAX_SM_CLOCK", kG, "MHz", 1, "", "nvmlDeviceGetMaxClockInfo(SM)", "Maximum SM clock."},
+  {G::kMaxMemClockMhz, "DCGM_FI_DEV_MAX_MEM_CLOCK", kG, "MHz", 1, "", "nvmlDeviceGetMaxClockInfo(MEM)", "Maximum memory clock."},
+  {G::kClockEventReasons, "DCGM_FI_DEV_CLOCK_THROTTLE_REASONS", kG, "bitmask", 1, "throttle", "nvmlDeviceGetCurrentClocksEventReasons", "Active clock-event (throttle) reasons as NVML's bitmask; see gpuwatch_clock_event_reason_active for each reason by name."},
+  {G::kEccSbeVolatile, "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL", kC, "errors", 1, "ecc_sbe_volatile", "nvmlDeviceGetTotalEccErrors(CORRECTED, VOLATILE)", "Single-bit (corrected) ECC errors since the last driver load."},
+  {G::kEccDbeVolatile, "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", kC, "errors", 1, "ecc_dbe_volatile", "nvmlDeviceGetTotalEccErrors(UNCORRECTED, VOLATILE)", "Double-bit (uncorrected) ECC errors since the last driver load."},
+  {G::kEccSbeAggregate, "DCGM_FI_DEV_ECC_SBE_AGG_TOTAL", kC, "errors", 1, "", "nvmlDeviceGetTotalEccErrors(CORRECTED, AGGREGATE)", "Single-bit ECC errors over the life of the GPU."},
+  {G::kEccDbeAggregate, "DCGM_FI_DEV_ECC_DBE_AGG_TOTAL", kC, "errors", 1, "", "nvmlDeviceGetTotalEccErrors(UNCORRECTED, AGGREGATE)", "Double-bit ECC errors over the life of the GPU."},
+  {G::kRetiredPagesSbe, "DCGM_FI_DEV_RETIRED_SBE", kG, "pages", 1, "retired_pages", "field NVML_FI_DEV_RETIRED_SBE", "Pages retired for multiple single-bit errors (pre-Ampere)."},
+  {G::kRetiredPagesDbe, "DCGM_FI_DEV_RETIRED_DBE", kG, "pages", 1, "", "field NVML_FI_DEV_RETIRED_DBE", "Pages retired for a double-bit error (pre-Ampere)."},
+  {G::kRetiredPagesPending, "DCGM_FI_DEV_RETIRED_PENDING", kG, "bool", 1, "", "nvmlDeviceGetRetiredPagesPendingStatus", "1 when a page retirement waits for the next driver reload."},
+  {G::kRemappedRowsCorrectable, "DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS", kG, "rows", 1, "", "nvmlDeviceGetRemappedRows.corrRows", "Rows remapped for correctable errors (Ampere+)."},
+  {G::kRemappedRowsUncorrectable, "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS", kG, "rows", 1, "", "nvmlDeviceGetRemappedRows.uncRows", "Rows remapped for uncorrectable errors (Ampere+)."},
+  {G::kRemappedRowsPending, "gpuwatch_remapped_rows_pending", kG, "bool", 1, "remapped_rows_pending", "nvmlDeviceGetRemappedRows.isPending", "1 when a row remap waits for a GPU reset."},
+  {G::kRemappedRowsFailure, "DCGM_FI_DEV_ROW_REMAP_FAILURE", kG, "bool", 1, "remapped_rows_failure", "nvmlDeviceGetRemappedRows.failureOccurred", "1 when a row remap failed: the GPU needs service."},
+  {G::kPcieTxBytesPerSec, "gpuwatch_pcie_tx_bytes_per_second", kG, "B/s", 1, "pcie_tx_mbs", "nvmlDeviceGetPcieThroughput(TX) (20 ms window)", "PCIe transmit throughput."},
+  {G::kPcieRxBytesPerSec, "gpuwatch_pcie_rx_bytes_per_second", kG, "B/s", 1, "pcie_rx_mbs", "nvmlDeviceGetPcieThroughput(RX) (20 ms window)", "PCIe receive throughput."},
+  {G::kPcieReplay, "DCGM_FI_DEV_PCIE_REPLAY_COUNTER", kC, "replays", 1, "pcie_replay", "nvmlDeviceGetPcieReplayCounter", "PCIe replays (link-level retransmissions)."},
+  {G::kPcieGen, "DCGM_FI_DEV_PCIE_LINK_GEN", kG, "gen", 1, "pcie_gen", "nvmlDeviceGetCurrPcieLinkGeneration", "Current PCIe link generation (drops when idle by design)."},
+  {G::kPcieWidth, "DCGM_FI_DEV_PCIE_LINK_WIDTH", kG, "lanes", 1, "pcie_width", "nvmlDeviceGetCurrPcieLinkWidth", "Current PCIe link width."},
+  {G::kPcieMaxGen, "DCGM_FI_DEV_PCIE_MAX_LINK_GEN", kG, "gen", 1, "", "nvmlDeviceGetMaxPcieLinkGeneration", "Maximum PCIe link generation of the GPU and slot."},
+  {G::kPcieMaxWidth, "DCGM_FI_DEV_PCIE_MAX_LINK_WIDTH", kG, "lanes", 1, "", "nvmlDeviceGetMaxPcieLinkWidth", "Maximum PCIe link width."},
+  {G::kFanPct, "DCGM_FI_DEV_FAN_SPEED", kG, "%", 1, "fan_pct", "nvmlDeviceGetFanSpeed", "Fan speed as percent of maximum (absent on passively cooled boards)."},
+  {G::kNvlinkActiveLinks, "gpuwatch_nvlink_active_links", kG, "links", 1, "nvlink_active_links", "nvmlDeviceGetNvLinkState", "NVLinks in the active state."},
+  {G::kNvlinkCrcFlitErrors, "DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL", kC, "errors", 1, "nvlink_crc_errors", "nvmlDeviceGetNvLinkErrorCounter(CRC_FLIT), all links", "NVLink flow-control CRC errors, all links."},
+  {G::kNvlinkCrcDataErrors, "DCGM_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_TOTAL", kC, "errors", 1, "", "nvmlDeviceGetNvLinkErrorCounter(CRC_DATA), all links", "NVLink data CRC errors, all links."},
+  {G::kNvlinkReplayErrors, "DCGM_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL", kC, "errors", 1, "nvlink_replay", "nvmlDeviceGetNvLinkErrorCounter(REPLAY), all links", "NVLink replays, all links."},
+  {G::kNvlinkRecoveryErrors, "DCGM_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL", kC, "errors", 1, "nvlink_recovery", "nvmlDeviceGetNvLinkErrorCounter(RECOVERY), all links", "NVLink recoveries, all links."},
+  {G::kNvlinkTxBytes, "gpuwatch_nvlink_tx_bytes_total", kC, "B", 1, "nvlink_tx_mbs", "field NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX (KiB), all links", "NVLink data bytes transmitted, all links."},
+  {G::kNvlinkRxBytes, "gpuwatch_nvlink_rx_bytes_total", kC, "B", 1, "nvlink_rx_mbs", "field NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX (KiB), all links", "NVLink data bytes received, all links."},
+  {G::kGpmGraphicsActive, "DCGM_FI_PROF_GR_ENGINE_ACTIVE", kG, "ratio", 1, "", "GPM NVML_GPM_METRIC_GRAPHICS_UTIL", "Graphics/compute engine active ratio (Hopper+, GPM)."},
+  {G::kGpmSmActive, "DCGM_FI_PROF_SM_ACTIVE", kG, "ratio", 1, "sm_active", "GPM NVML_GPM_METRIC_SM_UTIL", "Ratio of cycles an SM had at least one warp resident (Hopper+, GPM)."},
+  {G::kGpmSmOccupancy, "DCGM_FI_PROF_SM_OCCUPANCY", kG, "ratio", 1, "sm_occupancy", "GPM NVML_GPM_METRIC_SM_OCCUPANCY", "Resident warps over the SM maximum (Hopper+, GPM)."},
+  {G::kGpmTensorActive, "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE", kG, "ratio", 1, "tensor_active", "GPM NVML_GPM_METRIC_ANY_TENSOR_UTIL", "Ratio of cycles a tensor pipe was active (Hopper+, GPM)."},
+  {G::kGpmDramActive, "DCGM_FI_PROF_DRAM_ACTIVE", kG, "ratio", 1, "dram_active", "GPM NVML_GPM_METRIC_DRAM_BW_UTIL", "Ratio of cycles the device memory interface was active (Hopper+, GPM)."},
+}};
+
+constexpr MetricType kI = MetricType::kInfo;
+constexpr std::array<OtherMetricDesc, 37> kOther = {{
+  // GPU, beyond scalars.
+  {"gpuwatch_gpu_info", kI, "serial, vbios_version, minor_number, mig_mode", "Static facts of a GPU; value 1."},
+  {"gpuwatch_gpu_up", kG, "", "1 while the GPU answers NVML, 0 after it was lost (XID 79, GPU_IS_LOST)."},
+  {"gpuwatch_clock_event_reason_active", kG, "reason", "1 while the named clock-event (throttle) reason is active: sw_power_cap, hw_slowdown, hw_thermal, sw_thermal, hw_power_brake, sync_boost, idle, app_clocks, display_clocks."},
+  {"gpuwatch_nvlink_link_up", kG, "link", "1 when this NVLink is active."},
+  {"gpuwatch_nvlink_link_errors_total", kC, "link, counter", "Per-link NVLink error counters: counter = crc_flit, crc_data, replay, recovery."},
+  {"gpuwatch_nvlink_link_tx_bytes_total", kC, "link", "Per-link NVLink data bytes transmitted."},
+  {"gpuwatch_nvlink_link_rx_bytes_total", kC, "link", "Per-link NVLink data bytes received."},
+  {"gpuwatch_xid_errors_total", kC, "xid", "XID errors reported for this GPU, by XID code: a counter, so repeats are never hidden."},
+  {"DCGM_FI_DEV_XID_ERRORS", kG, "", "Code of the last XID error seen (dcgm-exporter compatible; use gpuwatch_xid_errors_total for counts)."},
+  {"gpuwatch_mig_memory_used_bytes", kG, "GPU_I_ID, GPU_I_PROFILE, mig_uuid", "Memory used by a MIG instance."},
+  {"gpuwatch_mig_memory_total_bytes", kG, "GPU_I_ID, GPU_I_PROFILE, mig_uuid", "Memory of a MIG instance."},
+  {"gpuwatch_mig_sm_active", kG, "GPU_I_ID, GPU_I_PROFILE, mig_uuid", "SM activity of a MIG instance (GPM)."},
+  // Attribution.
+  {"gpuwatch_gpu_attribution_info", kI, "user, job, container", "Who uses a GPU now; value 1. Join on UUID in PromQL (one series per user/job/container on the GPU)."},
+  {"gpuwatch_process_gpu_memory_bytes", kG, "pid, command, user, container, pod_uid, job, visible_index, GPU_I_ID", "GPU memory used by one process on one GPU."},
+  // Host.
+  {"gpuwatch_host_cpu_seconds_total", kC, "Hostname, mode", "CPU time over all CPUs by mode (user+nice+system+irq+softirq+steal as busy, idle, iowait)."},
+  {"gpuwatch_host_cpu_utilization_percent", kG, "Hostname", "CPU busy percent over all CPUs, between two host ticks."},
+  {"gpuwatch_host_cpu_iowait_percent", kG, "Hostname", "CPU iowait percent over all CPUs, between two host ticks."},
+  {"gpuwatch_host_cpus", kG, "Hostname", "Online CPUs."},
+  {"gpuwatch_host_memory_total_bytes", kG, "Hostname", "MemTotal."},
+  {"gpuwatch_host_memory_available_bytes", kG, "Hostname", "MemAvailable."},
+  {"gpuwatch_host_memory_used_bytes", kG, "Hostname", "MemTotal - MemAvailable."},
+  {"gpuwatch_host_swap_used_bytes", kG, "Hostname", "SwapTotal - SwapFree."},
+  {"gpuwatch_host_load1", kG, "Hostname", "1-minute load average."},
+  {"gpuwatch_host_load5", kG, "Hostname", "5-minute load average."},
+  {"gpuwatch_host_load15", kG, "Hostname", "15-minute load average."},
+  {"gpuwatch_nic_receive_bytes_total", kC, "Hostname, interface", "Bytes received (/proc/net/dev)."},
+  {"gpuwatch_nic_transmit_bytes_total", kC, "Hostname, interface", "Bytes transmitted (/proc/net/dev)."},
+  {"gpuwatch_nic_errors_total", kC, "Hostname, interface, direction", "Receive/transmit errors (/proc/net/dev)."},
+  {"gpuwatch_nic_dropped_total", kC, "Hostname, interface, direction", "Receive/transmit drops (/proc/net/dev)."},
+  {"gpuwatch_nic_up", kG, "Hostname, interface", "1 when operstate is up."},
+  {"gpuwatch_ib_port_receive_bytes_total", kC, "Hostname, device, port", "InfiniBand/RoCE port bytes received (port_rcv_data x 4)."},
+  {"gpuwatch_ib_port_transmit_bytes_total", kC, "Hostname, device, port", "InfiniBand/RoCE port bytes transmitted (port_xmit_data x 4)."},
+  {"gpuwatch_ib_port_errors_total", kC, "Hostname, device, port, counter", "Port error counters: symbol_error, port_rcv_errors, link_downed, link_error_recovery, port_xmit_discards, local_ack_timeout_err, out_of_sequence, packet_seq_err."},
+  {"gpuwatch_ib_port_up", kG, "Hostname, device, port, link_layer", "1 when the port state is ACTIVE."},
+  {"gpuwatch_ib_port_rate_gbps", kG, "Hostname, device, port", "Port rate in Gb/s."},
+  // The agent itself (R6: its own cost is measured).
+  {"gpuwatch_agent_info", kI, "Hostname, version, nvml_version, driver_version, cuda_version", "Build and environment of this agent; value 1."},
+  {"gpuwatch_agent_tick_seconds", kG, "Hostname, tier", "Wall time of the last collection tick of each tier."},
+}};
+// clang-format on
+
+}  // namespace
+
+std::string_view MetricTypeName(MetricType t) {
+  switch (t) {
+    case MetricType::kGauge: return "gauge";
+    case MetricType::kCounter: return "counter";
+    case MetricType::kInfo: return "gauge";  // info series are gauges of value 1
+  }
+  return "untyped";
+}
+
+std::span<const GpuMetricDesc> GpuMetricCatalog() { return kGpu; }
+const GpuMetricDesc& Describe(GpuMetric m) { return kGpu[Idx(m)]; }
+std::span<const OtherMetricDesc> OtherMetricCatalog() { return kOther; }
+
+const OtherMetricDesc& DescribeOther(std::string_view name) {
+  for (const auto& d : kOther)
+    if (d.name == name) return d;
+  // A name missing from the catalog is a programming error caught by the exposition test.
+  std::abort();
+}
+
+std::string RenderMetricsMarkdown() {
+  std::string out =
+      "# gpuwatch metrics\n\n"
+      "Generated from the metric catalog (`src/model/metric_catalog.cc`) by "
+      "`gpuwatch docs metrics`; a test keeps this file equal to that output.\n\n"
+      "Every per-GPU series carries the labels of NVIDIA dcgm-exporter: `gpu` (NVML index), "
+      "`UUID`, `pci_bus_id`, `device` (nvidiaN), `modelName`, `Hostname`, "
+      "`DCGM_FI_DRIVER_VERSION`. Names follow dcgm-exporter where it has a counterpart, so "
+      "its Grafana dashboards work unchanged; every field is exported by default. A field the "
+      "device does not support is absent (never 0) and listed in `/api/v1/capabilities`.\n\n"
+      "## Per-GPU scalars\n\n"
+      "| name | type | unit | trace field | NVML source | meaning |\n"
+      "|---|---|---|---|---|---|\n";
+  for (const auto& d : kGpu) {
+    out += fmt::format("| `{}` | {} | {} | {} | {} | {} |\n", d.name, MetricTypeName(d.type),
+                       d.unit, d.trace_field.empty() ? "" : fmt::format("`{}`", d.trace_field),
+                       d.nvml_source, d.help);
+  }
+  out +=
+      "\n## Other series\n\n"
+      "| name | type | labels beyond the GPU labels | meaning |\n"
+      "|---|---|---|---|\n";
+  for (const auto& d : kOther) {
+    out += fmt::format("| `{}` | {} | {} | {} |\n", d.name,
+                       d.type == MetricType::kInfo ? "info (gauge 1)" : MetricTypeName(d.type),
+                       d.labels, d.help);
+  }
+  return out;
+}
+
+}  // namespace gpuwatch::model

@@ -1,0 +1,51 @@
+// The metric catalog: the one list of every series gpuwatch exports, from which the
+// /metrics exposition, docs/metrics.md and the capability list are all derived.
+//
+// Names follow NVIDIA dcgm-exporter where a counterpart exists (so its Grafana dashboards work
+// unchanged) and gpuwatch_* elsewhere. Immutable static data; thread-safe.
+#pragma once
+
+#include <span>
+#include <string>
+#include <string_view>
+
+#include "model/gpu.h"
+
+namespace gpuwatch::model {
+
+enum class MetricType { kGauge, kCounter, kInfo };
+std::string_view MetricTypeName(MetricType t);  // as in the Prometheus "# TYPE" line
+
+struct GpuMetricDesc {
+  GpuMetric id;
+  std::string_view name;        // exposition name
+  MetricType type;
+  std::string_view unit;        // unit of the exported value
+  double export_scale;          // exported = stored * export_scale
+  std::string_view trace_field; // trace-format field name, "" if none
+  std::string_view nvml_source; // where the value comes from
+  std::string_view help;
+};
+
+// Indexed by GpuMetric; catalog[i].id == GpuMetric(i) (checked by a test).
+std::span<const GpuMetricDesc> GpuMetricCatalog();
+const GpuMetricDesc& Describe(GpuMetric m);
+
+// Series that are not one-scalar-per-GPU (per link, per process, per XID, host, agent).
+struct OtherMetricDesc {
+  std::string_view name;
+  MetricType type;
+  std::string_view labels;  // beyond the GPU labels, comma-separated
+  std::string_view help;
+};
+std::span<const OtherMetricDesc> OtherMetricCatalog();
+const OtherMetricDesc& DescribeOther(std::string_view name);
+
+// The labels every per-GPU series carries (dcgm-exporter's set).
+inline constexpr std::string_view kGpuLabelNames =
+    "gpu, UUID, pci_bus_id, device, modelName, Hostname, DCGM_FI_DRIVER_VERSION";
+
+// docs/metrics.md, generated (a test keeps the checked-in file equal to this).
+std::string RenderMetricsMarkdown();
+
+}  // namespace gpuwatch::model

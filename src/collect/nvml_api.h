@@ -43,6 +43,7 @@ enum : int {
   NVML_ERROR_NOT_READY = 27,
   NVML_ERROR_GPU_NOT_FOUND = 28,
   NVML_ERROR_INVALID_STATE = 29,
+  NVML_ERROR_RESET_TYPE_NOT_SUPPORTED = 30,  // first seen in the CUDA 13.0 header
   NVML_ERROR_UNKNOWN = 999,
 };
 
@@ -99,7 +100,14 @@ typedef struct nvmlProcessInfo_v1_st {
   unsigned long long usedGpuMemory;
 } nvmlProcessInfo_v1_t;
 
-// v2 and v3 share this layout (v3 only changed the function name's contract).
+// Element type of nvmlDeviceGetComputeRunningProcesses_v2 and _v3 (24 bytes on LP64). The
+// current header (checked up to CUDA 13.0) declares _v3 with exactly this v2 layout; the
+// protected-memory counter lives only in nvmlProcessDetail_v1_t below.
+// Caveat: R535 drivers from 535.43 through 535.86 made _v3 write the 32-byte
+// nvmlProcessDetail_v1_t layout into this array without a version bump; 535.98 withdrew that
+// layout (and, for a while, _v3 itself), and later drivers went back to the 24-byte one. On the
+// affected drivers a 24-byte array overflows and entries misparse, so callers must not trust _v3
+// there (prefer _v2, or check the returned stride).
 typedef struct nvmlProcessInfo_st {
   unsigned int pid;
   unsigned long long usedGpuMemory;
@@ -107,6 +115,18 @@ typedef struct nvmlProcessInfo_st {
   unsigned int computeInstanceId;
 } nvmlProcessInfo_t;
 
+// Per-process record of nvmlDeviceGetRunningProcessDetailList (late R535 onward), and the
+// layout the 535.43-535.86 drivers wrote for _v3: the v2 fields plus protected (CC) memory.
+typedef struct nvmlProcessDetail_v1_st {
+  unsigned int pid;
+  unsigned long long usedGpuMemory;
+  unsigned int gpuInstanceId;
+  unsigned int computeInstanceId;
+  unsigned long long usedGpuCcProtectedMemory;
+} nvmlProcessDetail_v1_t;
+
+// nvml.h spells this as a plain int -1; the 64-bit form here is only right when compared with
+// 64-bit fields (usedGpuMemory). A 32-bit field that is "not available" holds 0xFFFFFFFF.
 #define NVML_VALUE_NOT_AVAILABLE (-1ULL)
 
 typedef enum nvmlTemperatureSensors_enum { NVML_TEMPERATURE_GPU = 0 } nvmlTemperatureSensors_t;
@@ -184,6 +204,7 @@ typedef enum nvmlValueType_enum {
   NVML_VALUE_TYPE_UNSIGNED_LONG_LONG = 3,
   NVML_VALUE_TYPE_SIGNED_LONG_LONG = 4,
   NVML_VALUE_TYPE_SIGNED_INT = 5,
+  NVML_VALUE_TYPE_UNSIGNED_SHORT = 6,
 } nvmlValueType_t;
 
 typedef union nvmlValue_st {
@@ -208,9 +229,9 @@ typedef struct nvmlFieldValue_st {
 
 enum : unsigned int {
   NVML_FI_DEV_ECC_CURRENT = 1,
-  NVML_FI_DEV_RETIRED_SBE = 30,
-  NVML_FI_DEV_RETIRED_DBE = 31,
-  NVML_FI_DEV_RETIRED_PENDING = 32,
+  NVML_FI_DEV_RETIRED_SBE = 29,
+  NVML_FI_DEV_RETIRED_DBE = 30,
+  NVML_FI_DEV_RETIRED_PENDING = 31,
   NVML_FI_DEV_MEMORY_TEMP = 82,
   NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX = 138,
   NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX = 139,
@@ -251,7 +272,11 @@ enum : unsigned int {
   NVML_GPM_METRIC_PCIE_RX_PER_SEC = 21,
   NVML_GPM_METRIC_NVLINK_TOTAL_RX_PER_SEC = 60,
   NVML_GPM_METRIC_NVLINK_TOTAL_TX_PER_SEC = 61,
-  NVML_GPM_METRIC_MAX = 98,
+  // Bound of nvmlGpmMetricsGet_t::metrics. NVIDIA has grown it without bumping
+  // NVML_GPM_METRICS_GET_VERSION (98 in CUDA 12.x headers, 210 in 13.0, 333 in 13.2), so we size
+  // the array to the largest known value: a bigger caller buffer is harmless to an older library,
+  // a smaller one could be overrun by a newer library that assumes its own size.
+  NVML_GPM_METRIC_MAX = 333,
 };
 
 typedef struct nvmlGpmMetric_st {
@@ -282,8 +307,8 @@ typedef struct nvmlGpmSupport_st {
 
 }  // extern "C"
 
-// The function table: every NVML entry point gpuwatch may call. X(name, return, args...).
-// Listed once here; the loader resolves them and the mock defines them.
+// The function table: every NVML entry point gpuwatch may call, as X(name, (parameters)); every
+// entry returns nvmlReturn_t. Listed once here; the loader resolves them and the mock defines them.
 #define GPUWATCH_NVML_FUNCTIONS(X)                                                              \
   X(nvmlInit_v2, (void))                                                                        \
   X(nvmlShutdown, (void))                                                                       \

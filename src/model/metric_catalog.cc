@@ -120,6 +120,11 @@ std::string_view MetricTypeName(MetricType t) {
   return "untyped";
 }
 
+std::string_view ExpositionTypeName(std::string_view name, MetricType t) {
+  if (t == MetricType::kCounter && !name.ends_with("_total")) return "untyped";
+  return MetricTypeName(t);
+}
+
 std::span<const GpuMetricDesc> GpuMetricCatalog() { return kGpu; }
 const GpuMetricDesc& Describe(GpuMetric m) { return kGpu[Idx(m)]; }
 std::span<const OtherMetricDesc> OtherMetricCatalog() { return kOther; }
@@ -140,12 +145,19 @@ std::string RenderMetricsMarkdown() {
       "`UUID`, `pci_bus_id`, `device` (nvidiaN), `modelName`, `Hostname`, "
       "`DCGM_FI_DRIVER_VERSION`. Names follow dcgm-exporter where it has a counterpart, so "
       "its Grafana dashboards work unchanged; every field is exported by default. A field the "
-      "device does not support is absent (never 0) and listed in `/api/v1/capabilities`.\n\n"
+      "device does not support is absent (never 0) and listed in `/api/v1/capabilities`. "
+      "dcgm-exporter's counter names that do not end in `_total` are exposed as `untyped`, "
+      "as Prometheus's naming rules require; `rate()` and `increase()` work on them as on any "
+      "counter.\n\n"
       "## Per-GPU scalars\n\n"
       "| name | type | unit | trace field | NVML source | meaning |\n"
       "|---|---|---|---|---|---|\n";
   for (const auto& d : kGpu) {
-    out += fmt::format("| `{}` | {} | {} | {} | {} | {} |\n", d.name, MetricTypeName(d.type),
+    const auto exposed = ExpositionTypeName(d.name, d.type);
+    const std::string type = exposed == MetricTypeName(d.type)
+                                 ? std::string(exposed)
+                                 : fmt::format("{} (exposed {})", MetricTypeName(d.type), exposed);
+    out += fmt::format("| `{}` | {} | {} | {} | {} | {} |\n", d.name, type,
                        d.unit, d.trace_field.empty() ? "" : fmt::format("`{}`", d.trace_field),
                        d.nvml_source, d.help);
   }

@@ -15,6 +15,11 @@ namespace gpuwatch::model {
 
 enum class MetricType { kGauge, kCounter, kInfo };
 std::string_view MetricTypeName(MetricType t);  // as in the Prometheus "# TYPE" line
+// The "# TYPE" of `name` on /metrics. Prometheus's naming rules (promtool check metrics)
+// reserve `counter` for names ending in `_total`; dcgm-exporter's counter names (…_VOL_TOTAL,
+// …_TOTAL_ENERGY_CONSUMPTION) are kept for its dashboards and exposed `untyped` instead —
+// rate() and increase() treat them the same.
+std::string_view ExpositionTypeName(std::string_view name, MetricType t);
 
 struct GpuMetricDesc {
   GpuMetric id;

@@ -1,0 +1,214 @@
+// gpuwatch: one binary — agent (`up`, `agent`), one-shot `status`, and docs generation.
+// Flags and the config file are parsed only here; modules receive plain option structs.
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <iostream>
+
+#include "cli/config_file.h"
+#include "cli/status_view.h"
+#include "collect/nvml_source.h"
+#include "common/log.h"
+#include "common/strings.h"
+#include "model/metric_catalog.h"
+#include "server/agent.h"
+#include "server/api.h"
+#include "server/http_server.h"
+
+#ifndef GPUWATCH_VERSION
+#define GPUWATCH_VERSION "0.0.0"
+#endif
+
+namespace gpuwatch::cli {
+namespace {
+
+struct AgentFlags {
+  std::string listen = "127.0.0.1:9470";
+  std::string data_dir;
+  std::string config;
+  std::string nvml_lib = collect::kDefaultNvmlLibrary;
+  std::string root_dir = "/";
+  std::string hostname;
+  std::string gpu_interval = "1s";
+  std::string host_interval = "5s";
+  std::string process_interval = "10s";
+  std::string job_env_var = "SLURM_JOB_ID";
+  std::string log_level = "info";
+};
+
+void AddAgentFlags(CLI::App* app, AgentFlags* f) {
+  app->add_option("--listen", f->listen, "HTTP listen address host:port ([v6]:port); default 127.0.0.1:9470");
+  app->add_option("--data-dir", f->data_dir, "Directory for what the agent keeps on disk (events.jsonl)");
+  app->add_option("--config", f->config, "Config file of 'key = value' lines (keys = these flag names)");
+  app->add_option("--nvml-lib", f->nvml_lib, "NVML library to dlopen (default libnvidia-ml.so.1)");
+  app->add_option("--root-dir", f->root_dir, "Root of procfs/sysfs to read (default /; for containers and tests)");
+  app->add_option("--hostname", f->hostname, "Node name for the Hostname label (default: gethostname)");
+  app->add_option("--gpu-interval", f->gpu_interval, "Hardware tier period (default 1s)");
+  app->add_option("--host-interval", f->host_interval, "Host tier period (default 5s)");
+  app->add_option("--process-interval", f->process_interval, "Process attribution tier period (default 10s)");
+  app->add_option("--job-env-var", f->job_env_var, "Environment variable naming a process's job (default SLURM_JOB_ID)");
+  app->add_option("--log-level", f->log_level, "debug, info, warning or error (default info)");
+}
+
+// Applies config-file values to flags the command line did not set.
+Status ApplyConfig(CLI::App* app, AgentFlags* f) {
+  if (f->config.empty()) return Status::Ok();
+  auto text = ReadSmallFile(f->config);
+  if (!text.ok) return Status::IoError("cannot read config " + f->config + ": " + std::strerror(text.err));
+  auto kv = ParseConfig(text.data, f->config);
+  if (!kv.ok()) return kv.status();
+  std::map<std::string, std::string*> fields = {
+      {"listen", &f->listen},           {"data-dir", &f->data_dir},
+      {"nvml-lib", &f->nvml_lib},       {"root-dir", &f->root_dir},
+      {"hostname", &f->hostname},       {"gpu-interval", &f->gpu_interval},
+      {"host-interval", &f->host_interval}, {"process-interval", &f->process_interval},
+      {"job-env-var", &f->job_env_var}, {"log-level", &f->log_level}};
+  for (const auto& [key, value] : *kv) {
+    auto it = fields.find(key);
+    if (it == fields.end()) return Status::InvalidArgument(f->config + ": unknown key '" + key + "'");
+    if (app->count("--" + key) == 0) *it->second = value;
+  }
+  return Status::Ok();
+}
+
+Result<server::AgentOptions> MakeOptions(const AgentFlags& f) {
+  server::AgentOptions o;
+  o.version = GPUWATCH_VERSION;
+  o.root_dir = f.root_dir;
+  o.data_dir = f.data_dir;
+  o.job_env_var = f.job_env_var;
+  o.hostname = f.hostname;
+  if (o.hostname.empty()) {
+    char buf[256] = {};
+    if (gethostname(buf, sizeof(buf) - 1) == 0) o.hostname = buf;
+  }
+  const std::pair<const std::string*, std::chrono::milliseconds*> durations[] = {
+      {&f.gpu_interval, &o.gpu_interval}, {&f.host_interval, &o.host_interval},
+      {&f.process_interval, &o.process_interval}};
+  for (auto [text, out] : durations) {
+    auto ms = ParseDurationMs(*text);
+    if (!ms.ok()) return ms.status();
+    *out = std::chrono::milliseconds(*ms);
+  }
+  return o;
+}
+
+Status SetLevel(const std::string& level) {
+  if (level == "debug") SetLogLevel(LogLevel::kDebug);
+  else if (level == "info") SetLogLevel(LogLevel::kInfo);
+  else if (level == "warning" || level == "warn") SetLogLevel(LogLevel::kWarning);
+  else if (level == "error") SetLogLevel(LogLevel::kError);
+  else return Status::InvalidArgument("bad --log-level '" + level + "': debug, info, warning or error");
+  return Status::Ok();
+}
+
+std::unique_ptr<collect::GpuSource> MakeGpuSource(const std::string& nvml_lib) {
+  collect::NvmlSourceOptions o;
+  o.library_path = nvml_lib;
+  return std::make_unique<collect::NvmlSource>(o);
+}
+
+int Fail(const Status& st) {
+  std::fprintf(stderr, "gpuwatch: %s\n", st.message().c_str());
+  return 2;
+}
+
+int RunAgent(CLI::App* app, AgentFlags* flags) {
+  if (Status st = ApplyConfig(app, flags); !st.ok()) return Fail(st);
+  if (Status st = SetLevel(flags->log_level); !st.ok()) return Fail(st);
+  auto opts = MakeOptions(*flags);
+  if (!opts.ok()) return Fail(opts.status());
+  auto addr = server::ParseListenAddress(flags->listen);
+  if (!addr.ok()) return Fail(addr.status());
+
+  // Block the stop signals in every thread; main waits for them with sigwait.
+  sigset_t stop_signals;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGINT);
+  sigaddset(&stop_signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+  signal(SIGPIPE, SIG_IGN);
+
+  server::Agent agent(*opts, MakeGpuSource(flags->nvml_lib));
+  if (Status st = agent.Init(); !st.ok()) return Fail(st);
+  server::HttpServer http(&agent);
+  if (Status st = http.Start(*addr); !st.ok()) return Fail(st);
+  agent.Start();
+  GW_LOG_INFO("gpuwatch {} agent on {} serving http://{}:{}/metrics", GPUWATCH_VERSION, opts->hostname,
+              addr->host, http.port());
+  int sig = 0;
+  sigwait(&stop_signals, &sig);
+  GW_LOG_INFO("signal {}: stopping", sig);
+  http.Stop();
+  agent.Stop();
+  return 0;
+}
+
+int RunStatus(bool json, bool capabilities, const std::string& nvml_lib, const std::string& root_dir) {
+  SetLogLevel(LogLevel::kError);  // a one-shot table: warnings would interleave with it
+  server::AgentOptions o;
+  o.version = GPUWATCH_VERSION;
+  o.root_dir = root_dir;
+  char buf[256] = {};
+  if (gethostname(buf, sizeof(buf) - 1) == 0) o.hostname = buf;
+  server::Agent agent(o, MakeGpuSource(nvml_lib));
+  if (Status st = agent.Init(); !st.ok()) return Fail(st);
+  agent.TickGpu();
+  agent.TickProcesses();
+  agent.PollEvents(0);
+  std::string out = agent.WithState([&](const server::AgentState& s) {
+    if (json) {
+      nlohmann::json j = server::GpusJson(s);
+      j["processes"] = server::ProcessesJson(s)["processes"];
+      if (capabilities) j["capabilities"] = server::CapabilitiesJson(s)["gpus"];
+      return j.dump(2) + "\n";
+    }
+    return capabilities ? RenderCapabilities(s) : RenderStatusTable(s);
+  });
+  std::fwrite(out.data(), 1, out.size(), stdout);
+  return 0;
+}
+
+}  // namespace
+
+int Main(int argc, char** argv) {
+  CLI::App app{"gpuwatch — monitoring for multi-GPU training servers", "gpuwatch"};
+  app.set_version_flag("--version", std::string("gpuwatch ") + GPUWATCH_VERSION);
+  app.require_subcommand(1);
+
+  AgentFlags up_flags, agent_flags;
+  auto* up = app.add_subcommand("up", "Run the main job: the node agent with its HTTP endpoint (port 9470)");
+  AddAgentFlags(up, &up_flags);
+  auto* agent = app.add_subcommand("agent", "Run the node agent (same flags as up)");
+  AddAgentFlags(agent, &agent_flags);
+
+  bool status_json = false, status_caps = false;
+  std::string status_nvml = collect::kDefaultNvmlLibrary, status_root = "/";
+  auto* status = app.add_subcommand("status", "One-shot table of this node's GPUs and their processes");
+  status->add_flag("--json", status_json, "Print JSON instead of a table");
+  status->add_flag("--capabilities", status_caps, "List, per GPU, which fields this device exposes (R2)");
+  status->add_option("--nvml-lib", status_nvml, "NVML library to dlopen (default libnvidia-ml.so.1)");
+  status->add_option("--root-dir", status_root, "Root of procfs/sysfs to read (default /)");
+
+  auto* docs = app.add_subcommand("docs", "Print generated documentation");
+  docs->require_subcommand(1);
+  auto* docs_metrics = docs->add_subcommand("metrics", "docs/metrics.md, from the metric catalog");
+
+  CLI11_PARSE(app, argc, argv);
+
+  if (up->parsed()) return RunAgent(up, &up_flags);
+  if (agent->parsed()) return RunAgent(agent, &agent_flags);
+  if (status->parsed()) return RunStatus(status_json, status_caps, status_nvml, status_root);
+  if (docs_metrics->parsed()) {
+    std::cout << model::RenderMetricsMarkdown();
+    return 0;
+  }
+  return 1;
+}
+
+}  // namespace gpuwatch::cli
+
+int main(int argc, char** argv) { return gpuwatch::cli::Main(argc, argv); }

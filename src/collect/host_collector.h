@@ -1,0 +1,60 @@
+// HostCollector: the host line of a tick — CPU, memory, load, NICs and InfiniBand ports (R1
+// host part, R10), read from procfs and sysfs under an injectable root so tests run on
+// checked-in fixture trees (tests/fixtures/root).
+//
+// Every file is independent: a missing or corrupt file clears only its own fields and is logged
+// once (per path, then at most once an hour while it stays bad), so a flaky driver attribute
+// never floods the log nor costs the rest of the sample. CPU percentages are derived from the
+// previous Collect(), so they are absent on the first call.
+//
+// Thread-safety: not thread-safe; one collector thread owns an instance.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <unordered_map>
+
+#include "common/status.h"
+#include "model/host.h"
+
+namespace gpuwatch::collect {
+
+class HostCollector {
+ public:
+  // `root_dir` is prepended to every path ("/" in production; a fixture tree in tests).
+  explicit HostCollector(std::string root_dir = "/");
+
+  // Fills `*out` (reset first) with everything readable now. Returns non-OK (Unavailable) only
+  // when not one of the host files could be read — a wrong root, not a flaky attribute.
+  // REQUIRES: out != nullptr.
+  Status Collect(int64_t time_ms, model::HostSample* out);
+
+ private:
+  // Cumulative /proc/stat jiffies of the aggregate "cpu" line, kept between ticks.
+  struct CpuTimes {
+    uint64_t total = 0;  // user+nice+system+idle+iowait+irq+softirq+steal (guest is in user)
+    uint64_t idle = 0;
+    uint64_t iowait = 0;
+  };
+
+  bool ReadStat(int64_t now_ms, model::HostSample* out);
+  bool ReadMeminfo(int64_t now_ms, model::HostSample* out);
+  bool ReadLoadavg(int64_t now_ms, model::HostSample* out);
+  bool ReadNetDev(int64_t now_ms, model::HostSample* out);
+  bool ReadInfiniband(int64_t now_ms, model::HostSample* out);
+  void ReadNicSysfs(int64_t now_ms, model::NicSample* nic);
+  void ReadIbPort(int64_t now_ms, const std::string& port_dir, model::IbPortSample* port);
+  std::optional<uint64_t> ReadCounter(int64_t now_ms, const std::string& path);
+
+  // Logs `what` for `path` unless that path was already reported within the last hour.
+  void Warn(int64_t now_ms, const std::string& path, std::string_view what);
+
+  std::string root_;  // without a trailing slash; "" for "/"
+  std::optional<CpuTimes> prev_cpu_;
+  // path -> time of the last warning. Bounded: cleared when it grows past a cap, so churning
+  // virtual interfaces (veth on a Kubernetes node) cannot grow it forever.
+  std::unordered_map<std::string, int64_t> warned_;
+};
+
+}  // namespace gpuwatch::collect

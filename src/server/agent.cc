@@ -1,0 +1,187 @@
+#include "server/agent.h"
+
+#include <sys/stat.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "common/log.h"
+#include "server/api.h"
+
+namespace gpuwatch::server {
+
+using Clock = std::chrono::steady_clock;
+
+Agent::Agent(AgentOptions options, std::unique_ptr<collect::GpuSource> gpu)
+    : options_(std::move(options)),
+      gpu_(std::move(gpu)),
+      host_(options_.root_dir),
+      attributor_(options_.root_dir, options_.job_env_var) {
+  state_.hostname = options_.hostname;
+  state_.version = options_.version;
+}
+
+Agent::~Agent() {
+  Stop();
+  if (events_log_) std::fclose(events_log_);
+}
+
+Status Agent::Init() {
+  if (!options_.data_dir.empty()) {
+    if (::mkdir(options_.data_dir.c_str(), 0755) != 0 && errno != EEXIST)
+      return Status::IoError("cannot create data dir " + options_.data_dir + ": " + std::strerror(errno));
+    const std::string path = options_.data_dir + "/events.jsonl";
+    events_log_ = std::fopen(path.c_str(), "a");
+    if (!events_log_) return Status::IoError("cannot open " + path + ": " + std::strerror(errno));
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!gpu_) {
+    state_.gpu_unavailable_reason = "no GPU backend configured";
+  } else if (Status st = gpu_->Init(); !st.ok()) {
+    state_.gpu_unavailable_reason = st.message();
+    GW_LOG_WARN("no GPU metrics: {}; collecting host metrics only", st.message());
+  } else {
+    gpu_ready_ = true;
+    state_.gpu_available = true;
+    state_.system = gpu_->System();
+    state_.devices = gpu_->Devices();
+    state_.gpu_samples.resize(state_.devices.size());
+    for (size_t i = 0; i < state_.devices.size(); ++i) state_.caps.push_back(gpu_->Capabilities(i));
+    GW_LOG_INFO("{} GPU(s) via {} (driver {}, NVML {})", state_.devices.size(), state_.system.library_path,
+                state_.system.driver_version, state_.system.nvml_version);
+  }
+  return Status::Ok();
+}
+
+void Agent::RecordEvent(model::GpuEvent e) {
+  if (e.kind == model::GpuEventKind::kXid) {
+    ++state_.xid_counts[{e.gpu_index, e.code}];
+    state_.last_xid[e.gpu_index] = e.code;
+  }
+  GW_LOG_WARN("GPU {} event {}: {}", e.gpu_index, model::GpuEventKindName(e.kind), e.text);
+  if (events_log_) {
+    // Flushed per event: hardware events are rare and each one matters (R18).
+    const std::string line = EventJson(e).dump() + "\n";
+    if (std::fwrite(line.data(), 1, line.size(), events_log_) != line.size() || std::fflush(events_log_) != 0)
+      GW_LOG_ERROR("cannot append to {}/events.jsonl: {}", options_.data_dir, std::strerror(errno));
+  }
+  state_.recent_events.push_back(std::move(e));
+  while (state_.recent_events.size() > options_.max_recent_events) state_.recent_events.pop_front();
+}
+
+void Agent::TickGpu() {
+  if (!gpu_ready_) return;
+  const auto start = Clock::now();
+  const int64_t now_ms = clock_.NowMs();
+  const size_t n = gpu_->Devices().size();
+  std::vector<model::GpuSample> samples(n);
+  std::vector<model::GpuCapabilities> caps(n);
+  for (size_t i = 0; i < n; ++i) {
+    // A lost GPU reports `lost` in its sample; its status needs no further handling here.
+    gpu_->Sample(i, now_ms, &samples[i]).IgnoreError();
+    caps[i] = gpu_->Capabilities(i);
+  }
+  const double secs = std::chrono::duration<double>(Clock::now() - start).count();
+  std::lock_guard<std::mutex> lock(mu_);
+  state_.gpu_samples = std::move(samples);
+  state_.caps = std::move(caps);
+  state_.tick_seconds["gpu"] = secs;
+  ++state_.tick_counts["gpu"];
+}
+
+void Agent::TickHost() {
+  const auto start = Clock::now();
+  model::HostSample h;
+  Status st = host_.Collect(clock_.NowMs(), &h);
+  const double secs = std::chrono::duration<double>(Clock::now() - start).count();
+  std::lock_guard<std::mutex> lock(mu_);
+  if (st.ok()) state_.host = std::move(h);
+  state_.tick_seconds["host"] = secs;
+  ++state_.tick_counts["host"];
+}
+
+void Agent::TickProcesses() {
+  if (!gpu_ready_) return;
+  const auto start = Clock::now();
+  std::vector<collect::GpuProcessRef> refs;
+  const auto& devices = gpu_->Devices();
+  for (size_t i = 0; i < devices.size(); ++i) {
+    std::vector<model::GpuProcess> procs;
+    if (!gpu_->Processes(i, &procs).ok()) continue;
+    for (auto& p : procs) refs.push_back({static_cast<unsigned>(i), p});
+  }
+  auto attributed = attributor_.Attribute(refs, devices);
+  const double secs = std::chrono::duration<double>(Clock::now() - start).count();
+  std::lock_guard<std::mutex> lock(mu_);
+  state_.processes = std::move(attributed);
+  state_.tick_seconds["processes"] = secs;
+  ++state_.tick_counts["processes"];
+}
+
+void Agent::PollEvents(int timeout_ms) {
+  if (!gpu_ready_) return;
+  std::vector<model::GpuEvent> events;
+  gpu_->WaitEvents(timeout_ms, clock_.NowMs(), &events).IgnoreError();
+  if (events.empty()) return;
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto& e : events) RecordEvent(std::move(e));
+}
+
+void Agent::Start() {
+  {
+    std::lock_guard<std::mutex> lock(stop_mu_);
+    stopping_ = false;
+  }
+  tiers_thread_ = std::thread([this] { RunTiers(); });
+  if (gpu_ready_) events_thread_ = std::thread([this] { RunEvents(); });
+}
+
+void Agent::Stop() {
+  {
+    std::lock_guard<std::mutex> lock(stop_mu_);
+    stopping_ = true;
+  }
+  stop_cv_.notify_all();
+  if (tiers_thread_.joinable()) tiers_thread_.join();
+  if (events_thread_.joinable()) events_thread_.join();
+}
+
+void Agent::RunTiers() {
+  // sleep_until on the steady clock: a 1 Hz tier stays at 1 Hz however long a tick took, and
+  // a tick that overran is not replayed in a burst.
+  struct Tier {
+    std::chrono::milliseconds interval;
+    void (Agent::*tick)();
+    Clock::time_point next;
+  };
+  const auto now = Clock::now();
+  Tier tiers[] = {{options_.gpu_interval, &Agent::TickGpu, now},
+                  {options_.host_interval, &Agent::TickHost, now},
+                  {options_.process_interval, &Agent::TickProcesses, now}};
+  while (true) {
+    for (auto& t : tiers) {
+      if (Clock::now() >= t.next) {
+        (this->*t.tick)();
+        t.next += t.interval;
+        if (t.next < Clock::now()) t.next = Clock::now() + t.interval;
+      }
+    }
+    Clock::time_point wake = tiers[0].next;
+    for (const auto& t : tiers) wake = std::min(wake, t.next);
+    std::unique_lock<std::mutex> lock(stop_mu_);
+    if (stop_cv_.wait_until(lock, wake, [this] { return stopping_; })) return;
+  }
+}
+
+void Agent::RunEvents() {
+  while (true) {
+    {
+      std::lock_guard<std::mutex> lock(stop_mu_);
+      if (stopping_) return;
+    }
+    // Short waits so Stop() is prompt; NVML returns at once when an event arrives.
+    PollEvents(250);
+  }
+}
+
+}  // namespace gpuwatch::server

@@ -1,0 +1,90 @@
+// Agent: the per-node collector. Runs the collection tiers (R6) on one time base and keeps
+// the latest AgentState for the HTTP endpoint, the JSON API and `gpuwatch status`.
+//
+// Tiers: hardware (GPU fields, default 1 s), host (5 s), processes/attribution (10 s), plus an
+// event thread blocked in the GPU source's event wait (XIDs as they happen). A GPU source that
+// fails to initialize (no library, no driver, no GPU) is logged in one line and the agent runs
+// host collection alone. Thread-safety: all public methods are thread-safe; the state is read
+// under the agent's mutex through WithState().
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdio>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "collect/attribution.h"
+#include "collect/gpu_source.h"
+#include "collect/host_collector.h"
+#include "common/time_base.h"
+#include "server/agent_state.h"
+
+namespace gpuwatch::server {
+
+struct AgentOptions {
+  std::string hostname;
+  std::string version;
+  std::string root_dir = "/";  // procfs/sysfs root (tests use fixture trees)
+  std::string data_dir;        // "" keeps nothing on disk
+  std::chrono::milliseconds gpu_interval{1000};
+  std::chrono::milliseconds host_interval{5000};
+  std::chrono::milliseconds process_interval{10000};
+  std::string job_env_var = "SLURM_JOB_ID";
+  size_t max_recent_events = 1000;
+};
+
+class Agent {
+ public:
+  // `gpu` may be null (no GPU backend at all).
+  Agent(AgentOptions options, std::unique_ptr<collect::GpuSource> gpu);
+  ~Agent();
+  Agent(const Agent&) = delete;
+  Agent& operator=(const Agent&) = delete;
+
+  // Initializes the GPU source and opens the data dir. Only a data-dir failure is an error;
+  // a GPU source failure leaves gpu_available false with the reason.
+  Status Init();
+  // Starts the tier and event threads. REQUIRES: Init() succeeded.
+  void Start();
+  // Stops and joins the threads; idempotent.
+  void Stop();
+
+  // One tick of a tier, synchronously (used by Start()'s threads, `status` and tests).
+  void TickGpu();
+  void TickHost();
+  void TickProcesses();
+  void PollEvents(int timeout_ms);
+
+  template <typename F>
+  auto WithState(F&& fn) const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return fn(static_cast<const AgentState&>(state_));
+  }
+
+ private:
+  void RecordEvent(model::GpuEvent e);  // REQUIRES: mu_ held
+  void RunTiers();
+  void RunEvents();
+
+  AgentOptions options_;
+  std::unique_ptr<collect::GpuSource> gpu_;
+  bool gpu_ready_ = false;
+  collect::HostCollector host_;
+  collect::Attributor attributor_;  // used only by the processes tier
+  TimeBase clock_;
+
+  mutable std::mutex mu_;
+  AgentState state_;
+  std::FILE* events_log_ = nullptr;  // <data_dir>/events.jsonl, appended
+
+  std::mutex stop_mu_;
+  std::condition_variable stop_cv_;
+  bool stopping_ = false;
+  std::thread tiers_thread_, events_thread_;
+};
+
+}  // namespace gpuwatch::server

@@ -1,0 +1,40 @@
+// AgentState: the latest of everything the agent collected on this node — what /metrics,
+// the JSON API and `gpuwatch status` render. Written by the agent's collector threads under
+// Agent's mutex; readers get it through Agent::WithState. Plain data.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "model/gpu.h"
+#include "model/host.h"
+#include "model/process.h"
+
+namespace gpuwatch::server {
+
+struct AgentState {
+  std::string hostname;
+  std::string version;
+  // False when no NVML/GPU: the agent still serves host metrics (reason says why).
+  bool gpu_available = false;
+  std::string gpu_unavailable_reason;
+  model::SystemInfo system;
+  std::vector<model::GpuStaticInfo> devices;
+  std::vector<model::GpuCapabilities> caps;
+  std::vector<model::GpuSample> gpu_samples;  // latest per GPU; time_ms 0 until sampled
+  std::optional<model::HostSample> host;
+  std::vector<model::ProcessAttribution> processes;
+  // XIDs are counted per (GPU index, XID code): never a last-value gauge that hides repeats.
+  std::map<std::pair<unsigned, uint64_t>, uint64_t> xid_counts;
+  std::map<unsigned, uint64_t> last_xid;
+  std::deque<model::GpuEvent> recent_events;  // newest last, bounded
+  std::map<std::string, double> tick_seconds;  // tier -> duration of its last tick
+  std::map<std::string, uint64_t> tick_counts;
+};
+
+}  // namespace gpuwatch::server

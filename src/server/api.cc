@@ -1,0 +1,180 @@
+#include "server/api.h"
+
+#include "model/metric_catalog.h"
+
+namespace gpuwatch::server {
+
+using nlohmann::json;
+
+namespace {
+
+json Opt(const std::optional<double>& v) { return v ? json(*v) : json(nullptr); }
+
+std::string_view SupportName(model::Support s) {
+  switch (s) {
+    case model::Support::kUnknown: return "unknown";
+    case model::Support::kSupported: return "supported";
+    case model::Support::kNotSupported: return "not_supported";
+    case model::Support::kError: return "error";
+  }
+  return "unknown";
+}
+
+json GpuIdentity(const model::GpuStaticInfo& g) {
+  json j = {{"index", g.index}, {"uuid", g.uuid}, {"pci_bus_id", g.pci_bus_id}, {"name", g.name}};
+  if (g.minor_number) j["minor_number"] = *g.minor_number;
+  return j;
+}
+
+}  // namespace
+
+json GpusJson(const AgentState& s) {
+  json gpus = json::array();
+  for (size_t i = 0; i < s.devices.size(); ++i) {
+    const auto& g = s.devices[i];
+    json j = GpuIdentity(g);
+    j["serial"] = g.serial;
+    j["vbios_version"] = g.vbios_version;
+    j["mig_enabled"] = g.mig_enabled;
+    j["nvlink_count"] = g.nvlink_count;
+    j["gpm_supported"] = g.gpm_supported;
+    if (i < s.gpu_samples.size()) {
+      const auto& smp = s.gpu_samples[i];
+      j["time_ms"] = smp.time_ms;
+      j["lost"] = smp.lost;
+      json fields = json::object();
+      for (const auto& d : model::GpuMetricCatalog()) {
+        if (auto v = smp.Get(d.id)) fields[std::string(d.name)] = *v * d.export_scale;
+      }
+      j["metrics"] = std::move(fields);
+      if (auto mask = smp.Get(model::GpuMetric::kClockEventReasons)) {
+        json reasons = json::array();
+        for (auto r : model::ClockEventReasonNames(static_cast<uint64_t>(*mask))) reasons.push_back(r);
+        j["clock_event_reasons"] = std::move(reasons);
+      }
+      json links = json::array();
+      for (const auto& l : smp.nvlinks) {
+        json lj = {{"link", l.link}, {"active", l.active}};
+        auto put = [&](const char* k, const std::optional<uint64_t>& v) {
+          if (v) lj[k] = *v;
+        };
+        put("replay_errors", l.replay_errors);
+        put("recovery_errors", l.recovery_errors);
+        put("crc_flit_errors", l.crc_flit_errors);
+        put("crc_data_errors", l.crc_data_errors);
+        put("tx_bytes", l.tx_bytes);
+        put("rx_bytes", l.rx_bytes);
+        links.push_back(std::move(lj));
+      }
+      if (!links.empty()) j["nvlinks"] = std::move(links);
+      json mig = json::array();
+      for (const auto& m : smp.mig) {
+        mig.push_back({{"gpu_instance_id", m.gpu_instance_id},
+                       {"compute_instance_id", m.compute_instance_id},
+                       {"uuid", m.uuid},
+                       {"mem_used_mib", Opt(m.mem_used_mib)},
+                       {"mem_total_mib", Opt(m.mem_total_mib)},
+                       {"sm_active", Opt(m.sm_active)},
+                       {"graphics_active", Opt(m.graphics_active)}});
+      }
+      if (!mig.empty()) j["mig"] = std::move(mig);
+    }
+    json xids = json::object();
+    for (const auto& [key, count] : s.xid_counts)
+      if (key.first == g.index) xids[std::to_string(key.second)] = count;
+    j["xid_counts"] = std::move(xids);
+    gpus.push_back(std::move(j));
+  }
+  return {{"hostname", s.hostname},
+          {"gpu_available", s.gpu_available},
+          {"reason", s.gpu_unavailable_reason},
+          {"driver_version", s.system.driver_version},
+          {"nvml_version", s.system.nvml_version},
+          {"cuda_driver_version", s.system.cuda_driver_version},
+          {"gpus", std::move(gpus)}};
+}
+
+json ProcessesJson(const AgentState& s) {
+  json procs = json::array();
+  for (const auto& p : s.processes) {
+    json j = {{"pid", p.pid},
+              {"gpu", p.gpu_index},
+              {"gpu_uuid", p.gpu_uuid},
+              {"command", p.command},
+              {"user", p.user},
+              {"container_id", p.container_id},
+              {"container_runtime", p.container_runtime},
+              {"pod_uid", p.pod_uid},
+              {"job_id", p.job_id}};
+    j["uid"] = p.uid ? json(*p.uid) : json(nullptr);
+    j["container_pid"] = p.container_pid ? json(*p.container_pid) : json(nullptr);
+    j["visible_index"] = p.visible_index ? json(*p.visible_index) : json(nullptr);
+    j["used_memory_bytes"] = p.used_memory_bytes ? json(*p.used_memory_bytes) : json(nullptr);
+    if (p.gpu_instance_id) j["gpu_instance_id"] = *p.gpu_instance_id;
+    if (p.compute_instance_id) j["compute_instance_id"] = *p.compute_instance_id;
+    procs.push_back(std::move(j));
+  }
+  return {{"hostname", s.hostname}, {"processes", std::move(procs)}};
+}
+
+json CapabilitiesJson(const AgentState& s) {
+  json gpus = json::array();
+  for (size_t i = 0; i < s.devices.size() && i < s.caps.size(); ++i) {
+    json j = GpuIdentity(s.devices[i]);
+    json fields = json::object();
+    for (const auto& d : model::GpuMetricCatalog()) {
+      const auto& c = s.caps[i].metrics[model::Idx(d.id)];
+      json cj = {{"support", SupportName(c.support)}};
+      if (!c.reason.empty()) cj["reason"] = c.reason;
+      fields[std::string(d.name)] = std::move(cj);
+    }
+    j["fields"] = std::move(fields);
+    json features = json::object();
+    for (size_t f = 0; f < model::kNumGpuFeatures; ++f) {
+      const auto& c = s.caps[i].features[f];
+      json cj = {{"support", SupportName(c.support)}};
+      if (!c.reason.empty()) cj["reason"] = c.reason;
+      features[std::string(model::GpuFeatureName(static_cast<model::GpuFeature>(f)))] = std::move(cj);
+    }
+    j["features"] = std::move(features);
+    gpus.push_back(std::move(j));
+  }
+  return {{"hostname", s.hostname},
+          {"gpu_available", s.gpu_available},
+          {"reason", s.gpu_unavailable_reason},
+          {"gpus", std::move(gpus)}};
+}
+
+json EventJson(const model::GpuEvent& e) {
+  json j = {{"time_ms", e.time_ms},      {"kind", model::GpuEventKindName(e.kind)},
+            {"gpu", e.gpu_index},        {"uuid", e.uuid},
+            {"pci_bus_id", e.pci_bus_id}, {"text", e.text},
+            {"source", e.source}};
+  if (e.kind == model::GpuEventKind::kXid) j["xid"] = e.code;
+  return j;
+}
+
+json EventsJson(const AgentState& s) {
+  json ev = json::array();
+  for (const auto& e : s.recent_events) ev.push_back(EventJson(e));
+  return {{"hostname", s.hostname}, {"events", std::move(ev)}};
+}
+
+json HostJson(const AgentState& s) {
+  if (!s.host) return {{"hostname", s.hostname}, {"host", nullptr}};
+  const auto& h = *s.host;
+  json nics = json::array();
+  for (const auto& n : h.nics)
+    nics.push_back({{"name", n.name}, {"rx_bytes", n.rx_bytes}, {"tx_bytes", n.tx_bytes},
+                    {"rx_errors", n.rx_errors}, {"tx_errors", n.tx_errors}});
+  return {{"hostname", s.hostname},
+          {"time_ms", h.time_ms},
+          {"cpu_util_pct", Opt(h.cpu_util_pct)},
+          {"iowait_pct", Opt(h.iowait_pct)},
+          {"mem_used_bytes", Opt(h.mem_used_bytes)},
+          {"mem_total_bytes", Opt(h.mem_total_bytes)},
+          {"load1", Opt(h.load1)},
+          {"nics", std::move(nics)}};
+}
+
+}  // namespace gpuwatch::server

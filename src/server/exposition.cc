@@ -1,0 +1,356 @@
+#include "server/exposition.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "model/metric_catalog.h"
+
+namespace gpuwatch::server {
+
+using model::GpuMetric;
+
+std::string EscapeLabelValue(std::string_view v) {
+  std::string out;
+  out.reserve(v.size());
+  for (char c : v) {
+    switch (c) {
+      case '\\': out += "\\\\"; break;
+      case '"': out += "\\\""; break;
+      case '\n': out += "\\n"; break;
+      default: out += c;
+    }
+  }
+  return out;
+}
+
+namespace {
+
+using Buf = fmt::memory_buffer;
+
+void Header(Buf& b, std::string_view name, model::MetricType type, std::string_view help) {
+  fmt::format_to(std::back_inserter(b), "# HELP {} {}\n# TYPE {} {}\n", name, help, name,
+                 model::ExpositionTypeName(name, type));
+}
+void HeaderOther(Buf& b, std::string_view name) {
+  const auto& d = model::DescribeOther(name);
+  Header(b, name, d.type, d.help);
+}
+
+void Value(Buf& b, double v) {
+  if (std::isnan(v)) {
+    fmt::format_to(std::back_inserter(b), "NaN\n");
+  } else if (std::isinf(v)) {
+    fmt::format_to(std::back_inserter(b), "{}\n", v > 0 ? "+Inf" : "-Inf");
+  } else if (v == std::floor(v) && std::fabs(v) < 1e15) {
+    fmt::format_to(std::back_inserter(b), "{}\n", static_cast<long long>(v));
+  } else {
+    fmt::format_to(std::back_inserter(b), "{}\n", v);
+  }
+}
+
+// name{labels[,extra]} value
+void Line(Buf& b, std::string_view name, std::string_view labels, std::string_view extra, double v) {
+  b.append(name);
+  b.push_back('{');
+  b.append(labels);
+  if (!extra.empty()) {
+    if (!labels.empty()) b.push_back(',');
+    b.append(extra);
+  }
+  b.append(std::string_view("} "));
+  Value(b, v);
+}
+
+std::string GpuLabels(const AgentState& s, const model::GpuStaticInfo& g) {
+  unsigned dev = g.minor_number.value_or(g.index);
+  return fmt::format(
+      "gpu=\"{}\",UUID=\"{}\",pci_bus_id=\"{}\",device=\"nvidia{}\",modelName=\"{}\",Hostname=\"{}\","
+      "DCGM_FI_DRIVER_VERSION=\"{}\"",
+      g.index, EscapeLabelValue(g.uuid), EscapeLabelValue(g.pci_bus_id), dev,
+      EscapeLabelValue(g.name), EscapeLabelValue(s.hostname),
+      EscapeLabelValue(s.system.driver_version));
+}
+
+}  // namespace
+
+void RenderPrometheus(const AgentState& s, std::string* out) {
+  Buf b;
+  const std::string host = fmt::format("Hostname=\"{}\"", EscapeLabelValue(s.hostname));
+  std::vector<std::string> labels;
+  labels.reserve(s.devices.size());
+  for (const auto& g : s.devices) labels.push_back(GpuLabels(s, g));
+  const size_t n = std::min(s.devices.size(), s.gpu_samples.size());
+
+  HeaderOther(b, "gpuwatch_agent_info");
+  Line(b, "gpuwatch_agent_info", host,
+       fmt::format("version=\"{}\",nvml_version=\"{}\",driver_version=\"{}\",cuda_version=\"{}\"",
+                   EscapeLabelValue(s.version), EscapeLabelValue(s.system.nvml_version),
+                   EscapeLabelValue(s.system.driver_version),
+                   EscapeLabelValue(s.system.cuda_driver_version)),
+       1);
+  if (!s.tick_seconds.empty()) {
+    HeaderOther(b, "gpuwatch_agent_tick_seconds");
+    for (const auto& [tier, secs] : s.tick_seconds)
+      Line(b, "gpuwatch_agent_tick_seconds", host, fmt::format("tier=\"{}\"", tier), secs);
+  }
+
+  if (!s.devices.empty()) {
+    HeaderOther(b, "gpuwatch_gpu_info");
+    for (const auto& g : s.devices) {
+      Line(b, "gpuwatch_gpu_info", labels[g.index],
+           fmt::format("serial=\"{}\",vbios_version=\"{}\",minor_number=\"{}\",mig_mode=\"{}\"",
+                       EscapeLabelValue(g.serial), EscapeLabelValue(g.vbios_version),
+                       g.minor_number ? std::to_string(*g.minor_number) : "",
+                       g.mig_enabled ? "enabled" : "disabled"),
+           1);
+    }
+    HeaderOther(b, "gpuwatch_gpu_up");
+    for (size_t i = 0; i < n; ++i) Line(b, "gpuwatch_gpu_up", labels[i], "", s.gpu_samples[i].lost ? 0 : 1);
+  }
+
+  // One block per catalog scalar; a field no GPU has this tick is left out entirely.
+  for (const auto& d : model::GpuMetricCatalog()) {
+    bool any = false;
+    for (size_t i = 0; i < n && !any; ++i) any = s.gpu_samples[i].valid.test(model::Idx(d.id));
+    if (!any) continue;
+    Header(b, d.name, d.type, d.help);
+    for (size_t i = 0; i < n; ++i) {
+      const auto& smp = s.gpu_samples[i];
+      if (!smp.valid.test(model::Idx(d.id))) continue;
+      Line(b, d.name, labels[i], "", smp.values[model::Idx(d.id)] * d.export_scale);
+    }
+  }
+
+  // Throttle reasons by name: one series per known reason so an alert can name it.
+  {
+    bool any = false;
+    for (size_t i = 0; i < n && !any; ++i) any = s.gpu_samples[i].Get(GpuMetric::kClockEventReasons).has_value();
+    if (any) {
+      HeaderOther(b, "gpuwatch_clock_event_reason_active");
+      const auto all = model::ClockEventReasonNames(~0ULL);
+      for (size_t i = 0; i < n; ++i) {
+        auto mask = s.gpu_samples[i].Get(GpuMetric::kClockEventReasons);
+        if (!mask) continue;
+        const auto active = model::ClockEventReasonNames(static_cast<uint64_t>(*mask));
+        for (auto r : all) {
+          bool on = std::find(active.begin(), active.end(), r) != active.end();
+          Line(b, "gpuwatch_clock_event_reason_active", labels[i], fmt::format("reason=\"{}\"", r), on);
+        }
+      }
+    }
+  }
+
+  // Per-link NVLink.
+  {
+    bool any = false;
+    for (size_t i = 0; i < n && !any; ++i) any = !s.gpu_samples[i].nvlinks.empty();
+    if (any) {
+      HeaderOther(b, "gpuwatch_nvlink_link_up");
+      for (size_t i = 0; i < n; ++i)
+        for (const auto& l : s.gpu_samples[i].nvlinks)
+          Line(b, "gpuwatch_nvlink_link_up", labels[i], fmt::format("link=\"{}\"", l.link), l.active);
+      HeaderOther(b, "gpuwatch_nvlink_link_errors_total");
+      for (size_t i = 0; i < n; ++i) {
+        for (const auto& l : s.gpu_samples[i].nvlinks) {
+          const std::pair<const char*, const std::optional<uint64_t>*> cs[] = {
+              {"crc_flit", &l.crc_flit_errors}, {"crc_data", &l.crc_data_errors},
+              {"replay", &l.replay_errors}, {"recovery", &l.recovery_errors}};
+          for (const auto& [name, v] : cs)
+            if (*v)
+              Line(b, "gpuwatch_nvlink_link_errors_total", labels[i],
+                   fmt::format("link=\"{}\",counter=\"{}\"", l.link, name), static_cast<double>(**v));
+        }
+      }
+      using LinkCounter = std::optional<uint64_t> model::NvLinkSample::*;
+      const std::pair<const char*, LinkCounter> kBytes[] = {
+          {"gpuwatch_nvlink_link_tx_bytes_total", &model::NvLinkSample::tx_bytes},
+          {"gpuwatch_nvlink_link_rx_bytes_total", &model::NvLinkSample::rx_bytes}};
+      for (const auto& [metric, field] : kBytes) {
+        bool have = false;
+        for (size_t i = 0; i < n && !have; ++i)
+          for (const auto& l : s.gpu_samples[i].nvlinks) have |= (l.*field).has_value();
+        if (!have) continue;
+        HeaderOther(b, metric);
+        for (size_t i = 0; i < n; ++i)
+          for (const auto& l : s.gpu_samples[i].nvlinks)
+            if (auto v = l.*field)
+              Line(b, metric, labels[i], fmt::format("link=\"{}\"", l.link), static_cast<double>(*v));
+      }
+    }
+  }
+
+  // MIG instances.
+  {
+    bool any = false;
+    for (size_t i = 0; i < n && !any; ++i) any = !s.gpu_samples[i].mig.empty();
+    if (any) {
+      struct MigSeries {
+        const char* name;
+        std::optional<double> model::MigSample::*field;
+        double scale;
+      };
+      static constexpr MigSeries kMig[] = {
+          {"gpuwatch_mig_memory_used_bytes", &model::MigSample::mem_used_mib, 1048576.0},
+          {"gpuwatch_mig_memory_total_bytes", &model::MigSample::mem_total_mib, 1048576.0},
+          {"gpuwatch_mig_sm_active", &model::MigSample::sm_active, 1.0},
+      };
+      for (const auto& ms : kMig) {
+        bool have = false;
+        for (size_t i = 0; i < n && !have; ++i)
+          for (const auto& m : s.gpu_samples[i].mig) have |= (m.*(ms.field)).has_value();
+        if (!have) continue;
+        HeaderOther(b, ms.name);
+        for (size_t i = 0; i < n; ++i)
+          for (const auto& m : s.gpu_samples[i].mig)
+            if (auto v = m.*(ms.field))
+              Line(b, ms.name, labels[i],
+                   fmt::format("GPU_I_ID=\"{}\",GPU_I_PROFILE=\"\",mig_uuid=\"{}\"", m.gpu_instance_id,
+                               EscapeLabelValue(m.uuid)),
+                   *v * ms.scale);
+      }
+    }
+  }
+
+  // XIDs: a counter per code, plus dcgm-exporter's last-code gauge for its dashboards.
+  if (!s.devices.empty()) {
+    HeaderOther(b, "gpuwatch_xid_errors_total");
+    for (const auto& [key, count] : s.xid_counts)
+      if (key.first < labels.size())
+        Line(b, "gpuwatch_xid_errors_total", labels[key.first], fmt::format("xid=\"{}\"", key.second),
+             static_cast<double>(count));
+    HeaderOther(b, "DCGM_FI_DEV_XID_ERRORS");
+    for (size_t i = 0; i < s.devices.size(); ++i) {
+      auto it = s.last_xid.find(static_cast<unsigned>(i));
+      Line(b, "DCGM_FI_DEV_XID_ERRORS", labels[i], "", it == s.last_xid.end() ? 0 : static_cast<double>(it->second));
+    }
+  }
+
+  // Attribution: an info series per (GPU, user, job, container), and per-process memory.
+  if (!s.processes.empty()) {
+    std::map<std::pair<unsigned, std::string>, bool> seen;
+    HeaderOther(b, "gpuwatch_gpu_attribution_info");
+    for (const auto& p : s.processes) {
+      if (p.gpu_index >= labels.size()) continue;
+      std::string extra = fmt::format("user=\"{}\",job=\"{}\",container=\"{}\"", EscapeLabelValue(p.user),
+                                      EscapeLabelValue(p.job_id), EscapeLabelValue(p.container_id));
+      if (!seen.emplace(std::pair{p.gpu_index, extra}, true).second) continue;
+      Line(b, "gpuwatch_gpu_attribution_info", labels[p.gpu_index], extra, 1);
+    }
+    HeaderOther(b, "gpuwatch_process_gpu_memory_bytes");
+    for (const auto& p : s.processes) {
+      if (p.gpu_index >= labels.size() || !p.used_memory_bytes) continue;
+      Line(b, "gpuwatch_process_gpu_memory_bytes", labels[p.gpu_index],
+           fmt::format("pid=\"{}\",command=\"{}\",user=\"{}\",container=\"{}\",pod_uid=\"{}\",job=\"{}\","
+                       "visible_index=\"{}\",GPU_I_ID=\"{}\"",
+                       p.pid, EscapeLabelValue(p.command), EscapeLabelValue(p.user),
+                       EscapeLabelValue(p.container_id), EscapeLabelValue(p.pod_uid),
+                       EscapeLabelValue(p.job_id), p.visible_index ? std::to_string(*p.visible_index) : "",
+                       p.gpu_instance_id ? std::to_string(*p.gpu_instance_id) : ""),
+           static_cast<double>(*p.used_memory_bytes));
+    }
+  }
+
+  // Host.
+  if (s.host) {
+    const auto& h = *s.host;
+    constexpr double kHz = 100.0;  // USER_HZ: /proc/stat ticks are 1/100 s on Linux
+    HeaderOther(b, "gpuwatch_host_cpu_seconds_total");
+    const double busy = static_cast<double>(h.cpu_total_jiffies - h.cpu_idle_jiffies - h.cpu_iowait_jiffies);
+    Line(b, "gpuwatch_host_cpu_seconds_total", host, "mode=\"busy\"", busy / kHz);
+    Line(b, "gpuwatch_host_cpu_seconds_total", host, "mode=\"idle\"", h.cpu_idle_jiffies / kHz);
+    Line(b, "gpuwatch_host_cpu_seconds_total", host, "mode=\"iowait\"", h.cpu_iowait_jiffies / kHz);
+    auto opt = [&](const char* name, const std::optional<double>& v) {
+      if (!v) return;
+      HeaderOther(b, name);
+      Line(b, name, host, "", *v);
+    };
+    opt("gpuwatch_host_cpu_utilization_percent", h.cpu_util_pct);
+    opt("gpuwatch_host_cpu_iowait_percent", h.iowait_pct);
+    HeaderOther(b, "gpuwatch_host_cpus");
+    Line(b, "gpuwatch_host_cpus", host, "", h.cpu_count);
+    opt("gpuwatch_host_memory_total_bytes", h.mem_total_bytes);
+    opt("gpuwatch_host_memory_available_bytes", h.mem_available_bytes);
+    opt("gpuwatch_host_memory_used_bytes", h.mem_used_bytes);
+    opt("gpuwatch_host_swap_used_bytes", h.swap_used_bytes);
+    opt("gpuwatch_host_load1", h.load1);
+    opt("gpuwatch_host_load5", h.load5);
+    opt("gpuwatch_host_load15", h.load15);
+    if (!h.nics.empty()) {
+      auto nic = [&](const char* name, auto get) {
+        HeaderOther(b, name);
+        for (const auto& x : h.nics)
+          Line(b, name, host, fmt::format("interface=\"{}\"", EscapeLabelValue(x.name)), static_cast<double>(get(x)));
+      };
+      nic("gpuwatch_nic_receive_bytes_total", [](const model::NicSample& x) { return x.rx_bytes; });
+      nic("gpuwatch_nic_transmit_bytes_total", [](const model::NicSample& x) { return x.tx_bytes; });
+      HeaderOther(b, "gpuwatch_nic_errors_total");
+      for (const auto& x : h.nics) {
+        const auto ifl = fmt::format("interface=\"{}\"", EscapeLabelValue(x.name));
+        Line(b, "gpuwatch_nic_errors_total", host, ifl + ",direction=\"rx\"", static_cast<double>(x.rx_errors));
+        Line(b, "gpuwatch_nic_errors_total", host, ifl + ",direction=\"tx\"", static_cast<double>(x.tx_errors));
+      }
+      HeaderOther(b, "gpuwatch_nic_dropped_total");
+      for (const auto& x : h.nics) {
+        const auto ifl = fmt::format("interface=\"{}\"", EscapeLabelValue(x.name));
+        Line(b, "gpuwatch_nic_dropped_total", host, ifl + ",direction=\"rx\"", static_cast<double>(x.rx_dropped));
+        Line(b, "gpuwatch_nic_dropped_total", host, ifl + ",direction=\"tx\"", static_cast<double>(x.tx_dropped));
+      }
+      bool any_up = false;
+      for (const auto& x : h.nics) any_up |= x.link_up.has_value();
+      if (any_up) {
+        HeaderOther(b, "gpuwatch_nic_up");
+        for (const auto& x : h.nics)
+          if (x.link_up)
+            Line(b, "gpuwatch_nic_up", host, fmt::format("interface=\"{}\"", EscapeLabelValue(x.name)), *x.link_up);
+      }
+    }
+    if (!h.ib_ports.empty()) {
+      auto port_labels = [&](const model::IbPortSample& p) {
+        return fmt::format("device=\"{}\",port=\"{}\"", EscapeLabelValue(p.device), p.port);
+      };
+      auto ib = [&](const char* name, std::optional<uint64_t> model::IbPortSample::*field) {
+        bool have = false;
+        for (const auto& p : h.ib_ports) have |= (p.*field).has_value();
+        if (!have) return;
+        HeaderOther(b, name);
+        for (const auto& p : h.ib_ports)
+          if (auto v = p.*field) Line(b, name, host, port_labels(p), static_cast<double>(*v));
+      };
+      ib("gpuwatch_ib_port_receive_bytes_total", &model::IbPortSample::rcv_bytes);
+      ib("gpuwatch_ib_port_transmit_bytes_total", &model::IbPortSample::xmit_bytes);
+      HeaderOther(b, "gpuwatch_ib_port_errors_total");
+      const std::pair<const char*, std::optional<uint64_t> model::IbPortSample::*> errs[] = {
+          {"symbol_error", &model::IbPortSample::symbol_errors},
+          {"port_rcv_errors", &model::IbPortSample::rcv_errors},
+          {"link_downed", &model::IbPortSample::link_downed},
+          {"link_error_recovery", &model::IbPortSample::link_error_recovery},
+          {"port_xmit_discards", &model::IbPortSample::xmit_discards},
+          {"local_ack_timeout_err", &model::IbPortSample::local_ack_timeout_err},
+          {"out_of_sequence", &model::IbPortSample::out_of_sequence},
+          {"packet_seq_err", &model::IbPortSample::packet_seq_err},
+      };
+      for (const auto& p : h.ib_ports)
+        for (const auto& [cname, field] : errs)
+          if (auto v = p.*field)
+            Line(b, "gpuwatch_ib_port_errors_total", host, port_labels(p) + fmt::format(",counter=\"{}\"", cname),
+                 static_cast<double>(*v));
+      HeaderOther(b, "gpuwatch_ib_port_up");
+      for (const auto& p : h.ib_ports)
+        Line(b, "gpuwatch_ib_port_up", host,
+             port_labels(p) + fmt::format(",link_layer=\"{}\"", EscapeLabelValue(p.link_layer)),
+             p.state == "ACTIVE");
+      bool have_rate = false;
+      for (const auto& p : h.ib_ports) have_rate |= p.rate_gbps.has_value();
+      if (have_rate) {
+        HeaderOther(b, "gpuwatch_ib_port_rate_gbps");
+        for (const auto& p : h.ib_ports)
+          if (p.rate_gbps) Line(b, "gpuwatch_ib_port_rate_gbps", host, port_labels(p), *p.rate_gbps);
+      }
+    }
+  }
+  out->assign(b.data(), b.size());
+}
+
+}  // namespace gpuwatch::server

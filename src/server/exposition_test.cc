@@ -1,0 +1,121 @@
+#include "server/exposition.h"
+
+#include <gtest/gtest.h>
+
+#include "server/api.h"
+
+namespace gpuwatch::server {
+namespace {
+
+using model::GpuMetric;
+
+AgentState TwoGpus() {
+  AgentState s;
+  s.hostname = "node-a";
+  s.version = "1.2.3";
+  s.gpu_available = true;
+  s.system.driver_version = "550.90.07";
+  for (unsigned i = 0; i < 2; ++i) {
+    model::GpuStaticInfo g;
+    g.index = i;
+    g.uuid = "GPU-0000000" + std::to_string(i);
+    g.pci_bus_id = "00000000:1" + std::to_string(i) + ":00.0";
+    g.name = "NVIDIA H100 80GB HBM3";
+    g.minor_number = 3 - i;  // the /dev minor differs from the NVML index on purpose
+    s.devices.push_back(g);
+    s.caps.emplace_back();
+    model::GpuSample smp;
+    smp.time_ms = 1000;
+    smp.Set(GpuMetric::kUtilGpuPct, 97);
+    smp.Set(GpuMetric::kPowerW, 612.5);
+    smp.Set(GpuMetric::kClockEventReasons, 0x40);
+    s.gpu_samples.push_back(smp);
+  }
+  // GPU 1 does not support fan speed: only GPU 0 has it.
+  s.gpu_samples[0].Set(GpuMetric::kFanPct, 30);
+  return s;
+}
+
+TEST(ExpositionTest, DcgmNamesAndLabels) {
+  auto s = TwoGpus();
+  std::string out;
+  RenderPrometheus(s, &out);
+  EXPECT_NE(out.find("# TYPE DCGM_FI_DEV_GPU_UTIL gauge\n"), std::string::npos);
+  EXPECT_NE(out.find("DCGM_FI_DEV_GPU_UTIL{gpu=\"0\",UUID=\"GPU-00000000\",pci_bus_id=\"00000000:10:00.0\","
+                     "device=\"nvidia3\",modelName=\"NVIDIA H100 80GB HBM3\",Hostname=\"node-a\","
+                     "DCGM_FI_DRIVER_VERSION=\"550.90.07\"} 97\n"),
+            std::string::npos)
+      << out;
+  EXPECT_NE(out.find("DCGM_FI_DEV_POWER_USAGE{gpu=\"1\""), std::string::npos);
+  EXPECT_NE(out.find("} 612.5\n"), std::string::npos);
+}
+
+TEST(ExpositionTest, UnsupportedFieldIsAbsentNotZero) {
+  auto s = TwoGpus();
+  std::string out;
+  RenderPrometheus(s, &out);
+  EXPECT_NE(out.find("DCGM_FI_DEV_FAN_SPEED{gpu=\"0\""), std::string::npos);
+  EXPECT_EQ(out.find("DCGM_FI_DEV_FAN_SPEED{gpu=\"1\""), std::string::npos);
+  EXPECT_EQ(out.find("DCGM_FI_DEV_MEMORY_TEMP"), std::string::npos);
+}
+
+TEST(ExpositionTest, ThrottleReasonsByName) {
+  auto s = TwoGpus();
+  std::string out;
+  RenderPrometheus(s, &out);
+  EXPECT_NE(out.find("gpuwatch_clock_event_reason_active{gpu=\"0\"") , std::string::npos);
+  EXPECT_NE(out.find("reason=\"hw_thermal\"} 1\n"), std::string::npos);
+  EXPECT_NE(out.find("reason=\"sw_power_cap\"} 0\n"), std::string::npos);
+}
+
+TEST(ExpositionTest, XidIsACounterPerCode) {
+  auto s = TwoGpus();
+  s.xid_counts[{1, 79}] = 2;
+  s.xid_counts[{1, 31}] = 1;
+  s.last_xid[1] = 79;
+  std::string out;
+  RenderPrometheus(s, &out);
+  EXPECT_NE(out.find("# TYPE gpuwatch_xid_errors_total counter\n"), std::string::npos);
+  EXPECT_NE(out.find("gpuwatch_xid_errors_total{gpu=\"1\""), std::string::npos);
+  EXPECT_NE(out.find(",xid=\"79\"} 2\n"), std::string::npos);
+  EXPECT_NE(out.find(",xid=\"31\"} 1\n"), std::string::npos);
+}
+
+TEST(ExpositionTest, CounterWithoutTotalSuffixIsUntyped) {
+  auto s = TwoGpus();
+  s.gpu_samples[0].Set(GpuMetric::kEccDbeVolatile, 0);
+  std::string out;
+  RenderPrometheus(s, &out);
+  EXPECT_NE(out.find("# TYPE DCGM_FI_DEV_ECC_DBE_VOL_TOTAL untyped\n"), std::string::npos);
+}
+
+TEST(ExpositionTest, LostGpuIsDown) {
+  auto s = TwoGpus();
+  s.gpu_samples[1] = model::GpuSample{};
+  s.gpu_samples[1].lost = true;
+  std::string out;
+  RenderPrometheus(s, &out);
+  EXPECT_NE(out.find("gpuwatch_gpu_up{gpu=\"1\""), std::string::npos);
+  EXPECT_NE(out.find("DCGM_FI_DRIVER_VERSION=\"550.90.07\"} 0\n"), std::string::npos);
+  EXPECT_EQ(out.find("DCGM_FI_DEV_GPU_UTIL{gpu=\"1\""), std::string::npos);
+}
+
+TEST(ExpositionTest, LabelValuesAreEscaped) {
+  EXPECT_EQ(EscapeLabelValue("a\"b\\c\nd"), "a\\\"b\\\\c\\nd");
+  auto s = TwoGpus();
+  s.hostname = "we\"ird";
+  std::string out;
+  RenderPrometheus(s, &out);
+  EXPECT_NE(out.find("Hostname=\"we\\\"ird\""), std::string::npos);
+}
+
+TEST(ApiTest, CapabilitiesJsonNamesReasons) {
+  auto s = TwoGpus();
+  s.caps[1].metrics[model::Idx(GpuMetric::kFanPct)] = {model::Support::kNotSupported, "NVML_ERROR_NOT_SUPPORTED"};
+  auto j = CapabilitiesJson(s);
+  EXPECT_EQ(j["gpus"][1]["fields"]["DCGM_FI_DEV_FAN_SPEED"]["support"], "not_supported");
+  EXPECT_EQ(j["gpus"][1]["fields"]["DCGM_FI_DEV_FAN_SPEED"]["reason"], "NVML_ERROR_NOT_SUPPORTED");
+}
+
+}  // namespace
+}  // namespace gpuwatch::server

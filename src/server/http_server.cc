@@ -1,0 +1,108 @@
+#include "server/http_server.h"
+
+#include <httplib.h>
+
+#include "common/log.h"
+#include "common/strings.h"
+#include "server/api.h"
+#include "server/exposition.h"
+
+namespace gpuwatch::server {
+
+Result<ListenAddress> ParseListenAddress(std::string_view s) {
+  ListenAddress a;
+  std::string_view port_part;
+  if (StartsWith(s, "[")) {
+    auto close = s.find(']');
+    if (close == std::string_view::npos || close + 1 >= s.size() || s[close + 1] != ':')
+      return Status::InvalidArgument("bad listen address '" + std::string(s) + "': expected [v6addr]:port");
+    a.host = std::string(s.substr(1, close - 1));
+    port_part = s.substr(close + 2);
+  } else {
+    auto colon = s.rfind(':');
+    if (colon == std::string_view::npos)
+      return Status::InvalidArgument("bad listen address '" + std::string(s) + "': expected host:port");
+    a.host = std::string(s.substr(0, colon));
+    port_part = s.substr(colon + 1);
+    if (a.host.find(':') != std::string::npos)
+      return Status::InvalidArgument("bad listen address '" + std::string(s) + "': write IPv6 as [addr]:port");
+  }
+  if (a.host.empty()) a.host = "0.0.0.0";
+  auto port = ParseInt<int>(port_part);
+  if (!port || *port < 0 || *port > 65535)
+    return Status::InvalidArgument("bad port in listen address '" + std::string(s) + "'");
+  a.port = *port;
+  return a;
+}
+
+HttpServer::HttpServer(const Agent* agent) : agent_(agent), server_(std::make_unique<httplib::Server>()) {}
+
+HttpServer::~HttpServer() { Stop(); }
+
+Status HttpServer::Start(const ListenAddress& addr) {
+  auto& srv = *server_;
+  const Agent* agent = agent_;
+  srv.Get("/metrics", [agent](const httplib::Request&, httplib::Response& res) {
+    std::string body;
+    agent->WithState([&](const AgentState& s) {
+      RenderPrometheus(s, &body);
+      return 0;
+    });
+    res.set_content(std::move(body), "text/plain; version=0.0.4; charset=utf-8");
+  });
+  auto json_route = [&srv, agent](const char* path, nlohmann::json (*fn)(const AgentState&)) {
+    srv.Get(path, [agent, fn](const httplib::Request&, httplib::Response& res) {
+      auto j = agent->WithState([fn](const AgentState& s) { return fn(s); });
+      res.set_content(j.dump(2), "application/json");
+    });
+  };
+  json_route("/api/v1/gpus", &GpusJson);
+  json_route("/api/v1/processes", &ProcessesJson);
+  json_route("/api/v1/capabilities", &CapabilitiesJson);
+  json_route("/api/v1/events", &EventsJson);
+  json_route("/api/v1/host", &HostJson);
+  srv.Get("/healthz", [](const httplib::Request&, httplib::Response& res) {
+    res.set_content("ok\n", "text/plain");
+  });
+  srv.Get("/", [](const httplib::Request&, httplib::Response& res) {
+    res.set_content(
+        "gpuwatch agent\n/metrics\n/api/v1/gpus\n/api/v1/processes\n/api/v1/capabilities\n"
+        "/api/v1/events\n/api/v1/host\n/healthz\n",
+        "text/plain");
+  });
+  srv.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
+    if (res.status == 404) res.set_content("not found: " + req.path + "\n", "text/plain");
+  });
+  // A handler must never take the daemon down: a thrown exception becomes a 500.
+  srv.set_exception_handler([](const httplib::Request& req, httplib::Response& res, std::exception_ptr ep) {
+    std::string what = "unknown error";
+    try {
+      std::rethrow_exception(ep);
+    } catch (const std::exception& e) {
+      what = e.what();
+    } catch (...) {
+    }
+    GW_LOG_ERROR("HTTP {} {}: {}", req.method, req.path, what);
+    res.status = 500;
+    res.set_content("internal error: " + what + "\n", "text/plain");
+  });
+
+  if (addr.port == 0) {
+    port_ = srv.bind_to_any_port(addr.host);
+    if (port_ < 0) return Status::IoError("cannot bind " + addr.host + " to any port");
+  } else {
+    if (!srv.bind_to_port(addr.host, addr.port))
+      return Status::IoError("cannot listen on " + addr.host + ":" + std::to_string(addr.port) +
+                             " (in use, or no permission)");
+    port_ = addr.port;
+  }
+  thread_ = std::thread([this] { server_->listen_after_bind(); });
+  return Status::Ok();
+}
+
+void HttpServer::Stop() {
+  if (server_) server_->stop();
+  if (thread_.joinable()) thread_.join();
+}
+
+}  // namespace gpuwatch::server

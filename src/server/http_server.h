@@ -1,0 +1,45 @@
+// HttpServer: the agent's HTTP endpoint — /metrics (Prometheus text), /api/v1/gpus,
+// /api/v1/processes, /api/v1/capabilities, /api/v1/events, /api/v1/host, /healthz.
+// A thin layer over cpp-httplib; the bodies come from exposition.h and api.h.
+// Thread-safety: Start/Stop from one thread; requests are served on httplib's pool.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "common/status.h"
+#include "server/agent.h"
+
+namespace httplib {
+class Server;
+}
+
+namespace gpuwatch::server {
+
+struct ListenAddress {
+  std::string host;
+  int port = 0;
+};
+// "127.0.0.1:9470", "[::1]:9470", ":9470" (all interfaces), "0.0.0.0:9470".
+Result<ListenAddress> ParseListenAddress(std::string_view s);
+
+inline constexpr int kDefaultPort = 9470;
+
+class HttpServer {
+ public:
+  explicit HttpServer(const Agent* agent);
+  ~HttpServer();
+  // Binds (port 0 picks a free one) and serves on a background thread.
+  Status Start(const ListenAddress& addr);
+  void Stop();
+  int port() const { return port_; }
+
+ private:
+  const Agent* agent_;
+  std::unique_ptr<httplib::Server> server_;
+  std::thread thread_;
+  int port_ = 0;
+};
+
+}  // namespace gpuwatch::server

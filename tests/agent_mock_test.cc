@@ -1,0 +1,182 @@
+// The agent against the mock NVML, loaded through the production dlopen path.
+#include <gtest/gtest.h>
+#include <stdlib.h>
+
+#include <fstream>
+#include <thread>
+
+#include "collect/nvml_source.h"
+#include "server/agent.h"
+#include "server/api.h"
+#include "server/exposition.h"
+
+namespace gpuwatch {
+namespace {
+
+using model::GpuMetric;
+using model::Support;
+
+const std::string kMock = std::string(GPUWATCH_BINARY_DIR) + "/libgpuwatch-mock-nvml.so";
+const std::string kFixtures = std::string(GPUWATCH_SOURCE_DIR) + "/tests/fixtures";
+
+std::unique_ptr<server::Agent> MakeAgent(const std::string& scenario, const std::string& lib = kMock) {
+  setenv("GPUWATCH_MOCK_NVML", scenario.c_str(), 1);
+  collect::NvmlSourceOptions o;
+  o.library_path = lib;
+  o.lost_retry_interval = std::chrono::milliseconds(200);
+  server::AgentOptions ao;
+  ao.hostname = "test-node";
+  ao.root_dir = kFixtures + "/root";
+  auto agent = std::make_unique<server::Agent>(ao, std::make_unique<collect::NvmlSource>(o));
+  EXPECT_TRUE(agent->Init().ok());
+  return agent;
+}
+
+std::string Metrics(const server::Agent& a) {
+  std::string out;
+  a.WithState([&](const server::AgentState& s) {
+    server::RenderPrometheus(s, &out);
+    return 0;
+  });
+  return out;
+}
+
+TEST(AgentMockTest, EightH100AllFields) {
+  auto agent = MakeAgent("8xH100");
+  agent->TickGpu();
+  agent->TickGpu();  // GPM needs two samples
+  agent->WithState([](const server::AgentState& s) {
+    EXPECT_TRUE(s.gpu_available);
+    EXPECT_EQ(s.devices.size(), 8u);
+    EXPECT_EQ(s.system.driver_version, "550.90.07");
+    std::set<std::string> uuids, buses;
+    for (const auto& d : s.devices) {
+      uuids.insert(d.uuid);
+      buses.insert(d.pci_bus_id);
+      EXPECT_EQ(d.name.rfind("NVIDIA H100", 0), 0u) << d.name;
+      EXPECT_EQ(d.nvlink_count, 18u);
+      EXPECT_TRUE(d.gpm_supported);
+    }
+    EXPECT_EQ(uuids.size(), 8u);
+    EXPECT_EQ(buses.size(), 8u);
+    for (const auto& smp : s.gpu_samples) {
+      EXPECT_FALSE(smp.lost);
+      for (GpuMetric m : {GpuMetric::kUtilGpuPct, GpuMetric::kMemUsedMib, GpuMetric::kMemTotalMib,
+                          GpuMetric::kTempC, GpuMetric::kMemTempC, GpuMetric::kPowerW, GpuMetric::kEnergyMj,
+                          GpuMetric::kSmClockMhz, GpuMetric::kMaxSmClockMhz, GpuMetric::kClockEventReasons,
+                          GpuMetric::kEccDbeVolatile, GpuMetric::kPcieGen, GpuMetric::kNvlinkActiveLinks,
+                          GpuMetric::kNvlinkTxBytes, GpuMetric::kGpmSmActive, GpuMetric::kGpmTensorActive})
+        EXPECT_TRUE(smp.Get(m).has_value()) << model::Describe(m).name;
+      auto util = *smp.Get(GpuMetric::kUtilGpuPct);
+      EXPECT_GE(util, 0);
+      EXPECT_LE(util, 100);
+      auto sm = *smp.Get(GpuMetric::kGpmSmActive);
+      EXPECT_GE(sm, 0);
+      EXPECT_LE(sm, 1.0) << "GPM percent must be exported as a ratio";
+      EXPECT_FALSE(smp.Get(GpuMetric::kFanPct).has_value()) << "H100 SXM has no fan reading";
+      EXPECT_EQ(smp.nvlinks.size(), 18u);
+    }
+    // The capability list says why the fan is missing, once, not as a zero.
+    const auto& fan = s.caps[0].metrics[model::Idx(GpuMetric::kFanPct)];
+    EXPECT_EQ(fan.support, Support::kNotSupported);
+    EXPECT_EQ(fan.reason, "NVML_ERROR_NOT_SUPPORTED");
+    return 0;
+  });
+  const auto m = Metrics(*agent);
+  EXPECT_NE(m.find("DCGM_FI_DEV_GPU_UTIL{gpu=\"7\""), std::string::npos);
+  EXPECT_EQ(m.find("DCGM_FI_DEV_FAN_SPEED"), std::string::npos);
+}
+
+TEST(AgentMockTest, ConsumerCardLacksEccAndNvlink) {
+  auto agent = MakeAgent("8x4090");
+  agent->TickGpu();
+  agent->WithState([](const server::AgentState& s) {
+    EXPECT_EQ(s.devices.size(), 8u);
+    const auto& smp = s.gpu_samples[0];
+    EXPECT_FALSE(smp.Get(GpuMetric::kEccDbeVolatile).has_value());
+    EXPECT_FALSE(smp.Get(GpuMetric::kNvlinkActiveLinks).has_value());
+    EXPECT_FALSE(smp.Get(GpuMetric::kGpmSmActive).has_value());
+    EXPECT_TRUE(smp.Get(GpuMetric::kFanPct).has_value());
+    EXPECT_EQ(s.caps[0].metrics[model::Idx(GpuMetric::kEccDbeVolatile)].support, Support::kNotSupported);
+    EXPECT_EQ(s.caps[0].features[static_cast<size_t>(model::GpuFeature::kGpm)].support, Support::kNotSupported);
+    return 0;
+  });
+}
+
+TEST(AgentMockTest, MissingLibraryStillServesHost) {
+  auto agent = MakeAgent("8xH100", "/nonexistent/libnvidia-ml.so.1");
+  agent->TickGpu();
+  agent->TickHost();
+  agent->WithState([](const server::AgentState& s) {
+    EXPECT_FALSE(s.gpu_available);
+    EXPECT_NE(s.gpu_unavailable_reason.find("cannot load NVML library"), std::string::npos);
+    EXPECT_TRUE(s.host.has_value());
+    return 0;
+  });
+  EXPECT_NE(Metrics(*agent).find("gpuwatch_host_memory_total_bytes"), std::string::npos);
+}
+
+TEST(AgentMockTest, GpuLostMidRunAndXidEvents) {
+  auto agent = MakeAgent(kFixtures + "/mock/lost_and_xid.json");
+  agent->Start();
+  bool done = false;
+  for (int i = 0; i < 100 && !done; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    done = agent->WithState([](const server::AgentState& s) {
+      return s.gpu_samples.size() == 4 && s.gpu_samples[2].lost && s.xid_counts.count({2, 79}) &&
+             s.xid_counts.count({1, 31});
+    });
+  }
+  agent->Stop();
+  ASSERT_TRUE(done) << "GPU 2 was not lost or the XIDs did not arrive";
+  agent->WithState([](const server::AgentState& s) {
+    EXPECT_EQ(s.xid_counts.at({2, 79}), 1u);
+    EXPECT_EQ(s.xid_counts.at({1, 31}), 1u);
+    EXPECT_TRUE(s.gpu_samples[0].Get(GpuMetric::kUtilGpuPct).has_value()) << "other GPUs keep being served";
+    int lost_events = 0;
+    for (const auto& e : s.recent_events) {
+      if (e.kind == model::GpuEventKind::kGpuLost) {
+        ++lost_events;
+        EXPECT_EQ(e.gpu_index, 2u);
+        EXPECT_EQ(e.uuid, s.devices[2].uuid);
+      }
+      if (e.kind == model::GpuEventKind::kXid && e.code == 79)
+        EXPECT_NE(e.text.find("fallen off the bus"), std::string::npos) << e.text;
+    }
+    EXPECT_EQ(lost_events, 1) << "a lost GPU is one event, not one per tick";
+    return 0;
+  });
+}
+
+// Every NVML error code from every device query: no crash, the agent keeps serving.
+class AllErrorsTest : public ::testing::TestWithParam<int> {};
+
+TEST_P(AllErrorsTest, NoCrashAndHostStillServed) {
+  const std::string path = ::testing::TempDir() + "/all_errors_" + std::to_string(GetParam()) + ".json";
+  {
+    std::ofstream f(path);
+    f << "{\"shape\": \"2xH100\", \"all_errors\": " << GetParam() << "}\n";
+  }
+  auto agent = MakeAgent(path);
+  for (int i = 0; i < 3; ++i) {
+    agent->TickGpu();
+    agent->TickProcesses();
+    agent->PollEvents(0);
+  }
+  agent->TickHost();
+  const auto m = Metrics(*agent);
+  EXPECT_NE(m.find("gpuwatch_host_memory_total_bytes"), std::string::npos);
+  agent->WithState([](const server::AgentState& s) {
+    for (const auto& smp : s.gpu_samples) EXPECT_FALSE(smp.Get(GpuMetric::kUtilGpuPct).has_value());
+    return 0;
+  });
+  auto caps = agent->WithState([](const server::AgentState& s) { return server::CapabilitiesJson(s); });
+  EXPECT_TRUE(caps.is_object());
+}
+
+INSTANTIATE_TEST_SUITE_P(EveryNvmlError, AllErrorsTest,
+                         ::testing::Values(1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19,
+                                           20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 999));
+
+}  // namespace
+}  // namespace gpuwatch

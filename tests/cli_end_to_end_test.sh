@@ -1,0 +1,87 @@
+#!/usr/bin/env bash
+# The gpuwatch binary end to end against the mock NVML: every subcommand's --help, status
+# (table, JSON, capabilities), a missing NVML library, a GPU lost mid-run with XIDs served over
+# HTTP and kept in the data dir, and bad flags/config rejected with a message naming them.
+GPUWATCH=$1 MOCK=$2 FIXTURES=$3
+. "$(dirname "$0")/lib.sh"
+
+"$GPUWATCH" --version | grep -q '^gpuwatch ' || fail "--version"
+for sub in "" up agent status docs; do
+  # shellcheck disable=SC2086
+  "$GPUWATCH" $sub --help >"$TMP/help.txt" || fail "gpuwatch $sub --help exited non-zero"
+  grep -q -- '--help' "$TMP/help.txt" || fail "gpuwatch $sub --help printed no usage"
+done
+"$GPUWATCH" up --help | grep -q -- '--listen' || fail "up --help lacks --listen"
+
+# status: table, JSON, capabilities.
+GPUWATCH_MOCK_NVML=4xL40S "$GPUWATCH" status --nvml-lib "$MOCK" >"$TMP/status.txt" || fail "status"
+[ "$(grep -c 'NVIDIA L40S' "$TMP/status.txt")" = 4 ] || { cat "$TMP/status.txt"; fail "status: expected 4 L40S rows"; }
+GPUWATCH_MOCK_NVML=4xL40S "$GPUWATCH" status --json --capabilities --nvml-lib "$MOCK" >"$TMP/status.json"
+python3 - "$TMP/status.json" <<'PY'
+import json, sys
+j = json.load(open(sys.argv[1]))
+assert j["gpu_available"] is True
+assert len(j["gpus"]) == 4
+uuids = {g["uuid"] for g in j["gpus"]}
+assert len(uuids) == 4, "UUIDs must be distinct"
+caps = j["capabilities"][0]["fields"]
+assert caps["DCGM_FI_DEV_GPU_UTIL"]["support"] == "supported", caps["DCGM_FI_DEV_GPU_UTIL"]
+assert caps["DCGM_FI_DEV_FAN_SPEED"]["support"] == "not_supported", caps["DCGM_FI_DEV_FAN_SPEED"]
+assert "DCGM_FI_DEV_FAN_SPEED" not in j["gpus"][0]["metrics"], "unsupported field must be absent, not 0"
+PY
+GPUWATCH_MOCK_NVML=4xL40S "$GPUWATCH" status --capabilities --nvml-lib "$MOCK" | grep -q 'DCGM_FI_DEV_FAN_SPEED' \
+  || fail "status --capabilities does not list the unsupported fan field"
+
+# No NVML library: one clear line, status still works, the agent still serves host metrics.
+"$GPUWATCH" status --nvml-lib /nonexistent/libnvidia-ml.so.1 >"$TMP/nonvml.txt" || fail "status without NVML"
+grep -q 'no GPU metrics: cannot load NVML library' "$TMP/nonvml.txt" || fail "no clear no-NVML message"
+PORT=$(free_port)
+"$GPUWATCH" up --listen "127.0.0.1:$PORT" --nvml-lib /nonexistent/libnvidia-ml.so.1 --host-interval 200ms \
+  >"$TMP/nonvml.log" 2>&1 &
+PIDS+=($!)
+wait_http "http://127.0.0.1:$PORT/healthz" 20 || fail "agent without NVML did not start"
+sleep 0.5
+curl -fsS "http://127.0.0.1:$PORT/metrics" | grep -q '^gpuwatch_host_memory_total_bytes' || fail "no host metrics without NVML"
+[ "$(grep -c 'no GPU metrics' "$TMP/nonvml.log")" = 1 ] || fail "expected exactly one no-GPU log line"
+
+# A GPU lost mid-run, XIDs as events, kept in the data dir.
+PORT=$(free_port)
+GPUWATCH_MOCK_NVML="$FIXTURES/mock/lost_and_xid.json" "$GPUWATCH" up --listen "127.0.0.1:$PORT" --nvml-lib "$MOCK" \
+  --data-dir "$TMP/data" --gpu-interval 200ms --process-interval 500ms >"$TMP/lost.log" 2>&1 &
+PIDS+=($!)
+wait_http "http://127.0.0.1:$PORT/healthz" 20 || fail "agent with scenario did not start"
+for ((i = 0; i < 80; i++)); do
+  curl -fsS "http://127.0.0.1:$PORT/metrics" >"$TMP/m.txt"
+  grep -q '^gpuwatch_gpu_up{gpu="2".*} 0$' "$TMP/m.txt" && grep -q 'xid="79"} 1$' "$TMP/m.txt" && break
+  sleep 0.1
+done
+grep -q '^gpuwatch_gpu_up{gpu="2".*} 0$' "$TMP/m.txt" || { cat "$TMP/lost.log"; fail "GPU 2 not reported down"; }
+grep -q '^gpuwatch_xid_errors_total{gpu="2".*xid="79"} 1$' "$TMP/m.txt" || fail "XID 79 on GPU 2 not counted"
+grep -q '^gpuwatch_xid_errors_total{gpu="1".*xid="31"} 1$' "$TMP/m.txt" || fail "XID 31 on GPU 1 not counted"
+grep -q '^DCGM_FI_DEV_GPU_UTIL{gpu="0"' "$TMP/m.txt" || fail "GPU 0 no longer served after GPU 2 was lost"
+grep -q '^DCGM_FI_DEV_GPU_UTIL{gpu="2"' "$TMP/m.txt" && fail "lost GPU 2 still reports utilization"
+curl -fsS "http://127.0.0.1:$PORT/api/v1/events" | python3 -c '
+import json, sys
+ev = json.load(sys.stdin)["events"]
+kinds = [(e["kind"], e["gpu"], e.get("xid")) for e in ev]
+assert ("xid", 2, 79) in kinds, kinds
+assert ("gpu_lost", 2, None) in kinds, kinds
+' || fail "/api/v1/events lacks the XID or the gpu_lost event"
+grep -q '"xid":79' "$TMP/data/events.jsonl" || fail "XID not kept in data dir"
+curl -fsS "http://127.0.0.1:$PORT/api/v1/processes" | python3 -c '
+import json, sys
+p = json.load(sys.stdin)["processes"]
+assert any(x["gpu"] == 0 for x in p), p
+' || fail "processes from the scenario not attributed"
+
+# Bad input names what was wrong.
+set +e
+out=$("$GPUWATCH" up --listen nonsense 2>&1); rc=$?
+set -e
+[ $rc = 2 ] && grep -q "bad listen address 'nonsense'" <<<"$out" || fail "bad --listen: rc=$rc out=$out"
+printf 'listen = 127.0.0.1:1\nbogus-key = 1\n' >"$TMP/bad.conf"
+set +e
+out=$("$GPUWATCH" up --config "$TMP/bad.conf" 2>&1); rc=$?
+set -e
+[ $rc = 2 ] && grep -q "unknown key 'bogus-key'" <<<"$out" || fail "bad config: rc=$rc out=$out"
+echo "cli_end_to_end_test: 1 passed, 0 failed"

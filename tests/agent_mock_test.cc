@@ -6,6 +6,7 @@
 #include <thread>
 
 #include "collect/nvml_source.h"
+#include "model/metric_catalog.h"
 #include "server/agent.h"
 #include "server/api.h"
 #include "server/exposition.h"
@@ -19,7 +20,8 @@ using model::Support;
 const std::string kMock = std::string(GPUWATCH_BINARY_DIR) + "/libgpuwatch-mock-nvml.so";
 const std::string kFixtures = std::string(GPUWATCH_SOURCE_DIR) + "/tests/fixtures";
 
-std::unique_ptr<server::Agent> MakeAgent(const std::string& scenario, const std::string& lib = kMock) {
+std::unique_ptr<server::Agent> MakeAgent(const std::string& scenario,
+                                         const std::string& lib = kMock) {
   setenv("GPUWATCH_MOCK_NVML", scenario.c_str(), 1);
   collect::NvmlSourceOptions o;
   o.library_path = lib;
@@ -61,11 +63,12 @@ TEST(AgentMockTest, EightH100AllFields) {
     EXPECT_EQ(buses.size(), 8u);
     for (const auto& smp : s.gpu_samples) {
       EXPECT_FALSE(smp.lost);
-      for (GpuMetric m : {GpuMetric::kUtilGpuPct, GpuMetric::kMemUsedMib, GpuMetric::kMemTotalMib,
-                          GpuMetric::kTempC, GpuMetric::kMemTempC, GpuMetric::kPowerW, GpuMetric::kEnergyMj,
-                          GpuMetric::kSmClockMhz, GpuMetric::kMaxSmClockMhz, GpuMetric::kClockEventReasons,
-                          GpuMetric::kEccDbeVolatile, GpuMetric::kPcieGen, GpuMetric::kNvlinkActiveLinks,
-                          GpuMetric::kNvlinkTxBytes, GpuMetric::kGpmSmActive, GpuMetric::kGpmTensorActive})
+      for (GpuMetric m :
+           {GpuMetric::kUtilGpuPct, GpuMetric::kMemUsedMib, GpuMetric::kMemTotalMib,
+            GpuMetric::kTempC, GpuMetric::kMemTempC, GpuMetric::kPowerW, GpuMetric::kEnergyMj,
+            GpuMetric::kSmClockMhz, GpuMetric::kMaxSmClockMhz, GpuMetric::kClockEventReasons,
+            GpuMetric::kEccDbeVolatile, GpuMetric::kPcieGen, GpuMetric::kNvlinkActiveLinks,
+            GpuMetric::kNvlinkTxBytes, GpuMetric::kGpmSmActive, GpuMetric::kGpmTensorActive})
         EXPECT_TRUE(smp.Get(m).has_value()) << model::Describe(m).name;
       auto util = *smp.Get(GpuMetric::kUtilGpuPct);
       EXPECT_GE(util, 0);
@@ -97,8 +100,10 @@ TEST(AgentMockTest, ConsumerCardLacksEccAndNvlink) {
     EXPECT_FALSE(smp.Get(GpuMetric::kNvlinkActiveLinks).has_value());
     EXPECT_FALSE(smp.Get(GpuMetric::kGpmSmActive).has_value());
     EXPECT_TRUE(smp.Get(GpuMetric::kFanPct).has_value());
-    EXPECT_EQ(s.caps[0].metrics[model::Idx(GpuMetric::kEccDbeVolatile)].support, Support::kNotSupported);
-    EXPECT_EQ(s.caps[0].features[static_cast<size_t>(model::GpuFeature::kGpm)].support, Support::kNotSupported);
+    EXPECT_EQ(s.caps[0].metrics[model::Idx(GpuMetric::kEccDbeVolatile)].support,
+              Support::kNotSupported);
+    EXPECT_EQ(s.caps[0].features[static_cast<size_t>(model::GpuFeature::kGpm)].support,
+              Support::kNotSupported);
     return 0;
   });
 }
@@ -132,7 +137,8 @@ TEST(AgentMockTest, GpuLostMidRunAndXidEvents) {
   agent->WithState([](const server::AgentState& s) {
     EXPECT_EQ(s.xid_counts.at({2, 79}), 1u);
     EXPECT_EQ(s.xid_counts.at({1, 31}), 1u);
-    EXPECT_TRUE(s.gpu_samples[0].Get(GpuMetric::kUtilGpuPct).has_value()) << "other GPUs keep being served";
+    EXPECT_TRUE(s.gpu_samples[0].Get(GpuMetric::kUtilGpuPct).has_value())
+        << "other GPUs keep being served";
     int lost_events = 0;
     for (const auto& e : s.recent_events) {
       if (e.kind == model::GpuEventKind::kGpuLost) {
@@ -140,8 +146,9 @@ TEST(AgentMockTest, GpuLostMidRunAndXidEvents) {
         EXPECT_EQ(e.gpu_index, 2u);
         EXPECT_EQ(e.uuid, s.devices[2].uuid);
       }
-      if (e.kind == model::GpuEventKind::kXid && e.code == 79)
+      if (e.kind == model::GpuEventKind::kXid && e.code == 79) {
         EXPECT_NE(e.text.find("fallen off the bus"), std::string::npos) << e.text;
+      }
     }
     EXPECT_EQ(lost_events, 1) << "a lost GPU is one event, not one per tick";
     return 0;
@@ -152,7 +159,8 @@ TEST(AgentMockTest, GpuLostMidRunAndXidEvents) {
 class AllErrorsTest : public ::testing::TestWithParam<int> {};
 
 TEST_P(AllErrorsTest, NoCrashAndHostStillServed) {
-  const std::string path = ::testing::TempDir() + "/all_errors_" + std::to_string(GetParam()) + ".json";
+  const std::string path =
+      ::testing::TempDir() + "/all_errors_" + std::to_string(GetParam()) + ".json";
   {
     std::ofstream f(path);
     f << "{\"shape\": \"2xH100\", \"all_errors\": " << GetParam() << "}\n";
@@ -170,13 +178,15 @@ TEST_P(AllErrorsTest, NoCrashAndHostStillServed) {
     for (const auto& smp : s.gpu_samples) EXPECT_FALSE(smp.Get(GpuMetric::kUtilGpuPct).has_value());
     return 0;
   });
-  auto caps = agent->WithState([](const server::AgentState& s) { return server::CapabilitiesJson(s); });
+  auto caps =
+      agent->WithState([](const server::AgentState& s) { return server::CapabilitiesJson(s); });
   EXPECT_TRUE(caps.is_object());
 }
 
 INSTANTIATE_TEST_SUITE_P(EveryNvmlError, AllErrorsTest,
-                         ::testing::Values(1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19,
-                                           20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 999));
+                         ::testing::Values(1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16,
+                                           17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29,
+                                           999));
 
 }  // namespace
 }  // namespace gpuwatch

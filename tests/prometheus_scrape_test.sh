@@ -53,7 +53,7 @@ assert m["Hostname"] == "promtest-node", m
 assert m["gpu"] == "3", m
 assert re.fullmatch(r"GPU-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}", m["UUID"]), m
 assert re.fullmatch(r"[0-9a-f]{8}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-9a-f]", m["pci_bus_id"]), m
-assert m["modelName"].startswith("NVIDIA H100"), m
+assert m["model_name"].startswith("NVIDIA H100"), m
 assert m["DCGM_FI_DRIVER_VERSION"], m
 assert 0 <= float(r[0]["value"][1]) <= 100
 PY

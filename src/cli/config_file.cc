@@ -4,7 +4,8 @@
 
 namespace gpuwatch::cli {
 
-Result<std::map<std::string, std::string>> ParseConfig(std::string_view text, std::string_view source_name) {
+Result<std::map<std::string, std::string>> ParseConfig(std::string_view text,
+                                                       std::string_view source_name) {
   std::map<std::string, std::string> out;
   int line_no = 0;
   for (auto line : SplitAny(text, "\n", false)) {
@@ -15,11 +16,13 @@ Result<std::map<std::string, std::string>> ParseConfig(std::string_view text, st
     if (line.empty()) continue;
     auto eq = line.find('=');
     auto where = [&] { return std::string(source_name) + ":" + std::to_string(line_no) + ": "; };
-    if (eq == std::string_view::npos) return Status::InvalidArgument(where() + "expected 'key = value'");
+    if (eq == std::string_view::npos)
+      return Status::InvalidArgument(where() + "expected 'key = value'");
     auto key = TrimWhitespace(line.substr(0, eq));
     auto value = TrimWhitespace(line.substr(eq + 1));
     if (key.empty()) return Status::InvalidArgument(where() + "empty key");
-    if (value.size() >= 2 && (value.front() == '"' || value.front() == '\'') && value.back() == value.front())
+    if (value.size() >= 2 && (value.front() == '"' || value.front() == '\'') &&
+        value.back() == value.front())
       value = value.substr(1, value.size() - 2);
     if (!out.emplace(std::string(key), std::string(value)).second)
       return Status::InvalidArgument(where() + "key '" + std::string(key) + "' given twice");
@@ -42,7 +45,8 @@ Result<long long> ParseDurationMs(std::string_view s) {
   }
   auto v = ParseDouble(num);
   if (!v || *v <= 0 || *v * scale > 86400000.0 * 7)
-    return Status::InvalidArgument("bad duration '" + std::string(s) + "': expected e.g. 500ms, 1s, 2m");
+    return Status::InvalidArgument("bad duration '" + std::string(s) +
+                                   "': expected e.g. 500ms, 1s, 2m");
   long long ms = static_cast<long long>(*v * scale + 0.5);
   if (ms < 10) return Status::InvalidArgument("duration '" + std::string(s) + "' is below 10ms");
   return ms;

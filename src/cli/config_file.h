@@ -11,7 +11,8 @@
 
 namespace gpuwatch::cli {
 
-Result<std::map<std::string, std::string>> ParseConfig(std::string_view text, std::string_view source_name);
+Result<std::map<std::string, std::string>> ParseConfig(std::string_view text,
+                                                       std::string_view source_name);
 
 // "1s", "500ms", "2m", "1.5s", or a bare number of seconds.
 Result<long long> ParseDurationMs(std::string_view s);

@@ -6,8 +6,9 @@ namespace gpuwatch::cli {
 namespace {
 
 TEST(ConfigFileTest, ParsesKeysCommentsAndQuotes) {
-  auto kv = ParseConfig("# agent\nlisten = 0.0.0.0:9470  # all interfaces\n\ndata-dir = \"/var/lib/gpuwatch\"\n",
-                        "gw.conf");
+  auto kv = ParseConfig(
+      "# agent\nlisten = 0.0.0.0:9470  # all interfaces\n\ndata-dir = \"/var/lib/gpuwatch\"\n",
+      "gw.conf");
   ASSERT_TRUE(kv.ok()) << kv.status().ToString();
   EXPECT_EQ(kv->at("listen"), "0.0.0.0:9470");
   EXPECT_EQ(kv->at("data-dir"), "/var/lib/gpuwatch");

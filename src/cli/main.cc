@@ -1,10 +1,10 @@
 // gpuwatch: one binary — agent (`up`, `agent`), one-shot `status`, and docs generation.
 // Flags and the config file are parsed only here; modules receive plain option structs.
-#include <CLI/CLI.hpp>
 #include <fmt/format.h>
 #include <signal.h>
 #include <unistd.h>
 
+#include <CLI/CLI.hpp>
 #include <cstdio>
 #include <iostream>
 
@@ -37,19 +37,29 @@ struct AgentFlags {
   std::string process_interval = "10s";
   std::string job_env_var = "SLURM_JOB_ID";
   std::string log_level = "info";
+  std::string model_label = "model_name";
 };
 
 void AddAgentFlags(CLI::App* app, AgentFlags* f) {
-  app->add_option("--listen", f->listen, "HTTP listen address host:port ([v6]:port); default 127.0.0.1:9470");
-  app->add_option("--data-dir", f->data_dir, "Directory for what the agent keeps on disk (events.jsonl)");
-  app->add_option("--config", f->config, "Config file of 'key = value' lines (keys = these flag names)");
+  app->add_option("--listen", f->listen,
+                  "HTTP listen address host:port ([v6]:port); default 127.0.0.1:9470");
+  app->add_option("--data-dir", f->data_dir,
+                  "Directory for what the agent keeps on disk (events.jsonl)");
+  app->add_option("--config", f->config,
+                  "Config file of 'key = value' lines (keys = these flag names)");
   app->add_option("--nvml-lib", f->nvml_lib, "NVML library to dlopen (default libnvidia-ml.so.1)");
-  app->add_option("--root-dir", f->root_dir, "Root of procfs/sysfs to read (default /; for containers and tests)");
-  app->add_option("--hostname", f->hostname, "Node name for the Hostname label (default: gethostname)");
+  app->add_option("--root-dir", f->root_dir,
+                  "Root of procfs/sysfs to read (default /; for containers and tests)");
+  app->add_option("--hostname", f->hostname,
+                  "Node name for the Hostname label (default: gethostname)");
   app->add_option("--gpu-interval", f->gpu_interval, "Hardware tier period (default 1s)");
   app->add_option("--host-interval", f->host_interval, "Host tier period (default 5s)");
-  app->add_option("--process-interval", f->process_interval, "Process attribution tier period (default 10s)");
-  app->add_option("--job-env-var", f->job_env_var, "Environment variable naming a process's job (default SLURM_JOB_ID)");
+  app->add_option("--process-interval", f->process_interval,
+                  "Process attribution tier period (default 10s)");
+  app->add_option("--job-env-var", f->job_env_var,
+                  "Environment variable naming a process's job (default SLURM_JOB_ID)");
+  app->add_option("--model-label", f->model_label,
+                  "Label name for the GPU model: model_name (default) or dcgm-exporter's modelName");
   app->add_option("--log-level", f->log_level, "debug, info, warning or error (default info)");
 }
 
@@ -57,18 +67,25 @@ void AddAgentFlags(CLI::App* app, AgentFlags* f) {
 Status ApplyConfig(CLI::App* app, AgentFlags* f) {
   if (f->config.empty()) return Status::Ok();
   auto text = ReadSmallFile(f->config);
-  if (!text.ok) return Status::IoError("cannot read config " + f->config + ": " + std::strerror(text.err));
+  if (!text.ok)
+    return Status::IoError("cannot read config " + f->config + ": " + std::strerror(text.err));
   auto kv = ParseConfig(text.data, f->config);
   if (!kv.ok()) return kv.status();
-  std::map<std::string, std::string*> fields = {
-      {"listen", &f->listen},           {"data-dir", &f->data_dir},
-      {"nvml-lib", &f->nvml_lib},       {"root-dir", &f->root_dir},
-      {"hostname", &f->hostname},       {"gpu-interval", &f->gpu_interval},
-      {"host-interval", &f->host_interval}, {"process-interval", &f->process_interval},
-      {"job-env-var", &f->job_env_var}, {"log-level", &f->log_level}};
+  std::map<std::string, std::string*> fields = {{"listen", &f->listen},
+                                                {"data-dir", &f->data_dir},
+                                                {"nvml-lib", &f->nvml_lib},
+                                                {"root-dir", &f->root_dir},
+                                                {"hostname", &f->hostname},
+                                                {"gpu-interval", &f->gpu_interval},
+                                                {"host-interval", &f->host_interval},
+                                                {"process-interval", &f->process_interval},
+                                                {"job-env-var", &f->job_env_var},
+      {"model-label", &f->model_label},
+                                                {"log-level", &f->log_level}};
   for (const auto& [key, value] : *kv) {
     auto it = fields.find(key);
-    if (it == fields.end()) return Status::InvalidArgument(f->config + ": unknown key '" + key + "'");
+    if (it == fields.end())
+      return Status::InvalidArgument(f->config + ": unknown key '" + key + "'");
     if (app->count("--" + key) == 0) *it->second = value;
   }
   return Status::Ok();
@@ -80,13 +97,17 @@ Result<server::AgentOptions> MakeOptions(const AgentFlags& f) {
   o.root_dir = f.root_dir;
   o.data_dir = f.data_dir;
   o.job_env_var = f.job_env_var;
+  if (f.model_label != "model_name" && f.model_label != "modelName")
+    return Status::InvalidArgument("bad --model-label '" + f.model_label + "': model_name or modelName");
+  o.model_label = f.model_label;
   o.hostname = f.hostname;
   if (o.hostname.empty()) {
     char buf[256] = {};
     if (gethostname(buf, sizeof(buf) - 1) == 0) o.hostname = buf;
   }
   const std::pair<const std::string*, std::chrono::milliseconds*> durations[] = {
-      {&f.gpu_interval, &o.gpu_interval}, {&f.host_interval, &o.host_interval},
+      {&f.gpu_interval, &o.gpu_interval},
+      {&f.host_interval, &o.host_interval},
       {&f.process_interval, &o.process_interval}};
   for (auto [text, out] : durations) {
     auto ms = ParseDurationMs(*text);
@@ -97,11 +118,17 @@ Result<server::AgentOptions> MakeOptions(const AgentFlags& f) {
 }
 
 Status SetLevel(const std::string& level) {
-  if (level == "debug") SetLogLevel(LogLevel::kDebug);
-  else if (level == "info") SetLogLevel(LogLevel::kInfo);
-  else if (level == "warning" || level == "warn") SetLogLevel(LogLevel::kWarning);
-  else if (level == "error") SetLogLevel(LogLevel::kError);
-  else return Status::InvalidArgument("bad --log-level '" + level + "': debug, info, warning or error");
+  if (level == "debug")
+    SetLogLevel(LogLevel::kDebug);
+  else if (level == "info")
+    SetLogLevel(LogLevel::kInfo);
+  else if (level == "warning" || level == "warn")
+    SetLogLevel(LogLevel::kWarning);
+  else if (level == "error")
+    SetLogLevel(LogLevel::kError);
+  else
+    return Status::InvalidArgument("bad --log-level '" + level +
+                                   "': debug, info, warning or error");
   return Status::Ok();
 }
 
@@ -137,8 +164,8 @@ int RunAgent(CLI::App* app, AgentFlags* flags) {
   server::HttpServer http(&agent);
   if (Status st = http.Start(*addr); !st.ok()) return Fail(st);
   agent.Start();
-  GW_LOG_INFO("gpuwatch {} agent on {} serving http://{}:{}/metrics", GPUWATCH_VERSION, opts->hostname,
-              addr->host, http.port());
+  GW_LOG_INFO("gpuwatch {} agent on {} serving http://{}:{}/metrics", GPUWATCH_VERSION,
+              opts->hostname, addr->host, http.port());
   int sig = 0;
   sigwait(&stop_signals, &sig);
   GW_LOG_INFO("signal {}: stopping", sig);
@@ -147,7 +174,8 @@ int RunAgent(CLI::App* app, AgentFlags* flags) {
   return 0;
 }
 
-int RunStatus(bool json, bool capabilities, const std::string& nvml_lib, const std::string& root_dir) {
+int RunStatus(bool json, bool capabilities, const std::string& nvml_lib,
+              const std::string& root_dir) {
   SetLogLevel(LogLevel::kError);  // a one-shot table: warnings would interleave with it
   server::AgentOptions o;
   o.version = GPUWATCH_VERSION;
@@ -180,17 +208,21 @@ int Main(int argc, char** argv) {
   app.require_subcommand(1);
 
   AgentFlags up_flags, agent_flags;
-  auto* up = app.add_subcommand("up", "Run the main job: the node agent with its HTTP endpoint (port 9470)");
+  auto* up = app.add_subcommand(
+      "up", "Run the main job: the node agent with its HTTP endpoint (port 9470)");
   AddAgentFlags(up, &up_flags);
   auto* agent = app.add_subcommand("agent", "Run the node agent (same flags as up)");
   AddAgentFlags(agent, &agent_flags);
 
   bool status_json = false, status_caps = false;
   std::string status_nvml = collect::kDefaultNvmlLibrary, status_root = "/";
-  auto* status = app.add_subcommand("status", "One-shot table of this node's GPUs and their processes");
+  auto* status =
+      app.add_subcommand("status", "One-shot table of this node's GPUs and their processes");
   status->add_flag("--json", status_json, "Print JSON instead of a table");
-  status->add_flag("--capabilities", status_caps, "List, per GPU, which fields this device exposes (R2)");
-  status->add_option("--nvml-lib", status_nvml, "NVML library to dlopen (default libnvidia-ml.so.1)");
+  status->add_flag("--capabilities", status_caps,
+                   "List, per GPU, which fields this device exposes (R2)");
+  status->add_option("--nvml-lib", status_nvml,
+                     "NVML library to dlopen (default libnvidia-ml.so.1)");
   status->add_option("--root-dir", status_root, "Root of procfs/sysfs to read (default /)");
 
   auto* docs = app.add_subcommand("docs", "Print generated documentation");

@@ -47,7 +47,8 @@ TEST(StatusViewTest, LostGpuAndNoGpu) {
   server::AgentState s;
   s.gpu_available = false;
   s.gpu_unavailable_reason = "cannot load NVML library";
-  EXPECT_NE(RenderStatusTable(s).find("no GPU metrics: cannot load NVML library"), std::string::npos);
+  EXPECT_NE(RenderStatusTable(s).find("no GPU metrics: cannot load NVML library"),
+            std::string::npos);
   s.gpu_available = true;
   model::GpuStaticInfo g;
   s.devices.push_back(g);

@@ -4,7 +4,8 @@
 // agent never switches on vendor type. Contract: Init() once; then Devices() is stable until
 // the next Init(); Sample/Processes may be called from one collector thread while WaitEvents
 // runs on another (implementations must allow exactly that concurrency). A lost GPU is
-// reported in its sample (`lost`) and as an event, never as a crash.
+// reported in its sample (`lost`, with a GpuLost status naming why), never as a crash; the
+// agent turns the transition into one gpu_lost event.
 #pragma once
 
 #include <string_view>

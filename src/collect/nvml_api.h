@@ -51,7 +51,8 @@ typedef struct nvmlDevice_st* nvmlDevice_t;
 typedef struct nvmlEventSet_st* nvmlEventSet_t;
 typedef struct nvmlGpmSample_st* nvmlGpmSample_t;
 
-#define NVML_STRUCT_VERSION(data, ver) (unsigned int)(sizeof(nvml##data##_v##ver##_t) | ((ver) << 24U))
+#define NVML_STRUCT_VERSION(data, ver) \
+  (unsigned int)(sizeof(nvml##data##_v##ver##_t) | ((ver) << 24U))
 
 enum {
   NVML_DEVICE_NAME_V2_BUFFER_SIZE = 96,
@@ -158,7 +159,10 @@ typedef enum nvmlPcieUtilCounter_enum {
   NVML_PCIE_UTIL_RX_BYTES = 1,
 } nvmlPcieUtilCounter_t;
 
-typedef enum nvmlEnableState_enum { NVML_FEATURE_DISABLED = 0, NVML_FEATURE_ENABLED = 1 } nvmlEnableState_t;
+typedef enum nvmlEnableState_enum {
+  NVML_FEATURE_DISABLED = 0,
+  NVML_FEATURE_ENABLED = 1
+} nvmlEnableState_t;
 
 typedef enum nvmlNvLinkErrorCounter_enum {
   NVML_NVLINK_ERROR_DL_REPLAY = 0,
@@ -309,79 +313,81 @@ typedef struct nvmlGpmSupport_st {
 
 // The function table: every NVML entry point gpuwatch may call, as X(name, (parameters)); every
 // entry returns nvmlReturn_t. Listed once here; the loader resolves them and the mock defines them.
-#define GPUWATCH_NVML_FUNCTIONS(X)                                                              \
-  X(nvmlInit_v2, (void))                                                                        \
-  X(nvmlShutdown, (void))                                                                       \
-  X(nvmlSystemGetDriverVersion, (char* version, unsigned int length))                          \
-  X(nvmlSystemGetNVMLVersion, (char* version, unsigned int length))                            \
-  X(nvmlSystemGetCudaDriverVersion_v2, (int* cudaDriverVersion))                               \
-  X(nvmlDeviceGetCount_v2, (unsigned int* deviceCount))                                        \
-  X(nvmlDeviceGetHandleByIndex_v2, (unsigned int index, nvmlDevice_t* device))                 \
-  X(nvmlDeviceGetName, (nvmlDevice_t device, char* name, unsigned int length))                 \
-  X(nvmlDeviceGetUUID, (nvmlDevice_t device, char* uuid, unsigned int length))                 \
-  X(nvmlDeviceGetSerial, (nvmlDevice_t device, char* serial, unsigned int length))             \
-  X(nvmlDeviceGetVbiosVersion, (nvmlDevice_t device, char* version, unsigned int length))      \
-  X(nvmlDeviceGetPciInfo_v3, (nvmlDevice_t device, nvmlPciInfo_t * pci))                       \
-  X(nvmlDeviceGetMinorNumber, (nvmlDevice_t device, unsigned int* minorNumber))                \
-  X(nvmlDeviceGetArchitecture, (nvmlDevice_t device, nvmlDeviceArchitecture_t * arch))         \
-  X(nvmlDeviceGetUtilizationRates, (nvmlDevice_t device, nvmlUtilization_t * utilization))     \
-  X(nvmlDeviceGetMemoryInfo, (nvmlDevice_t device, nvmlMemory_t * memory))                     \
-  X(nvmlDeviceGetMemoryInfo_v2, (nvmlDevice_t device, nvmlMemory_v2_t * memory))               \
-  X(nvmlDeviceGetTemperature,                                                                   \
-    (nvmlDevice_t device, nvmlTemperatureSensors_t sensorType, unsigned int* temp))             \
-  X(nvmlDeviceGetPowerUsage, (nvmlDevice_t device, unsigned int* power))                       \
-  X(nvmlDeviceGetEnforcedPowerLimit, (nvmlDevice_t device, unsigned int* limit))               \
-  X(nvmlDeviceGetTotalEnergyConsumption, (nvmlDevice_t device, unsigned long long* energy))    \
-  X(nvmlDeviceGetClockInfo, (nvmlDevice_t device, nvmlClockType_t type, unsigned int* clock))  \
-  X(nvmlDeviceGetMaxClockInfo, (nvmlDevice_t device, nvmlClockType_t type, unsigned int* clock)) \
-  X(nvmlDeviceGetCurrentClocksEventReasons,                                                     \
-    (nvmlDevice_t device, unsigned long long* clocksEventReasons))                              \
-  X(nvmlDeviceGetCurrentClocksThrottleReasons,                                                  \
-    (nvmlDevice_t device, unsigned long long* clocksThrottleReasons))                           \
-  X(nvmlDeviceGetTotalEccErrors, (nvmlDevice_t device, nvmlMemoryErrorType_t errorType,         \
-                                  nvmlEccCounterType_t counterType, unsigned long long* eccCounts)) \
-  X(nvmlDeviceGetRetiredPages, (nvmlDevice_t device, nvmlPageRetirementCause_t cause,           \
-                                unsigned int* pageCount, unsigned long long* addresses))        \
+#define GPUWATCH_NVML_FUNCTIONS(X)                                                                \
+  X(nvmlInit_v2, (void))                                                                          \
+  X(nvmlShutdown, (void))                                                                         \
+  X(nvmlSystemGetDriverVersion, (char* version, unsigned int length))                             \
+  X(nvmlSystemGetNVMLVersion, (char* version, unsigned int length))                               \
+  X(nvmlSystemGetCudaDriverVersion_v2, (int* cudaDriverVersion))                                  \
+  X(nvmlDeviceGetCount_v2, (unsigned int* deviceCount))                                           \
+  X(nvmlDeviceGetHandleByIndex_v2, (unsigned int index, nvmlDevice_t* device))                    \
+  X(nvmlDeviceGetName, (nvmlDevice_t device, char* name, unsigned int length))                    \
+  X(nvmlDeviceGetUUID, (nvmlDevice_t device, char* uuid, unsigned int length))                    \
+  X(nvmlDeviceGetSerial, (nvmlDevice_t device, char* serial, unsigned int length))                \
+  X(nvmlDeviceGetVbiosVersion, (nvmlDevice_t device, char* version, unsigned int length))         \
+  X(nvmlDeviceGetPciInfo_v3, (nvmlDevice_t device, nvmlPciInfo_t * pci))                          \
+  X(nvmlDeviceGetMinorNumber, (nvmlDevice_t device, unsigned int* minorNumber))                   \
+  X(nvmlDeviceGetArchitecture, (nvmlDevice_t device, nvmlDeviceArchitecture_t * arch))            \
+  X(nvmlDeviceGetUtilizationRates, (nvmlDevice_t device, nvmlUtilization_t * utilization))        \
+  X(nvmlDeviceGetMemoryInfo, (nvmlDevice_t device, nvmlMemory_t * memory))                        \
+  X(nvmlDeviceGetMemoryInfo_v2, (nvmlDevice_t device, nvmlMemory_v2_t * memory))                  \
+  X(nvmlDeviceGetTemperature,                                                                     \
+    (nvmlDevice_t device, nvmlTemperatureSensors_t sensorType, unsigned int* temp))               \
+  X(nvmlDeviceGetPowerUsage, (nvmlDevice_t device, unsigned int* power))                          \
+  X(nvmlDeviceGetEnforcedPowerLimit, (nvmlDevice_t device, unsigned int* limit))                  \
+  X(nvmlDeviceGetTotalEnergyConsumption, (nvmlDevice_t device, unsigned long long* energy))       \
+  X(nvmlDeviceGetClockInfo, (nvmlDevice_t device, nvmlClockType_t type, unsigned int* clock))     \
+  X(nvmlDeviceGetMaxClockInfo, (nvmlDevice_t device, nvmlClockType_t type, unsigned int* clock))  \
+  X(nvmlDeviceGetCurrentClocksEventReasons,                                                       \
+    (nvmlDevice_t device, unsigned long long* clocksEventReasons))                                \
+  X(nvmlDeviceGetCurrentClocksThrottleReasons,                                                    \
+    (nvmlDevice_t device, unsigned long long* clocksThrottleReasons))                             \
+  X(nvmlDeviceGetTotalEccErrors,                                                                  \
+    (nvmlDevice_t device, nvmlMemoryErrorType_t errorType, nvmlEccCounterType_t counterType,      \
+     unsigned long long* eccCounts))                                                              \
+  X(nvmlDeviceGetRetiredPages, (nvmlDevice_t device, nvmlPageRetirementCause_t cause,             \
+                                unsigned int* pageCount, unsigned long long* addresses))          \
   X(nvmlDeviceGetRetiredPagesPendingStatus, (nvmlDevice_t device, nvmlEnableState_t * isPending)) \
-  X(nvmlDeviceGetRemappedRows, (nvmlDevice_t device, unsigned int* corrRows,                    \
-                                unsigned int* uncRows, unsigned int* isPending,                 \
-                                unsigned int* failureOccurred))                                 \
-  X(nvmlDeviceGetPcieThroughput, (nvmlDevice_t device, nvmlPcieUtilCounter_t counter,           \
-                                  unsigned int* value))                                         \
-  X(nvmlDeviceGetPcieReplayCounter, (nvmlDevice_t device, unsigned int* value))                \
-  X(nvmlDeviceGetCurrPcieLinkGeneration, (nvmlDevice_t device, unsigned int* currLinkGen))     \
-  X(nvmlDeviceGetCurrPcieLinkWidth, (nvmlDevice_t device, unsigned int* currLinkWidth))        \
-  X(nvmlDeviceGetMaxPcieLinkGeneration, (nvmlDevice_t device, unsigned int* maxLinkGen))       \
-  X(nvmlDeviceGetMaxPcieLinkWidth, (nvmlDevice_t device, unsigned int* maxLinkWidth))          \
-  X(nvmlDeviceGetNvLinkState,                                                                   \
-    (nvmlDevice_t device, unsigned int link, nvmlEnableState_t * isActive))                     \
-  X(nvmlDeviceGetNvLinkErrorCounter, (nvmlDevice_t device, unsigned int link,                   \
-                                      nvmlNvLinkErrorCounter_t counter,                         \
-                                      unsigned long long* counterValue))                        \
-  X(nvmlDeviceGetNvLinkRemotePciInfo_v2,                                                        \
-    (nvmlDevice_t device, unsigned int link, nvmlPciInfo_t * pci))                              \
-  X(nvmlDeviceGetFieldValues, (nvmlDevice_t device, int valuesCount, nvmlFieldValue_t * values)) \
-  X(nvmlDeviceGetFanSpeed, (nvmlDevice_t device, unsigned int* speed))                         \
-  X(nvmlDeviceGetComputeRunningProcesses_v3,                                                    \
-    (nvmlDevice_t device, unsigned int* infoCount, nvmlProcessInfo_t * infos))                  \
-  X(nvmlDeviceGetComputeRunningProcesses_v2,                                                    \
-    (nvmlDevice_t device, unsigned int* infoCount, nvmlProcessInfo_t * infos))                  \
-  X(nvmlDeviceGetMigMode, (nvmlDevice_t device, unsigned int* currentMode, unsigned int* pendingMode)) \
-  X(nvmlDeviceGetMaxMigDeviceCount, (nvmlDevice_t device, unsigned int* count))                \
-  X(nvmlDeviceGetMigDeviceHandleByIndex,                                                        \
-    (nvmlDevice_t device, unsigned int index, nvmlDevice_t* migDevice))                         \
-  X(nvmlDeviceGetGpuInstanceId, (nvmlDevice_t device, unsigned int* id))                       \
-  X(nvmlDeviceGetComputeInstanceId, (nvmlDevice_t device, unsigned int* id))                   \
-  X(nvmlEventSetCreate, (nvmlEventSet_t * set))                                                 \
-  X(nvmlDeviceRegisterEvents,                                                                   \
-    (nvmlDevice_t device, unsigned long long eventTypes, nvmlEventSet_t set))                   \
-  X(nvmlDeviceGetSupportedEventTypes, (nvmlDevice_t device, unsigned long long* eventTypes))   \
-  X(nvmlEventSetWait_v2, (nvmlEventSet_t set, nvmlEventData_t * data, unsigned int timeoutms))  \
-  X(nvmlEventSetFree, (nvmlEventSet_t set))                                                     \
-  X(nvmlGpmQueryDeviceSupport, (nvmlDevice_t device, nvmlGpmSupport_t * gpmSupport))            \
-  X(nvmlGpmSampleAlloc, (nvmlGpmSample_t * gpmSample))                                         \
-  X(nvmlGpmSampleFree, (nvmlGpmSample_t gpmSample))                                            \
-  X(nvmlGpmSampleGet, (nvmlDevice_t device, nvmlGpmSample_t gpmSample))                        \
-  X(nvmlGpmMigSampleGet, (nvmlDevice_t device, unsigned int gpuInstanceId,                      \
-                          nvmlGpmSample_t gpmSample))                                           \
+  X(nvmlDeviceGetRemappedRows,                                                                    \
+    (nvmlDevice_t device, unsigned int* corrRows, unsigned int* uncRows, unsigned int* isPending, \
+     unsigned int* failureOccurred))                                                              \
+  X(nvmlDeviceGetPcieThroughput,                                                                  \
+    (nvmlDevice_t device, nvmlPcieUtilCounter_t counter, unsigned int* value))                    \
+  X(nvmlDeviceGetPcieReplayCounter, (nvmlDevice_t device, unsigned int* value))                   \
+  X(nvmlDeviceGetCurrPcieLinkGeneration, (nvmlDevice_t device, unsigned int* currLinkGen))        \
+  X(nvmlDeviceGetCurrPcieLinkWidth, (nvmlDevice_t device, unsigned int* currLinkWidth))           \
+  X(nvmlDeviceGetMaxPcieLinkGeneration, (nvmlDevice_t device, unsigned int* maxLinkGen))          \
+  X(nvmlDeviceGetMaxPcieLinkWidth, (nvmlDevice_t device, unsigned int* maxLinkWidth))             \
+  X(nvmlDeviceGetNvLinkState,                                                                     \
+    (nvmlDevice_t device, unsigned int link, nvmlEnableState_t* isActive))                        \
+  X(nvmlDeviceGetNvLinkErrorCounter,                                                              \
+    (nvmlDevice_t device, unsigned int link, nvmlNvLinkErrorCounter_t counter,                    \
+     unsigned long long* counterValue))                                                           \
+  X(nvmlDeviceGetNvLinkRemotePciInfo_v2,                                                          \
+    (nvmlDevice_t device, unsigned int link, nvmlPciInfo_t* pci))                                 \
+  X(nvmlDeviceGetFieldValues, (nvmlDevice_t device, int valuesCount, nvmlFieldValue_t* values))   \
+  X(nvmlDeviceGetFanSpeed, (nvmlDevice_t device, unsigned int* speed))                            \
+  X(nvmlDeviceGetComputeRunningProcesses_v3,                                                      \
+    (nvmlDevice_t device, unsigned int* infoCount, nvmlProcessInfo_t* infos))                     \
+  X(nvmlDeviceGetComputeRunningProcesses_v2,                                                      \
+    (nvmlDevice_t device, unsigned int* infoCount, nvmlProcessInfo_t* infos))                     \
+  X(nvmlDeviceGetMigMode,                                                                         \
+    (nvmlDevice_t device, unsigned int* currentMode, unsigned int* pendingMode))                  \
+  X(nvmlDeviceGetMaxMigDeviceCount, (nvmlDevice_t device, unsigned int* count))                   \
+  X(nvmlDeviceGetMigDeviceHandleByIndex,                                                          \
+    (nvmlDevice_t device, unsigned int index, nvmlDevice_t* migDevice))                           \
+  X(nvmlDeviceGetGpuInstanceId, (nvmlDevice_t device, unsigned int* id))                          \
+  X(nvmlDeviceGetComputeInstanceId, (nvmlDevice_t device, unsigned int* id))                      \
+  X(nvmlEventSetCreate, (nvmlEventSet_t * set))                                                   \
+  X(nvmlDeviceRegisterEvents,                                                                     \
+    (nvmlDevice_t device, unsigned long long eventTypes, nvmlEventSet_t set))                     \
+  X(nvmlDeviceGetSupportedEventTypes, (nvmlDevice_t device, unsigned long long* eventTypes))      \
+  X(nvmlEventSetWait_v2, (nvmlEventSet_t set, nvmlEventData_t * data, unsigned int timeoutms))    \
+  X(nvmlEventSetFree, (nvmlEventSet_t set))                                                       \
+  X(nvmlGpmQueryDeviceSupport, (nvmlDevice_t device, nvmlGpmSupport_t * gpmSupport))              \
+  X(nvmlGpmSampleAlloc, (nvmlGpmSample_t * gpmSample))                                            \
+  X(nvmlGpmSampleFree, (nvmlGpmSample_t gpmSample))                                               \
+  X(nvmlGpmSampleGet, (nvmlDevice_t device, nvmlGpmSample_t gpmSample))                           \
+  X(nvmlGpmMigSampleGet,                                                                          \
+    (nvmlDevice_t device, unsigned int gpuInstanceId, nvmlGpmSample_t gpmSample))                 \
   X(nvmlGpmMetricsGet, (nvmlGpmMetricsGet_t * metricsGet))

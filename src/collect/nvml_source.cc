@@ -99,14 +99,15 @@ Status NvmlSource::Init() {
   const auto& f = lib_->fn();
   nvmlReturn_t rc = f.nvmlInit_v2();
   if (rc != NVML_SUCCESS) {
-    return Status::Unavailable(std::string("nvmlInit failed: ") + NvmlErrorName(rc) +
-                               (rc == NVML_ERROR_DRIVER_NOT_LOADED ? " (no NVIDIA driver loaded)"
-                                                                   : ""));
+    return Status::Unavailable(
+        std::string("nvmlInit failed: ") + NvmlErrorName(rc) +
+        (rc == NVML_ERROR_DRIVER_NOT_LOADED ? " (no NVIDIA driver loaded)" : ""));
   }
   initialized_ = true;
   system_.library_path = lib_->path();
   char buf[256];
-  if (f.nvmlSystemGetDriverVersion && f.nvmlSystemGetDriverVersion(buf, sizeof(buf)) == NVML_SUCCESS)
+  if (f.nvmlSystemGetDriverVersion &&
+      f.nvmlSystemGetDriverVersion(buf, sizeof(buf)) == NVML_SUCCESS)
     system_.driver_version = buf;
   if (f.nvmlSystemGetNVMLVersion && f.nvmlSystemGetNVMLVersion(buf, sizeof(buf)) == NVML_SUCCESS)
     system_.nvml_version = buf;
@@ -119,10 +120,12 @@ Status NvmlSource::Init() {
 
   unsigned count = 0;
   rc = f.nvmlDeviceGetCount_v2(&count);
-  if (rc != NVML_SUCCESS) return Status::Unavailable(std::string("nvmlDeviceGetCount: ") + NvmlErrorName(rc));
+  if (rc != NVML_SUCCESS)
+    return Status::Unavailable(std::string("nvmlDeviceGetCount: ") + NvmlErrorName(rc));
   if (count == 0) return Status::Unavailable("NVML reports no GPU on this machine");
 
-  if (f.nvmlEventSetCreate && f.nvmlEventSetCreate(&event_set_) != NVML_SUCCESS) event_set_ = nullptr;
+  if (f.nvmlEventSetCreate && f.nvmlEventSetCreate(&event_set_) != NVML_SUCCESS)
+    event_set_ = nullptr;
 
   for (unsigned i = 0; i < count; ++i) {
     auto d = std::make_unique<Device>();
@@ -208,10 +211,10 @@ void NvmlSource::ProbeStatic(Device& d) {
       d.links.empty() ? model::Capability{Support::kNotSupported, "no NVLink answered"}
                       : model::Capability{Support::kSupported, ""};
   if (d.links.empty()) {
-    for (GpuMetric m : {GpuMetric::kNvlinkActiveLinks, GpuMetric::kNvlinkCrcFlitErrors,
-                        GpuMetric::kNvlinkCrcDataErrors, GpuMetric::kNvlinkReplayErrors,
-                        GpuMetric::kNvlinkRecoveryErrors, GpuMetric::kNvlinkTxBytes,
-                        GpuMetric::kNvlinkRxBytes})
+    for (GpuMetric m :
+         {GpuMetric::kNvlinkActiveLinks, GpuMetric::kNvlinkCrcFlitErrors,
+          GpuMetric::kNvlinkCrcDataErrors, GpuMetric::kNvlinkReplayErrors,
+          GpuMetric::kNvlinkRecoveryErrors, GpuMetric::kNvlinkTxBytes, GpuMetric::kNvlinkRxBytes})
       d.caps.metrics[Idx(m)] = {Support::kNotSupported, "no NVLink on this GPU"};
   }
 
@@ -256,14 +259,14 @@ void NvmlSource::SetupGpm(Device& d) {
     }
   }
   devices_[d.index].gpm_supported = ok;
-  std::string reason = rc != NVML_SUCCESS ? NvmlErrorName(rc)
-                                          : "GPM needs Hopper or newer (device not supported)";
+  std::string reason =
+      rc != NVML_SUCCESS ? NvmlErrorName(rc) : "GPM needs Hopper or newer (device not supported)";
   cap = ok ? model::Capability{Support::kSupported, ""}
            : model::Capability{Support::kNotSupported, reason};
   if (!ok) {
-    for (GpuMetric m : {GpuMetric::kGpmGraphicsActive, GpuMetric::kGpmSmActive,
-                        GpuMetric::kGpmSmOccupancy, GpuMetric::kGpmTensorActive,
-                        GpuMetric::kGpmDramActive})
+    for (GpuMetric m :
+         {GpuMetric::kGpmGraphicsActive, GpuMetric::kGpmSmActive, GpuMetric::kGpmSmOccupancy,
+          GpuMetric::kGpmTensorActive, GpuMetric::kGpmDramActive})
       d.caps.metrics[Idx(m)] = {Support::kNotSupported, reason};
   }
 }
@@ -281,7 +284,8 @@ void NvmlSource::SetupMig(Device& d) {
   cap = {Support::kSupported, cur == NVML_DEVICE_MIG_ENABLE ? "enabled" : "disabled"};
   auto& info = devices_[d.index];
   info.mig_enabled = cur == NVML_DEVICE_MIG_ENABLE;
-  if (!info.mig_enabled || !f.nvmlDeviceGetMaxMigDeviceCount || !f.nvmlDeviceGetMigDeviceHandleByIndex)
+  if (!info.mig_enabled || !f.nvmlDeviceGetMaxMigDeviceCount ||
+      !f.nvmlDeviceGetMigDeviceHandleByIndex)
     return;
   unsigned max = 0;
   if (f.nvmlDeviceGetMaxMigDeviceCount(d.handle, &max) != NVML_SUCCESS) return;
@@ -291,7 +295,8 @@ void NvmlSource::SetupMig(Device& d) {
     char buf[128];
     if (f.nvmlDeviceGetUUID && f.nvmlDeviceGetUUID(m.handle, buf, sizeof(buf)) == NVML_SUCCESS)
       m.info.uuid = buf;
-    if (f.nvmlDeviceGetGpuInstanceId) f.nvmlDeviceGetGpuInstanceId(m.handle, &m.info.gpu_instance_id);
+    if (f.nvmlDeviceGetGpuInstanceId)
+      f.nvmlDeviceGetGpuInstanceId(m.handle, &m.info.gpu_instance_id);
     if (f.nvmlDeviceGetComputeInstanceId)
       f.nvmlDeviceGetComputeInstanceId(m.handle, &m.info.compute_instance_id);
     info.mig_instances.push_back(m.info);
@@ -304,11 +309,6 @@ model::GpuCapabilities NvmlSource::Capabilities(size_t index) const {
   return state_.at(index)->caps;
 }
 
-void NvmlSource::PushEvent(model::GpuEvent e) {
-  std::lock_guard<std::mutex> lock(pending_mu_);
-  pending_events_.push_back(std::move(e));
-}
-
 void NvmlSource::MarkLost(Device& d, int64_t time_ms, nvmlReturn_t rc) {
   const auto now = std::chrono::steady_clock::now();
   d.next_lost_probe = now + options_.lost_retry_interval;
@@ -318,14 +318,6 @@ void NvmlSource::MarkLost(Device& d, int64_t time_ms, nvmlReturn_t rc) {
   const auto& info = devices_[d.index];
   GW_LOG_ERROR("GPU {} ({}, {}) is lost: {}; other GPUs are still served", d.index, info.uuid,
                info.pci_bus_id, NvmlErrorName(rc));
-  model::GpuEvent e;
-  e.time_ms = time_ms;
-  e.kind = model::GpuEventKind::kGpuLost;
-  e.gpu_index = d.index;
-  e.uuid = info.uuid;
-  e.pci_bus_id = info.pci_bus_id;
-  e.text = std::string("GPU stopped answering NVML: ") + NvmlErrorName(rc);
-  PushEvent(std::move(e));
 }
 
 Status NvmlSource::Sample(size_t index, int64_t time_ms, model::GpuSample* out) {
@@ -366,7 +358,8 @@ Status NvmlSource::Sample(size_t index, int64_t time_ms, model::GpuSample* out) 
       cap = {Support::kError, NvmlErrorName(rc)};
       if (d.last_logged_error[Idx(m)] != rc) {
         d.last_logged_error[Idx(m)] = rc;
-        GW_LOG_WARN("GPU {}: {} read failed: {}", d.index, model::Describe(m).name, NvmlErrorName(rc));
+        GW_LOG_WARN("GPU {}: {} read failed: {}", d.index, model::Describe(m).name,
+                    NvmlErrorName(rc));
       }
     }
     return false;
@@ -407,7 +400,8 @@ Status NvmlSource::Sample(size_t index, int64_t time_ms, model::GpuSample* out) 
         out->Set(GpuMetric::kMemFreeMib, m.free / kMib);
         out->Set(GpuMetric::kMemTotalMib, m.total / kMib);
         out->Set(GpuMetric::kMemReservedMib, m.reserved / kMib);
-        for (GpuMetric x : {GpuMetric::kMemFreeMib, GpuMetric::kMemTotalMib, GpuMetric::kMemReservedMib})
+        for (GpuMetric x :
+             {GpuMetric::kMemFreeMib, GpuMetric::kMemTotalMib, GpuMetric::kMemReservedMib})
           d.caps.metrics[Idx(x)] = {Support::kSupported, ""};
         return rc;
       }
@@ -492,8 +486,9 @@ Status NvmlSource::Sample(size_t index, int64_t time_ms, model::GpuSample* out) 
     if (!f.nvmlDeviceGetRemappedRows) return NVML_ERROR_FUNCTION_NOT_FOUND;
     unsigned corr = 0, unc = 0, pending = 0, failure = 0;
     nvmlReturn_t rc = f.nvmlDeviceGetRemappedRows(d.handle, &corr, &unc, &pending, &failure);
-    const model::Capability c = rc == NVML_SUCCESS ? model::Capability{Support::kSupported, ""}
-                                                   : model::Capability{Support::kNotSupported, NvmlErrorName(rc)};
+    const model::Capability c = rc == NVML_SUCCESS
+                                    ? model::Capability{Support::kSupported, ""}
+                                    : model::Capability{Support::kNotSupported, NvmlErrorName(rc)};
     if (rc == NVML_SUCCESS || IsUnsupported(rc)) {
       for (GpuMetric x : {GpuMetric::kRemappedRowsUncorrectable, GpuMetric::kRemappedRowsPending,
                           GpuMetric::kRemappedRowsFailure})
@@ -534,20 +529,11 @@ Status NvmlSource::Sample(size_t index, int64_t time_ms, model::GpuSample* out) 
     *out = model::GpuSample{};
     out->time_ms = time_ms;
     out->lost = true;
-    return Status::GpuLost(std::string("GPU ") + std::to_string(index) + ": " + NvmlErrorName(lost_rc));
+    return Status::GpuLost(std::string("GPU stopped answering NVML: ") + NvmlErrorName(lost_rc));
   }
   if (d.lost) {
     d.lost = false;
-    const auto& info = devices_[d.index];
-    GW_LOG_INFO("GPU {} ({}) answers NVML again", d.index, info.uuid);
-    model::GpuEvent e;
-    e.time_ms = time_ms;
-    e.kind = model::GpuEventKind::kGpuRecovered;
-    e.gpu_index = d.index;
-    e.uuid = info.uuid;
-    e.pci_bus_id = info.pci_bus_id;
-    e.text = "GPU answers NVML again";
-    PushEvent(std::move(e));
+    GW_LOG_INFO("GPU {} ({}) answers NVML again", d.index, devices_[d.index].uuid);
   }
   for (const auto& [m, v] : d.static_values) out->Set(m, v);
   return Status::Ok();
@@ -556,7 +542,8 @@ Status NvmlSource::Sample(size_t index, int64_t time_ms, model::GpuSample* out) 
 void NvmlSource::SampleFieldValues(Device& d, model::GpuSample* out) {
   const auto& f = lib_->fn();
   if (!f.nvmlDeviceGetFieldValues) {
-    for (GpuMetric m : {GpuMetric::kMemTempC, GpuMetric::kRetiredPagesSbe, GpuMetric::kRetiredPagesDbe})
+    for (GpuMetric m :
+         {GpuMetric::kMemTempC, GpuMetric::kRetiredPagesSbe, GpuMetric::kRetiredPagesDbe})
       d.caps.metrics[Idx(m)] = {Support::kNotSupported, "NVML_ERROR_FUNCTION_NOT_FOUND"};
     return;
   }
@@ -572,11 +559,15 @@ void NvmlSource::SampleFieldValues(Device& d, model::GpuSample* out) {
                         std::pair{GpuMetric::kRetiredPagesDbe, NVML_FI_DEV_RETIRED_DBE}}) {
     if (d.caps.metrics[Idx(m)].support != Support::kNotSupported) wants.push_back({m, fid, 0});
   }
-  const bool want_tx = d.caps.metrics[Idx(GpuMetric::kNvlinkTxBytes)].support != Support::kNotSupported;
-  const bool want_rx = d.caps.metrics[Idx(GpuMetric::kNvlinkRxBytes)].support != Support::kNotSupported;
+  const bool want_tx =
+      d.caps.metrics[Idx(GpuMetric::kNvlinkTxBytes)].support != Support::kNotSupported;
+  const bool want_rx =
+      d.caps.metrics[Idx(GpuMetric::kNvlinkRxBytes)].support != Support::kNotSupported;
   for (unsigned l : d.links) {
-    if (want_tx) wants.push_back({GpuMetric::kNvlinkTxBytes, NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX, l});
-    if (want_rx) wants.push_back({GpuMetric::kNvlinkRxBytes, NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX, l});
+    if (want_tx)
+      wants.push_back({GpuMetric::kNvlinkTxBytes, NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX, l});
+    if (want_rx)
+      wants.push_back({GpuMetric::kNvlinkRxBytes, NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX, l});
   }
   if (wants.empty()) return;
   std::vector<nvmlFieldValue_t> values(wants.size());
@@ -584,21 +575,30 @@ void NvmlSource::SampleFieldValues(Device& d, model::GpuSample* out) {
     values[i].fieldId = wants[i].field;
     values[i].scopeId = wants[i].link;
   }
-  nvmlReturn_t rc = f.nvmlDeviceGetFieldValues(d.handle, static_cast<int>(values.size()), values.data());
+  nvmlReturn_t rc =
+      f.nvmlDeviceGetFieldValues(d.handle, static_cast<int>(values.size()), values.data());
   if (rc != NVML_SUCCESS) {
     if (IsUnsupported(rc))
-      for (const auto& w : wants) d.caps.metrics[Idx(w.metric)] = {Support::kNotSupported, NvmlErrorName(rc)};
+      for (const auto& w : wants)
+        d.caps.metrics[Idx(w.metric)] = {Support::kNotSupported, NvmlErrorName(rc)};
     return;
   }
   auto as_double = [](const nvmlFieldValue_t& v) -> double {
     switch (v.valueType) {
-      case NVML_VALUE_TYPE_DOUBLE: return v.value.dVal;
-      case NVML_VALUE_TYPE_UNSIGNED_INT: return v.value.uiVal;
-      case NVML_VALUE_TYPE_UNSIGNED_LONG: return static_cast<double>(v.value.ulVal);
-      case NVML_VALUE_TYPE_UNSIGNED_LONG_LONG: return static_cast<double>(v.value.ullVal);
-      case NVML_VALUE_TYPE_SIGNED_LONG_LONG: return static_cast<double>(v.value.sllVal);
-      case NVML_VALUE_TYPE_SIGNED_INT: return v.value.siVal;
-      default: return v.value.dVal;
+      case NVML_VALUE_TYPE_DOUBLE:
+        return v.value.dVal;
+      case NVML_VALUE_TYPE_UNSIGNED_INT:
+        return v.value.uiVal;
+      case NVML_VALUE_TYPE_UNSIGNED_LONG:
+        return static_cast<double>(v.value.ulVal);
+      case NVML_VALUE_TYPE_UNSIGNED_LONG_LONG:
+        return static_cast<double>(v.value.ullVal);
+      case NVML_VALUE_TYPE_SIGNED_LONG_LONG:
+        return static_cast<double>(v.value.sllVal);
+      case NVML_VALUE_TYPE_SIGNED_INT:
+        return v.value.siVal;
+      default:
+        return v.value.dVal;
     }
   };
   // Per-link throughput goes to the link samples (filled below by SampleNvLinks), summed here.
@@ -622,17 +622,27 @@ void NvmlSource::SampleFieldValues(Device& d, model::GpuSample* out) {
     const bool is_rx = w.metric == GpuMetric::kNvlinkRxBytes;
     if (v.nvmlReturn != NVML_SUCCESS) {
       if (IsUnsupported(v.nvmlReturn)) {
-        if (is_tx) tx_unsup = true;
-        else if (is_rx) rx_unsup = true;
-        else d.caps.metrics[Idx(w.metric)] = {Support::kNotSupported, NvmlErrorName(v.nvmlReturn)};
+        if (is_tx)
+          tx_unsup = true;
+        else if (is_rx)
+          rx_unsup = true;
+        else
+          d.caps.metrics[Idx(w.metric)] = {Support::kNotSupported, NvmlErrorName(v.nvmlReturn)};
       }
       continue;
     }
     const double x = as_double(v);
     if (is_tx || is_rx) {
       const double bytes = x * 1024.0;  // NVML reports KiB
-      if (auto* s = link_sample(w.link)) (is_tx ? s->tx_bytes : s->rx_bytes) = static_cast<uint64_t>(bytes);
-      if (is_tx) { tx_sum += bytes; tx_any = true; } else { rx_sum += bytes; rx_any = true; }
+      if (auto* s = link_sample(w.link))
+        (is_tx ? s->tx_bytes : s->rx_bytes) = static_cast<uint64_t>(bytes);
+      if (is_tx) {
+        tx_sum += bytes;
+        tx_any = true;
+      } else {
+        rx_sum += bytes;
+        rx_any = true;
+      }
       continue;
     }
     d.caps.metrics[Idx(w.metric)] = {Support::kSupported, ""};
@@ -642,13 +652,15 @@ void NvmlSource::SampleFieldValues(Device& d, model::GpuSample* out) {
     out->Set(GpuMetric::kNvlinkTxBytes, tx_sum);
     d.caps.metrics[Idx(GpuMetric::kNvlinkTxBytes)] = {Support::kSupported, ""};
   } else if (tx_unsup) {
-    d.caps.metrics[Idx(GpuMetric::kNvlinkTxBytes)] = {Support::kNotSupported, "NVML_ERROR_NOT_SUPPORTED"};
+    d.caps.metrics[Idx(GpuMetric::kNvlinkTxBytes)] = {Support::kNotSupported,
+                                                      "NVML_ERROR_NOT_SUPPORTED"};
   }
   if (rx_any) {
     out->Set(GpuMetric::kNvlinkRxBytes, rx_sum);
     d.caps.metrics[Idx(GpuMetric::kNvlinkRxBytes)] = {Support::kSupported, ""};
   } else if (rx_unsup) {
-    d.caps.metrics[Idx(GpuMetric::kNvlinkRxBytes)] = {Support::kNotSupported, "NVML_ERROR_NOT_SUPPORTED"};
+    d.caps.metrics[Idx(GpuMetric::kNvlinkRxBytes)] = {Support::kNotSupported,
+                                                      "NVML_ERROR_NOT_SUPPORTED"};
   }
 }
 
@@ -668,10 +680,14 @@ void NvmlSource::SampleNvLinks(Device& d, model::GpuSample* out) {
     std::optional<uint64_t> model::NvLinkSample::*field;
   };
   static constexpr Counter kCounters[] = {
-      {GpuMetric::kNvlinkReplayErrors, NVML_NVLINK_ERROR_DL_REPLAY, &model::NvLinkSample::replay_errors},
-      {GpuMetric::kNvlinkRecoveryErrors, NVML_NVLINK_ERROR_DL_RECOVERY, &model::NvLinkSample::recovery_errors},
-      {GpuMetric::kNvlinkCrcFlitErrors, NVML_NVLINK_ERROR_DL_CRC_FLIT, &model::NvLinkSample::crc_flit_errors},
-      {GpuMetric::kNvlinkCrcDataErrors, NVML_NVLINK_ERROR_DL_CRC_DATA, &model::NvLinkSample::crc_data_errors},
+      {GpuMetric::kNvlinkReplayErrors, NVML_NVLINK_ERROR_DL_REPLAY,
+       &model::NvLinkSample::replay_errors},
+      {GpuMetric::kNvlinkRecoveryErrors, NVML_NVLINK_ERROR_DL_RECOVERY,
+       &model::NvLinkSample::recovery_errors},
+      {GpuMetric::kNvlinkCrcFlitErrors, NVML_NVLINK_ERROR_DL_CRC_FLIT,
+       &model::NvLinkSample::crc_flit_errors},
+      {GpuMetric::kNvlinkCrcDataErrors, NVML_NVLINK_ERROR_DL_CRC_DATA,
+       &model::NvLinkSample::crc_data_errors},
   };
   std::array<double, 4> sums{};
   std::array<bool, 4> any{};
@@ -685,7 +701,8 @@ void NvmlSource::SampleNvLinks(Device& d, model::GpuSample* out) {
     }
     for (size_t c = 0; c < 4; ++c) {
       const auto& k = kCounters[c];
-      if (d.caps.metrics[Idx(k.metric)].support == Support::kNotSupported || !f.nvmlDeviceGetNvLinkErrorCounter)
+      if (d.caps.metrics[Idx(k.metric)].support == Support::kNotSupported ||
+          !f.nvmlDeviceGetNvLinkErrorCounter)
         continue;
       unsigned long long v = 0;
       nvmlReturn_t rc = f.nvmlDeviceGetNvLinkErrorCounter(d.handle, s.link, k.id, &v);
@@ -772,7 +789,8 @@ void NvmlSource::SampleMig(Device& d, model::GpuSample* out) {
         mg->metrics[0].metricId = NVML_GPM_METRIC_GRAPHICS_UTIL;
         mg->metrics[1].metricId = NVML_GPM_METRIC_SM_UTIL;
         if (f.nvmlGpmMetricsGet(mg.get()) == NVML_SUCCESS) {
-          if (mg->metrics[0].nvmlReturn == NVML_SUCCESS) s.graphics_active = mg->metrics[0].value / 100.0;
+          if (mg->metrics[0].nvmlReturn == NVML_SUCCESS)
+            s.graphics_active = mg->metrics[0].value / 100.0;
           if (mg->metrics[1].nvmlReturn == NVML_SUCCESS) s.sm_active = mg->metrics[1].value / 100.0;
         }
       }
@@ -815,8 +833,10 @@ Status NvmlSource::Processes(size_t index, std::vector<model::GpuProcess>* out) 
   }
   {
     std::lock_guard<std::mutex> lock(caps_mu_);
-    if (rc == NVML_SUCCESS) cap = {Support::kSupported, ""};
-    else if (IsUnsupported(rc)) cap = {Support::kNotSupported, NvmlErrorName(rc)};
+    if (rc == NVML_SUCCESS)
+      cap = {Support::kSupported, ""};
+    else if (IsUnsupported(rc))
+      cap = {Support::kNotSupported, NvmlErrorName(rc)};
   }
   if (rc != NVML_SUCCESS) {
     if (IsLost(rc)) return Status::GpuLost(NvmlErrorName(rc));
@@ -837,11 +857,6 @@ Status NvmlSource::Processes(size_t index, std::vector<model::GpuProcess>* out) 
 }
 
 Status NvmlSource::WaitEvents(int timeout_ms, int64_t now_ms, std::vector<model::GpuEvent>* out) {
-  {
-    std::lock_guard<std::mutex> lock(pending_mu_);
-    for (auto& e : pending_events_) out->push_back(std::move(e));
-    pending_events_.clear();
-  }
   if (!lib_ || !event_set_ || !lib_->fn().nvmlEventSetWait_v2) {
     std::this_thread::sleep_for(std::chrono::milliseconds(timeout_ms));
     return Status::NotSupported("NVML events unavailable");

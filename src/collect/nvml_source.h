@@ -2,7 +2,8 @@
 //
 // Each field is probed on first use; NOT_SUPPORTED / NO_PERMISSION / a missing symbol marks it
 // unsupported in the GPU's capability list and it is never asked again (R2). GPU_IS_LOST marks
-// the GPU lost, raises one gpu_lost event, and the GPU is re-probed every
+// the GPU lost (the sample says so; the agent turns the transition into an event), and it is
+// re-probed every
 // `lost_retry_interval`; the other GPUs keep being served. Threading: Sample/Processes from
 // one collector thread, WaitEvents from one event thread, Capabilities/Devices from any.
 #pragma once
@@ -51,7 +52,6 @@ class NvmlSource final : public GpuSource {
   void SampleGpm(Device& d, model::GpuSample* out);
   void SampleMig(Device& d, model::GpuSample* out);
   void MarkLost(Device& d, int64_t time_ms, nvmlReturn_t rc);
-  void PushEvent(model::GpuEvent e);
 
   NvmlSourceOptions options_;
   std::unique_ptr<NvmlLibrary> lib_;
@@ -62,9 +62,7 @@ class NvmlSource final : public GpuSource {
   nvmlEventSet_t event_set_ = nullptr;
   bool v3_process_layout_broken_ = false;
 
-  mutable std::mutex caps_mu_;    // guards Device::caps
-  std::mutex pending_mu_;         // guards pending_events_
-  std::vector<model::GpuEvent> pending_events_;
+  mutable std::mutex caps_mu_;  // guards Device::caps
 };
 
 }  // namespace gpuwatch::collect

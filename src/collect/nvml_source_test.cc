@@ -61,7 +61,8 @@ TEST(NvmlSourceTest, UnsupportedFieldRecordedOnceWithReason) {
   ASSERT_TRUE(src->Sample(0, 1000, &s).ok());
   auto caps = src->Capabilities(0);
   EXPECT_EQ(caps.metrics[model::Idx(GpuMetric::kUtilGpuPct)].support, Support::kSupported);
-  EXPECT_EQ(caps.metrics[model::Idx(GpuMetric::kNvlinkActiveLinks)].support, Support::kNotSupported);
+  EXPECT_EQ(caps.metrics[model::Idx(GpuMetric::kNvlinkActiveLinks)].support,
+            Support::kNotSupported);
   EXPECT_EQ(caps.metrics[model::Idx(GpuMetric::kGpmSmActive)].support, Support::kNotSupported);
   EXPECT_FALSE(s.Get(GpuMetric::kNvlinkActiveLinks).has_value());
 }

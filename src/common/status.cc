@@ -4,17 +4,28 @@ namespace gpuwatch {
 
 std::string_view StatusCodeName(StatusCode code) {
   switch (code) {
-    case StatusCode::kOk: return "OK";
-    case StatusCode::kInvalidArgument: return "InvalidArgument";
-    case StatusCode::kNotFound: return "NotFound";
-    case StatusCode::kCorruption: return "Corruption";
-    case StatusCode::kIoError: return "IoError";
-    case StatusCode::kUnavailable: return "Unavailable";
-    case StatusCode::kNotSupported: return "NotSupported";
-    case StatusCode::kResourceExhausted: return "ResourceExhausted";
-    case StatusCode::kPermissionDenied: return "PermissionDenied";
-    case StatusCode::kInternal: return "Internal";
-    case StatusCode::kGpuLost: return "GpuLost";
+    case StatusCode::kOk:
+      return "OK";
+    case StatusCode::kInvalidArgument:
+      return "InvalidArgument";
+    case StatusCode::kNotFound:
+      return "NotFound";
+    case StatusCode::kCorruption:
+      return "Corruption";
+    case StatusCode::kIoError:
+      return "IoError";
+    case StatusCode::kUnavailable:
+      return "Unavailable";
+    case StatusCode::kNotSupported:
+      return "NotSupported";
+    case StatusCode::kResourceExhausted:
+      return "ResourceExhausted";
+    case StatusCode::kPermissionDenied:
+      return "PermissionDenied";
+    case StatusCode::kInternal:
+      return "Internal";
+    case StatusCode::kGpuLost:
+      return "GpuLost";
   }
   return "Unknown";
 }

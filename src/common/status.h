@@ -36,7 +36,9 @@ class [[nodiscard]] Status {
   Status(StatusCode code, std::string message) : code_(code), message_(std::move(message)) {}
 
   static Status Ok() { return Status(); }
-  static Status InvalidArgument(std::string m) { return {StatusCode::kInvalidArgument, std::move(m)}; }
+  static Status InvalidArgument(std::string m) {
+    return {StatusCode::kInvalidArgument, std::move(m)};
+  }
   static Status NotFound(std::string m) { return {StatusCode::kNotFound, std::move(m)}; }
   static Status Corruption(std::string m) { return {StatusCode::kCorruption, std::move(m)}; }
   static Status IoError(std::string m) { return {StatusCode::kIoError, std::move(m)}; }
@@ -68,7 +70,7 @@ class [[nodiscard]] Status {
 template <typename T>
 class [[nodiscard]] Result {
  public:
-  Result(T value) : v_(std::move(value)) {}  // NOLINT: implicit by design
+  Result(T value) : v_(std::move(value)) {}        // NOLINT: implicit by design
   Result(Status status) : v_(std::move(status)) {  // NOLINT
     assert(!std::get<Status>(v_).ok() && "Result built from an OK status has no value");
   }
@@ -92,10 +94,10 @@ class [[nodiscard]] Result {
   std::variant<T, Status> v_;
 };
 
-#define GW_RETURN_IF_ERROR(expr)       \
-  do {                                 \
-    ::gpuwatch::Status _st = (expr);   \
-    if (!_st.ok()) return _st;         \
+#define GW_RETURN_IF_ERROR(expr)     \
+  do {                               \
+    ::gpuwatch::Status _st = (expr); \
+    if (!_st.ok()) return _st;       \
   } while (0)
 
 }  // namespace gpuwatch

@@ -114,10 +114,10 @@ struct MigInstanceInfo {
 
 // Read once at start (and on topology change).
 struct GpuStaticInfo {
-  unsigned index = 0;         // NVML enumeration index ("gpu" label)
-  std::string uuid;           // GPU-xxxxxxxx-...
-  std::string pci_bus_id;     // 00000000:18:00.0 (lower-case hex, NVML form)
-  std::string name;           // NVIDIA H100 80GB HBM3
+  unsigned index = 0;      // NVML enumeration index ("gpu" label)
+  std::string uuid;        // GPU-xxxxxxxx-...
+  std::string pci_bus_id;  // 00000000:18:00.0 (lower-case hex, NVML form)
+  std::string name;        // NVIDIA H100 80GB HBM3
   std::string serial;
   std::string vbios_version;
   std::optional<unsigned> minor_number;  // /dev/nvidiaN

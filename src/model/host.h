@@ -16,14 +16,14 @@ struct NicSample {
   uint64_t rx_packets = 0, tx_packets = 0;
   uint64_t rx_errors = 0, tx_errors = 0;
   uint64_t rx_dropped = 0, tx_dropped = 0;
-  std::optional<bool> link_up;          // /sys/class/net/<if>/operstate
-  std::optional<double> speed_mbps;     // /sys/class/net/<if>/speed
+  std::optional<bool> link_up;       // /sys/class/net/<if>/operstate
+  std::optional<double> speed_mbps;  // /sys/class/net/<if>/speed
 };
 
 struct IbPortSample {
   std::string device;  // mlx5_0
   unsigned port = 1;
-  std::string state;       // "ACTIVE"
+  std::string state;  // "ACTIVE"
   std::optional<double> rate_gbps;
   std::string link_layer;  // InfiniBand | Ethernet
   // Counters as read; data counters already converted from 4-byte words to bytes.

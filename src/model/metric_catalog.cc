@@ -43,7 +43,7 @@ constexpr std::array<GpuMetricDesc, kNumGpuMetrics> kGpu = {{
   {G::kRemappedRowsFailure, "DCGM_FI_DEV_ROW_REMAP_FAILURE", kG, "bool", 1, "remapped_rows_failure", "nvmlDeviceGetRemappedRows.failureOccurred", "1 when a row remap failed: the GPU needs service."},
   {G::kPcieTxBytesPerSec, "gpuwatch_pcie_tx_bytes_per_second", kG, "B/s", 1, "pcie_tx_mbs", "nvmlDeviceGetPcieThroughput(TX) (20 ms window)", "PCIe transmit throughput."},
   {G::kPcieRxBytesPerSec, "gpuwatch_pcie_rx_bytes_per_second", kG, "B/s", 1, "pcie_rx_mbs", "nvmlDeviceGetPcieThroughput(RX) (20 ms window)", "PCIe receive throughput."},
-  {G::kPcieReplay, "DCGM_FI_DEV_PCIE_REPLAY_COUNTER", kC, "replays", 1, "pcie_replay", "nvmlDeviceGetPcieReplayCounter", "PCIe replays (link-level retransmissions)."},
+  {G::kPcieReplay, "gpuwatch_pcie_replays_total", kC, "replays", 1, "pcie_replay", "nvmlDeviceGetPcieReplayCounter", "PCIe replays (link-level retransmissions). dcgm-exporter calls it DCGM_FI_DEV_PCIE_REPLAY_COUNTER, a name Prometheus's naming rules reject (a type in the name)."},
   {G::kPcieGen, "DCGM_FI_DEV_PCIE_LINK_GEN", kG, "gen", 1, "pcie_gen", "nvmlDeviceGetCurrPcieLinkGeneration", "Current PCIe link generation (drops when idle by design)."},
   {G::kPcieWidth, "DCGM_FI_DEV_PCIE_LINK_WIDTH", kG, "lanes", 1, "pcie_width", "nvmlDeviceGetCurrPcieLinkWidth", "Current PCIe link width."},
   {G::kPcieMaxGen, "DCGM_FI_DEV_PCIE_MAX_LINK_GEN", kG, "gen", 1, "", "nvmlDeviceGetMaxPcieLinkGeneration", "Maximum PCIe link generation of the GPU and slot."},
@@ -113,9 +113,12 @@ constexpr std::array<OtherMetricDesc, 37> kOther = {{
 
 std::string_view MetricTypeName(MetricType t) {
   switch (t) {
-    case MetricType::kGauge: return "gauge";
-    case MetricType::kCounter: return "counter";
-    case MetricType::kInfo: return "gauge";  // info series are gauges of value 1
+    case MetricType::kGauge:
+      return "gauge";
+    case MetricType::kCounter:
+      return "counter";
+    case MetricType::kInfo:
+      return "gauge";  // info series are gauges of value 1
   }
   return "untyped";
 }
@@ -142,8 +145,10 @@ std::string RenderMetricsMarkdown() {
       "Generated from the metric catalog (`src/model/metric_catalog.cc`) by "
       "`gpuwatch docs metrics`; a test keeps this file equal to that output.\n\n"
       "Every per-GPU series carries the labels of NVIDIA dcgm-exporter: `gpu` (NVML index), "
-      "`UUID`, `pci_bus_id`, `device` (nvidiaN), `modelName`, `Hostname`, "
-      "`DCGM_FI_DRIVER_VERSION`. Names follow dcgm-exporter where it has a counterpart, so "
+      "`UUID`, `pci_bus_id`, `device` (nvidiaN), `model_name`, `Hostname`, "
+      "`DCGM_FI_DRIVER_VERSION`. dcgm-exporter spells the model label `modelName`, which "
+      "Prometheus's naming rules reject; `--model-label modelName` restores that spelling for "
+      "dashboards that need it (NVIDIA's own dashboard keys on `gpu` and `instance`). Names follow dcgm-exporter where it has a counterpart, so "
       "its Grafana dashboards work unchanged; every field is exported by default. A field the "
       "device does not support is absent (never 0) and listed in `/api/v1/capabilities`. "
       "dcgm-exporter's counter names that do not end in `_total` are exposed as `untyped`, "
@@ -157,8 +162,8 @@ std::string RenderMetricsMarkdown() {
     const std::string type = exposed == MetricTypeName(d.type)
                                  ? std::string(exposed)
                                  : fmt::format("{} (exposed {})", MetricTypeName(d.type), exposed);
-    out += fmt::format("| `{}` | {} | {} | {} | {} | {} |\n", d.name, type,
-                       d.unit, d.trace_field.empty() ? "" : fmt::format("`{}`", d.trace_field),
+    out += fmt::format("| `{}` | {} | {} | {} | {} | {} |\n", d.name, type, d.unit,
+                       d.trace_field.empty() ? "" : fmt::format("`{}`", d.trace_field),
                        d.nvml_source, d.help);
   }
   out +=

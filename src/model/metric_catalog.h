@@ -23,12 +23,12 @@ std::string_view ExpositionTypeName(std::string_view name, MetricType t);
 
 struct GpuMetricDesc {
   GpuMetric id;
-  std::string_view name;        // exposition name
+  std::string_view name;  // exposition name
   MetricType type;
-  std::string_view unit;        // unit of the exported value
-  double export_scale;          // exported = stored * export_scale
-  std::string_view trace_field; // trace-format field name, "" if none
-  std::string_view nvml_source; // where the value comes from
+  std::string_view unit;         // unit of the exported value
+  double export_scale;           // exported = stored * export_scale
+  std::string_view trace_field;  // trace-format field name, "" if none
+  std::string_view nvml_source;  // where the value comes from
   std::string_view help;
 };
 
@@ -48,7 +48,10 @@ const OtherMetricDesc& DescribeOther(std::string_view name);
 
 // The labels every per-GPU series carries (dcgm-exporter's set).
 inline constexpr std::string_view kGpuLabelNames =
-    "gpu, UUID, pci_bus_id, device, modelName, Hostname, DCGM_FI_DRIVER_VERSION";
+    "gpu, UUID, pci_bus_id, device, model_name, Hostname, DCGM_FI_DRIVER_VERSION";
+// dcgm-exporter calls the model label `modelName`; Prometheus's naming rules (promtool check
+// metrics) reject camelCase label names, so gpuwatch says `model_name` unless
+// `--model-label modelName` asks for dcgm-exporter's spelling.
 
 // docs/metrics.md, generated (a test keeps the checked-in file equal to this).
 std::string RenderMetricsMarkdown();

@@ -19,6 +19,7 @@ Agent::Agent(AgentOptions options, std::unique_ptr<collect::GpuSource> gpu)
       attributor_(options_.root_dir, options_.job_env_var) {
   state_.hostname = options_.hostname;
   state_.version = options_.version;
+  state_.model_label = options_.model_label;
 }
 
 Agent::~Agent() {
@@ -29,7 +30,8 @@ Agent::~Agent() {
 Status Agent::Init() {
   if (!options_.data_dir.empty()) {
     if (::mkdir(options_.data_dir.c_str(), 0755) != 0 && errno != EEXIST)
-      return Status::IoError("cannot create data dir " + options_.data_dir + ": " + std::strerror(errno));
+      return Status::IoError("cannot create data dir " + options_.data_dir + ": " +
+                             std::strerror(errno));
     const std::string path = options_.data_dir + "/events.jsonl";
     events_log_ = std::fopen(path.c_str(), "a");
     if (!events_log_) return Status::IoError("cannot open " + path + ": " + std::strerror(errno));
@@ -47,8 +49,9 @@ Status Agent::Init() {
     state_.devices = gpu_->Devices();
     state_.gpu_samples.resize(state_.devices.size());
     for (size_t i = 0; i < state_.devices.size(); ++i) state_.caps.push_back(gpu_->Capabilities(i));
-    GW_LOG_INFO("{} GPU(s) via {} (driver {}, NVML {})", state_.devices.size(), state_.system.library_path,
-                state_.system.driver_version, state_.system.nvml_version);
+    GW_LOG_INFO("{} GPU(s) via {} (driver {}, NVML {})", state_.devices.size(),
+                state_.system.library_path, state_.system.driver_version,
+                state_.system.nvml_version);
   }
   return Status::Ok();
 }
@@ -62,7 +65,8 @@ void Agent::RecordEvent(model::GpuEvent e) {
   if (events_log_) {
     // Flushed per event: hardware events are rare and each one matters (R18).
     const std::string line = EventJson(e).dump() + "\n";
-    if (std::fwrite(line.data(), 1, line.size(), events_log_) != line.size() || std::fflush(events_log_) != 0)
+    if (std::fwrite(line.data(), 1, line.size(), events_log_) != line.size() ||
+        std::fflush(events_log_) != 0)
       GW_LOG_ERROR("cannot append to {}/events.jsonl: {}", options_.data_dir, std::strerror(errno));
   }
   state_.recent_events.push_back(std::move(e));
@@ -76,13 +80,30 @@ void Agent::TickGpu() {
   const size_t n = gpu_->Devices().size();
   std::vector<model::GpuSample> samples(n);
   std::vector<model::GpuCapabilities> caps(n);
+  std::vector<model::GpuEvent> events;
+  gpu_lost_.resize(n, false);
+  const auto& devices = gpu_->Devices();
   for (size_t i = 0; i < n; ++i) {
-    // A lost GPU reports `lost` in its sample; its status needs no further handling here.
-    gpu_->Sample(i, now_ms, &samples[i]).IgnoreError();
+    Status st = gpu_->Sample(i, now_ms, &samples[i]);
     caps[i] = gpu_->Capabilities(i);
+    // A GPU that stops (or starts again) answering is one event at the transition, from any
+    // GpuSource — never one per tick.
+    if (samples[i].lost != gpu_lost_[i]) {
+      gpu_lost_[i] = samples[i].lost;
+      model::GpuEvent e;
+      e.time_ms = now_ms;
+      e.kind = samples[i].lost ? model::GpuEventKind::kGpuLost : model::GpuEventKind::kGpuRecovered;
+      e.gpu_index = static_cast<unsigned>(i);
+      e.uuid = devices[i].uuid;
+      e.pci_bus_id = devices[i].pci_bus_id;
+      e.text = samples[i].lost ? st.message() : "GPU answers again";
+      e.source = std::string(gpu_->Name());
+      events.push_back(std::move(e));
+    }
   }
   const double secs = std::chrono::duration<double>(Clock::now() - start).count();
   std::lock_guard<std::mutex> lock(mu_);
+  for (auto& e : events) RecordEvent(std::move(e));
   state_.gpu_samples = std::move(samples);
   state_.caps = std::move(caps);
   state_.tick_seconds["gpu"] = secs;

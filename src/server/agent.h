@@ -34,6 +34,7 @@ struct AgentOptions {
   std::chrono::milliseconds host_interval{5000};
   std::chrono::milliseconds process_interval{10000};
   std::string job_env_var = "SLURM_JOB_ID";
+  std::string model_label = "model_name";  // or dcgm-exporter's "modelName"
   size_t max_recent_events = 1000;
 };
 
@@ -73,6 +74,7 @@ class Agent {
   AgentOptions options_;
   std::unique_ptr<collect::GpuSource> gpu_;
   bool gpu_ready_ = false;
+  std::vector<bool> gpu_lost_;  // per GPU, as of the last hardware tick (tier thread only)
   collect::HostCollector host_;
   collect::Attributor attributor_;  // used only by the processes tier
   TimeBase clock_;

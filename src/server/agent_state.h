@@ -20,6 +20,7 @@ namespace gpuwatch::server {
 struct AgentState {
   std::string hostname;
   std::string version;
+  std::string model_label = "model_name";  // label name for the GPU model (model_name | modelName)
   // False when no NVML/GPU: the agent still serves host metrics (reason says why).
   bool gpu_available = false;
   std::string gpu_unavailable_reason;
@@ -32,7 +33,7 @@ struct AgentState {
   // XIDs are counted per (GPU index, XID code): never a last-value gauge that hides repeats.
   std::map<std::pair<unsigned, uint64_t>, uint64_t> xid_counts;
   std::map<unsigned, uint64_t> last_xid;
-  std::deque<model::GpuEvent> recent_events;  // newest last, bounded
+  std::deque<model::GpuEvent> recent_events;   // newest last, bounded
   std::map<std::string, double> tick_seconds;  // tier -> duration of its last tick
   std::map<std::string, uint64_t> tick_counts;
 };

@@ -12,10 +12,14 @@ json Opt(const std::optional<double>& v) { return v ? json(*v) : json(nullptr); 
 
 std::string_view SupportName(model::Support s) {
   switch (s) {
-    case model::Support::kUnknown: return "unknown";
-    case model::Support::kSupported: return "supported";
-    case model::Support::kNotSupported: return "not_supported";
-    case model::Support::kError: return "error";
+    case model::Support::kUnknown:
+      return "unknown";
+    case model::Support::kSupported:
+      return "supported";
+    case model::Support::kNotSupported:
+      return "not_supported";
+    case model::Support::kError:
+      return "error";
   }
   return "unknown";
 }
@@ -49,7 +53,8 @@ json GpusJson(const AgentState& s) {
       j["metrics"] = std::move(fields);
       if (auto mask = smp.Get(model::GpuMetric::kClockEventReasons)) {
         json reasons = json::array();
-        for (auto r : model::ClockEventReasonNames(static_cast<uint64_t>(*mask))) reasons.push_back(r);
+        for (auto r : model::ClockEventReasonNames(static_cast<uint64_t>(*mask)))
+          reasons.push_back(r);
         j["clock_event_reasons"] = std::move(reasons);
       }
       json links = json::array();
@@ -134,7 +139,8 @@ json CapabilitiesJson(const AgentState& s) {
       const auto& c = s.caps[i].features[f];
       json cj = {{"support", SupportName(c.support)}};
       if (!c.reason.empty()) cj["reason"] = c.reason;
-      features[std::string(model::GpuFeatureName(static_cast<model::GpuFeature>(f)))] = std::move(cj);
+      features[std::string(model::GpuFeatureName(static_cast<model::GpuFeature>(f)))] =
+          std::move(cj);
     }
     j["features"] = std::move(features);
     gpus.push_back(std::move(j));
@@ -146,8 +152,8 @@ json CapabilitiesJson(const AgentState& s) {
 }
 
 json EventJson(const model::GpuEvent& e) {
-  json j = {{"time_ms", e.time_ms},      {"kind", model::GpuEventKindName(e.kind)},
-            {"gpu", e.gpu_index},        {"uuid", e.uuid},
+  json j = {{"time_ms", e.time_ms},       {"kind", model::GpuEventKindName(e.kind)},
+            {"gpu", e.gpu_index},         {"uuid", e.uuid},
             {"pci_bus_id", e.pci_bus_id}, {"text", e.text},
             {"source", e.source}};
   if (e.kind == model::GpuEventKind::kXid) j["xid"] = e.code;
@@ -165,8 +171,11 @@ json HostJson(const AgentState& s) {
   const auto& h = *s.host;
   json nics = json::array();
   for (const auto& n : h.nics)
-    nics.push_back({{"name", n.name}, {"rx_bytes", n.rx_bytes}, {"tx_bytes", n.tx_bytes},
-                    {"rx_errors", n.rx_errors}, {"tx_errors", n.tx_errors}});
+    nics.push_back({{"name", n.name},
+                    {"rx_bytes", n.rx_bytes},
+                    {"tx_bytes", n.tx_bytes},
+                    {"rx_errors", n.rx_errors},
+                    {"tx_errors", n.tx_errors}});
   return {{"hostname", s.hostname},
           {"time_ms", h.time_ms},
           {"cpu_util_pct", Opt(h.cpu_util_pct)},

@@ -16,10 +16,17 @@ std::string EscapeLabelValue(std::string_view v) {
   out.reserve(v.size());
   for (char c : v) {
     switch (c) {
-      case '\\': out += "\\\\"; break;
-      case '"': out += "\\\""; break;
-      case '\n': out += "\\n"; break;
-      default: out += c;
+      case '\\':
+        out += "\\\\";
+        break;
+      case '"':
+        out += "\\\"";
+        break;
+      case '\n':
+        out += "\\n";
+        break;
+      default:
+        out += c;
     }
   }
   return out;
@@ -51,7 +58,8 @@ void Value(Buf& b, double v) {
 }
 
 // name{labels[,extra]} value
-void Line(Buf& b, std::string_view name, std::string_view labels, std::string_view extra, double v) {
+void Line(Buf& b, std::string_view name, std::string_view labels, std::string_view extra,
+          double v) {
   b.append(name);
   b.push_back('{');
   b.append(labels);
@@ -66,9 +74,10 @@ void Line(Buf& b, std::string_view name, std::string_view labels, std::string_vi
 std::string GpuLabels(const AgentState& s, const model::GpuStaticInfo& g) {
   unsigned dev = g.minor_number.value_or(g.index);
   return fmt::format(
-      "gpu=\"{}\",UUID=\"{}\",pci_bus_id=\"{}\",device=\"nvidia{}\",modelName=\"{}\",Hostname=\"{}\","
+      "gpu=\"{}\",UUID=\"{}\",pci_bus_id=\"{}\",device=\"nvidia{}\",{}=\"{}\",Hostname=\"{}"
+      "\","
       "DCGM_FI_DRIVER_VERSION=\"{}\"",
-      g.index, EscapeLabelValue(g.uuid), EscapeLabelValue(g.pci_bus_id), dev,
+      g.index, EscapeLabelValue(g.uuid), EscapeLabelValue(g.pci_bus_id), dev, s.model_label,
       EscapeLabelValue(g.name), EscapeLabelValue(s.hostname),
       EscapeLabelValue(s.system.driver_version));
 }
@@ -107,7 +116,8 @@ void RenderPrometheus(const AgentState& s, std::string* out) {
            1);
     }
     HeaderOther(b, "gpuwatch_gpu_up");
-    for (size_t i = 0; i < n; ++i) Line(b, "gpuwatch_gpu_up", labels[i], "", s.gpu_samples[i].lost ? 0 : 1);
+    for (size_t i = 0; i < n; ++i)
+      Line(b, "gpuwatch_gpu_up", labels[i], "", s.gpu_samples[i].lost ? 0 : 1);
   }
 
   // One block per catalog scalar; a field no GPU has this tick is left out entirely.
@@ -126,7 +136,8 @@ void RenderPrometheus(const AgentState& s, std::string* out) {
   // Throttle reasons by name: one series per known reason so an alert can name it.
   {
     bool any = false;
-    for (size_t i = 0; i < n && !any; ++i) any = s.gpu_samples[i].Get(GpuMetric::kClockEventReasons).has_value();
+    for (size_t i = 0; i < n && !any; ++i)
+      any = s.gpu_samples[i].Get(GpuMetric::kClockEventReasons).has_value();
     if (any) {
       HeaderOther(b, "gpuwatch_clock_event_reason_active");
       const auto all = model::ClockEventReasonNames(~0ULL);
@@ -136,7 +147,8 @@ void RenderPrometheus(const AgentState& s, std::string* out) {
         const auto active = model::ClockEventReasonNames(static_cast<uint64_t>(*mask));
         for (auto r : all) {
           bool on = std::find(active.begin(), active.end(), r) != active.end();
-          Line(b, "gpuwatch_clock_event_reason_active", labels[i], fmt::format("reason=\"{}\"", r), on);
+          Line(b, "gpuwatch_clock_event_reason_active", labels[i], fmt::format("reason=\"{}\"", r),
+               on);
         }
       }
     }
@@ -150,17 +162,21 @@ void RenderPrometheus(const AgentState& s, std::string* out) {
       HeaderOther(b, "gpuwatch_nvlink_link_up");
       for (size_t i = 0; i < n; ++i)
         for (const auto& l : s.gpu_samples[i].nvlinks)
-          Line(b, "gpuwatch_nvlink_link_up", labels[i], fmt::format("link=\"{}\"", l.link), l.active);
+          Line(b, "gpuwatch_nvlink_link_up", labels[i], fmt::format("link=\"{}\"", l.link),
+               l.active);
       HeaderOther(b, "gpuwatch_nvlink_link_errors_total");
       for (size_t i = 0; i < n; ++i) {
         for (const auto& l : s.gpu_samples[i].nvlinks) {
           const std::pair<const char*, const std::optional<uint64_t>*> cs[] = {
-              {"crc_flit", &l.crc_flit_errors}, {"crc_data", &l.crc_data_errors},
-              {"replay", &l.replay_errors}, {"recovery", &l.recovery_errors}};
+              {"crc_flit", &l.crc_flit_errors},
+              {"crc_data", &l.crc_data_errors},
+              {"replay", &l.replay_errors},
+              {"recovery", &l.recovery_errors}};
           for (const auto& [name, v] : cs)
             if (*v)
               Line(b, "gpuwatch_nvlink_link_errors_total", labels[i],
-                   fmt::format("link=\"{}\",counter=\"{}\"", l.link, name), static_cast<double>(**v));
+                   fmt::format("link=\"{}\",counter=\"{}\"", l.link, name),
+                   static_cast<double>(**v));
         }
       }
       using LinkCounter = std::optional<uint64_t> model::NvLinkSample::*;
@@ -176,7 +192,8 @@ void RenderPrometheus(const AgentState& s, std::string* out) {
         for (size_t i = 0; i < n; ++i)
           for (const auto& l : s.gpu_samples[i].nvlinks)
             if (auto v = l.*field)
-              Line(b, metric, labels[i], fmt::format("link=\"{}\"", l.link), static_cast<double>(*v));
+              Line(b, metric, labels[i], fmt::format("link=\"{}\"", l.link),
+                   static_cast<double>(*v));
       }
     }
   }
@@ -206,8 +223,8 @@ void RenderPrometheus(const AgentState& s, std::string* out) {
           for (const auto& m : s.gpu_samples[i].mig)
             if (auto v = m.*(ms.field))
               Line(b, ms.name, labels[i],
-                   fmt::format("GPU_I_ID=\"{}\",GPU_I_PROFILE=\"\",mig_uuid=\"{}\"", m.gpu_instance_id,
-                               EscapeLabelValue(m.uuid)),
+                   fmt::format("GPU_I_ID=\"{}\",GPU_I_PROFILE=\"\",mig_uuid=\"{}\"",
+                               m.gpu_instance_id, EscapeLabelValue(m.uuid)),
                    *v * ms.scale);
       }
     }
@@ -218,12 +235,13 @@ void RenderPrometheus(const AgentState& s, std::string* out) {
     HeaderOther(b, "gpuwatch_xid_errors_total");
     for (const auto& [key, count] : s.xid_counts)
       if (key.first < labels.size())
-        Line(b, "gpuwatch_xid_errors_total", labels[key.first], fmt::format("xid=\"{}\"", key.second),
-             static_cast<double>(count));
+        Line(b, "gpuwatch_xid_errors_total", labels[key.first],
+             fmt::format("xid=\"{}\"", key.second), static_cast<double>(count));
     HeaderOther(b, "DCGM_FI_DEV_XID_ERRORS");
     for (size_t i = 0; i < s.devices.size(); ++i) {
       auto it = s.last_xid.find(static_cast<unsigned>(i));
-      Line(b, "DCGM_FI_DEV_XID_ERRORS", labels[i], "", it == s.last_xid.end() ? 0 : static_cast<double>(it->second));
+      Line(b, "DCGM_FI_DEV_XID_ERRORS", labels[i], "",
+           it == s.last_xid.end() ? 0 : static_cast<double>(it->second));
     }
   }
 
@@ -233,8 +251,9 @@ void RenderPrometheus(const AgentState& s, std::string* out) {
     HeaderOther(b, "gpuwatch_gpu_attribution_info");
     for (const auto& p : s.processes) {
       if (p.gpu_index >= labels.size()) continue;
-      std::string extra = fmt::format("user=\"{}\",job=\"{}\",container=\"{}\"", EscapeLabelValue(p.user),
-                                      EscapeLabelValue(p.job_id), EscapeLabelValue(p.container_id));
+      std::string extra =
+          fmt::format("user=\"{}\",job=\"{}\",container=\"{}\"", EscapeLabelValue(p.user),
+                      EscapeLabelValue(p.job_id), EscapeLabelValue(p.container_id));
       if (!seen.emplace(std::pair{p.gpu_index, extra}, true).second) continue;
       Line(b, "gpuwatch_gpu_attribution_info", labels[p.gpu_index], extra, 1);
     }
@@ -242,12 +261,13 @@ void RenderPrometheus(const AgentState& s, std::string* out) {
     for (const auto& p : s.processes) {
       if (p.gpu_index >= labels.size() || !p.used_memory_bytes) continue;
       Line(b, "gpuwatch_process_gpu_memory_bytes", labels[p.gpu_index],
-           fmt::format("pid=\"{}\",command=\"{}\",user=\"{}\",container=\"{}\",pod_uid=\"{}\",job=\"{}\","
-                       "visible_index=\"{}\",GPU_I_ID=\"{}\"",
-                       p.pid, EscapeLabelValue(p.command), EscapeLabelValue(p.user),
-                       EscapeLabelValue(p.container_id), EscapeLabelValue(p.pod_uid),
-                       EscapeLabelValue(p.job_id), p.visible_index ? std::to_string(*p.visible_index) : "",
-                       p.gpu_instance_id ? std::to_string(*p.gpu_instance_id) : ""),
+           fmt::format(
+               "pid=\"{}\",command=\"{}\",user=\"{}\",container=\"{}\",pod_uid=\"{}\",job=\"{}\","
+               "visible_index=\"{}\",GPU_I_ID=\"{}\"",
+               p.pid, EscapeLabelValue(p.command), EscapeLabelValue(p.user),
+               EscapeLabelValue(p.container_id), EscapeLabelValue(p.pod_uid),
+               EscapeLabelValue(p.job_id), p.visible_index ? std::to_string(*p.visible_index) : "",
+               p.gpu_instance_id ? std::to_string(*p.gpu_instance_id) : ""),
            static_cast<double>(*p.used_memory_bytes));
     }
   }
@@ -257,7 +277,8 @@ void RenderPrometheus(const AgentState& s, std::string* out) {
     const auto& h = *s.host;
     constexpr double kHz = 100.0;  // USER_HZ: /proc/stat ticks are 1/100 s on Linux
     HeaderOther(b, "gpuwatch_host_cpu_seconds_total");
-    const double busy = static_cast<double>(h.cpu_total_jiffies - h.cpu_idle_jiffies - h.cpu_iowait_jiffies);
+    const double busy =
+        static_cast<double>(h.cpu_total_jiffies - h.cpu_idle_jiffies - h.cpu_iowait_jiffies);
     Line(b, "gpuwatch_host_cpu_seconds_total", host, "mode=\"busy\"", busy / kHz);
     Line(b, "gpuwatch_host_cpu_seconds_total", host, "mode=\"idle\"", h.cpu_idle_jiffies / kHz);
     Line(b, "gpuwatch_host_cpu_seconds_total", host, "mode=\"iowait\"", h.cpu_iowait_jiffies / kHz);
@@ -281,21 +302,27 @@ void RenderPrometheus(const AgentState& s, std::string* out) {
       auto nic = [&](const char* name, auto get) {
         HeaderOther(b, name);
         for (const auto& x : h.nics)
-          Line(b, name, host, fmt::format("interface=\"{}\"", EscapeLabelValue(x.name)), static_cast<double>(get(x)));
+          Line(b, name, host, fmt::format("interface=\"{}\"", EscapeLabelValue(x.name)),
+               static_cast<double>(get(x)));
       };
       nic("gpuwatch_nic_receive_bytes_total", [](const model::NicSample& x) { return x.rx_bytes; });
-      nic("gpuwatch_nic_transmit_bytes_total", [](const model::NicSample& x) { return x.tx_bytes; });
+      nic("gpuwatch_nic_transmit_bytes_total",
+          [](const model::NicSample& x) { return x.tx_bytes; });
       HeaderOther(b, "gpuwatch_nic_errors_total");
       for (const auto& x : h.nics) {
         const auto ifl = fmt::format("interface=\"{}\"", EscapeLabelValue(x.name));
-        Line(b, "gpuwatch_nic_errors_total", host, ifl + ",direction=\"rx\"", static_cast<double>(x.rx_errors));
-        Line(b, "gpuwatch_nic_errors_total", host, ifl + ",direction=\"tx\"", static_cast<double>(x.tx_errors));
+        Line(b, "gpuwatch_nic_errors_total", host, ifl + ",direction=\"rx\"",
+             static_cast<double>(x.rx_errors));
+        Line(b, "gpuwatch_nic_errors_total", host, ifl + ",direction=\"tx\"",
+             static_cast<double>(x.tx_errors));
       }
       HeaderOther(b, "gpuwatch_nic_dropped_total");
       for (const auto& x : h.nics) {
         const auto ifl = fmt::format("interface=\"{}\"", EscapeLabelValue(x.name));
-        Line(b, "gpuwatch_nic_dropped_total", host, ifl + ",direction=\"rx\"", static_cast<double>(x.rx_dropped));
-        Line(b, "gpuwatch_nic_dropped_total", host, ifl + ",direction=\"tx\"", static_cast<double>(x.tx_dropped));
+        Line(b, "gpuwatch_nic_dropped_total", host, ifl + ",direction=\"rx\"",
+             static_cast<double>(x.rx_dropped));
+        Line(b, "gpuwatch_nic_dropped_total", host, ifl + ",direction=\"tx\"",
+             static_cast<double>(x.tx_dropped));
       }
       bool any_up = false;
       for (const auto& x : h.nics) any_up |= x.link_up.has_value();
@@ -303,7 +330,8 @@ void RenderPrometheus(const AgentState& s, std::string* out) {
         HeaderOther(b, "gpuwatch_nic_up");
         for (const auto& x : h.nics)
           if (x.link_up)
-            Line(b, "gpuwatch_nic_up", host, fmt::format("interface=\"{}\"", EscapeLabelValue(x.name)), *x.link_up);
+            Line(b, "gpuwatch_nic_up", host,
+                 fmt::format("interface=\"{}\"", EscapeLabelValue(x.name)), *x.link_up);
       }
     }
     if (!h.ib_ports.empty()) {
@@ -334,8 +362,8 @@ void RenderPrometheus(const AgentState& s, std::string* out) {
       for (const auto& p : h.ib_ports)
         for (const auto& [cname, field] : errs)
           if (auto v = p.*field)
-            Line(b, "gpuwatch_ib_port_errors_total", host, port_labels(p) + fmt::format(",counter=\"{}\"", cname),
-                 static_cast<double>(*v));
+            Line(b, "gpuwatch_ib_port_errors_total", host,
+                 port_labels(p) + fmt::format(",counter=\"{}\"", cname), static_cast<double>(*v));
       HeaderOther(b, "gpuwatch_ib_port_up");
       for (const auto& p : h.ib_ports)
         Line(b, "gpuwatch_ib_port_up", host,
@@ -346,7 +374,8 @@ void RenderPrometheus(const AgentState& s, std::string* out) {
       if (have_rate) {
         HeaderOther(b, "gpuwatch_ib_port_rate_gbps");
         for (const auto& p : h.ib_ports)
-          if (p.rate_gbps) Line(b, "gpuwatch_ib_port_rate_gbps", host, port_labels(p), *p.rate_gbps);
+          if (p.rate_gbps)
+            Line(b, "gpuwatch_ib_port_rate_gbps", host, port_labels(p), *p.rate_gbps);
       }
     }
   }

@@ -41,10 +41,12 @@ TEST(ExpositionTest, DcgmNamesAndLabels) {
   std::string out;
   RenderPrometheus(s, &out);
   EXPECT_NE(out.find("# TYPE DCGM_FI_DEV_GPU_UTIL gauge\n"), std::string::npos);
-  EXPECT_NE(out.find("DCGM_FI_DEV_GPU_UTIL{gpu=\"0\",UUID=\"GPU-00000000\",pci_bus_id=\"00000000:10:00.0\","
-                     "device=\"nvidia3\",modelName=\"NVIDIA H100 80GB HBM3\",Hostname=\"node-a\","
-                     "DCGM_FI_DRIVER_VERSION=\"550.90.07\"} 97\n"),
-            std::string::npos)
+  EXPECT_NE(
+      out.find(
+          "DCGM_FI_DEV_GPU_UTIL{gpu=\"0\",UUID=\"GPU-00000000\",pci_bus_id=\"00000000:10:00.0\","
+          "device=\"nvidia3\",model_name=\"NVIDIA H100 80GB HBM3\",Hostname=\"node-a\","
+          "DCGM_FI_DRIVER_VERSION=\"550.90.07\"} 97\n"),
+      std::string::npos)
       << out;
   EXPECT_NE(out.find("DCGM_FI_DEV_POWER_USAGE{gpu=\"1\""), std::string::npos);
   EXPECT_NE(out.find("} 612.5\n"), std::string::npos);
@@ -63,7 +65,7 @@ TEST(ExpositionTest, ThrottleReasonsByName) {
   auto s = TwoGpus();
   std::string out;
   RenderPrometheus(s, &out);
-  EXPECT_NE(out.find("gpuwatch_clock_event_reason_active{gpu=\"0\"") , std::string::npos);
+  EXPECT_NE(out.find("gpuwatch_clock_event_reason_active{gpu=\"0\""), std::string::npos);
   EXPECT_NE(out.find("reason=\"hw_thermal\"} 1\n"), std::string::npos);
   EXPECT_NE(out.find("reason=\"sw_power_cap\"} 0\n"), std::string::npos);
 }
@@ -111,7 +113,8 @@ TEST(ExpositionTest, LabelValuesAreEscaped) {
 
 TEST(ApiTest, CapabilitiesJsonNamesReasons) {
   auto s = TwoGpus();
-  s.caps[1].metrics[model::Idx(GpuMetric::kFanPct)] = {model::Support::kNotSupported, "NVML_ERROR_NOT_SUPPORTED"};
+  s.caps[1].metrics[model::Idx(GpuMetric::kFanPct)] = {model::Support::kNotSupported,
+                                                       "NVML_ERROR_NOT_SUPPORTED"};
   auto j = CapabilitiesJson(s);
   EXPECT_EQ(j["gpus"][1]["fields"]["DCGM_FI_DEV_FAN_SPEED"]["support"], "not_supported");
   EXPECT_EQ(j["gpus"][1]["fields"]["DCGM_FI_DEV_FAN_SPEED"]["reason"], "NVML_ERROR_NOT_SUPPORTED");

@@ -3,39 +3,13 @@
 #include <httplib.h>
 
 #include "common/log.h"
-#include "common/strings.h"
 #include "server/api.h"
 #include "server/exposition.h"
 
 namespace gpuwatch::server {
 
-Result<ListenAddress> ParseListenAddress(std::string_view s) {
-  ListenAddress a;
-  std::string_view port_part;
-  if (StartsWith(s, "[")) {
-    auto close = s.find(']');
-    if (close == std::string_view::npos || close + 1 >= s.size() || s[close + 1] != ':')
-      return Status::InvalidArgument("bad listen address '" + std::string(s) + "': expected [v6addr]:port");
-    a.host = std::string(s.substr(1, close - 1));
-    port_part = s.substr(close + 2);
-  } else {
-    auto colon = s.rfind(':');
-    if (colon == std::string_view::npos)
-      return Status::InvalidArgument("bad listen address '" + std::string(s) + "': expected host:port");
-    a.host = std::string(s.substr(0, colon));
-    port_part = s.substr(colon + 1);
-    if (a.host.find(':') != std::string::npos)
-      return Status::InvalidArgument("bad listen address '" + std::string(s) + "': write IPv6 as [addr]:port");
-  }
-  if (a.host.empty()) a.host = "0.0.0.0";
-  auto port = ParseInt<int>(port_part);
-  if (!port || *port < 0 || *port > 65535)
-    return Status::InvalidArgument("bad port in listen address '" + std::string(s) + "'");
-  a.port = *port;
-  return a;
-}
-
-HttpServer::HttpServer(const Agent* agent) : agent_(agent), server_(std::make_unique<httplib::Server>()) {}
+HttpServer::HttpServer(const Agent* agent)
+    : agent_(agent), server_(std::make_unique<httplib::Server>()) {}
 
 HttpServer::~HttpServer() { Stop(); }
 
@@ -74,18 +48,19 @@ Status HttpServer::Start(const ListenAddress& addr) {
     if (res.status == 404) res.set_content("not found: " + req.path + "\n", "text/plain");
   });
   // A handler must never take the daemon down: a thrown exception becomes a 500.
-  srv.set_exception_handler([](const httplib::Request& req, httplib::Response& res, std::exception_ptr ep) {
-    std::string what = "unknown error";
-    try {
-      std::rethrow_exception(ep);
-    } catch (const std::exception& e) {
-      what = e.what();
-    } catch (...) {
-    }
-    GW_LOG_ERROR("HTTP {} {}: {}", req.method, req.path, what);
-    res.status = 500;
-    res.set_content("internal error: " + what + "\n", "text/plain");
-  });
+  srv.set_exception_handler(
+      [](const httplib::Request& req, httplib::Response& res, std::exception_ptr ep) {
+        std::string what = "unknown error";
+        try {
+          std::rethrow_exception(ep);
+        } catch (const std::exception& e) {
+          what = e.what();
+        } catch (...) {
+        }
+        GW_LOG_ERROR("HTTP {} {}: {}", req.method, req.path, what);
+        res.status = 500;
+        res.set_content("internal error: " + what + "\n", "text/plain");
+      });
 
   if (addr.port == 0) {
     port_ = srv.bind_to_any_port(addr.host);

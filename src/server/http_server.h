@@ -10,21 +10,13 @@
 
 #include "common/status.h"
 #include "server/agent.h"
+#include "server/listen_address.h"
 
 namespace httplib {
 class Server;
 }
 
 namespace gpuwatch::server {
-
-struct ListenAddress {
-  std::string host;
-  int port = 0;
-};
-// "127.0.0.1:9470", "[::1]:9470", ":9470" (all interfaces), "0.0.0.0:9470".
-Result<ListenAddress> ParseListenAddress(std::string_view s);
-
-inline constexpr int kDefaultPort = 9470;
 
 class HttpServer {
  public:

@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# Builds the fuzz targets with clang's libFuzzer (+ASan/UBSan) and runs each for SECONDS
+# (default 60). Seeds are the parser fixtures. Crashes land in build/fuzz/crash-*.
+#   scripts/fuzz.sh [SECONDS]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+SECS=${1:-60}
+scripts/deps.sh build
+for p in clang libclang-rt-14-dev; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || \
+    { [ "$(id -u)" -eq 0 ] || SUDO=sudo; ${SUDO:-} apt-get install -y -qq "$p" >/dev/null; }
+done
+mkdir -p build/fuzz && cd build/fuzz
+FLAGS="-std=c++20 -g -O1 -fsanitize=fuzzer,address,undefined -I../../src"
+COMMON="../../src/common/*.cc ../../src/model/*.cc"
+clang++ $FLAGS -o attribution_fuzz ../../src/collect/attribution_fuzz.cc ../../src/collect/attribution.cc $COMMON -lfmt
+clang++ $FLAGS -o cli_fuzz ../../src/cli/cli_fuzz.cc ../../src/cli/config_file.cc \
+  ../../src/server/listen_address.cc $COMMON -lfmt
+./attribution_fuzz -max_total_time="$SECS" ../../tests/fixtures/root/proc ../../tests/fixtures/root-corrupt/proc
+./cli_fuzz -max_total_time="$SECS" ../../tests/fixtures/config

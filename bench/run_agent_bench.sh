@@ -2,7 +2,7 @@
 # Agent cost side by side with prometheus-node-exporter, same machine, same run.
 #   bench/run_agent_bench.sh [SECONDS]   (default 120)
 # gpuwatch serves the mock NVML at 8xH100 with every field, 1 s hardware tier, 5 s host tier,
-# 10 s process tier; both collectors are scraped once a second, as Prometheus would. CPU time
+# 10 s process tier; both collectors are scraped once a second with gzip accepted, as Prometheus does. CPU time
 # and peak RSS come from GNU time (/usr/bin/time -v) when each process exits on SIGTERM.
 # Prints a Markdown report on stdout.
 set -euo pipefail
@@ -13,7 +13,7 @@ cmake -S . -B build/bench -G Ninja -DCMAKE_BUILD_TYPE=Release -DGPUWATCH_BUILD_T
 cmake --build build/bench --target gpuwatch gpuwatch-mock-nvml agent_bench >/dev/null
 
 TMP=$(mktemp -d)
-trap 'kill $GW_PID $NE_PID 2>/dev/null || true; rm -rf "$TMP"' EXIT
+trap 'pkill -P $GW_PID 2>/dev/null; pkill -P $NE_PID 2>/dev/null; rm -rf "$TMP"' EXIT
 port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 GW_PORT=$(port)
 NE_PORT=$(port)
@@ -27,14 +27,16 @@ NE_PID=$!
 sleep 2
 gw_bytes=0 ne_bytes=0 scrape_ms=()
 for ((i = 0; i < DUR; i++)); do
-  t=$(curl -s -o "$TMP/gw.prom" -w '%{time_total}' "http://127.0.0.1:$GW_PORT/metrics")
+  t=$(curl -s --compressed -o "$TMP/gw.prom" -w '%{time_total}' "http://127.0.0.1:$GW_PORT/metrics")
   scrape_ms+=("$t")
-  curl -s -o "$TMP/ne.prom" "http://127.0.0.1:$NE_PORT/metrics"
+  curl -s --compressed -o "$TMP/ne.prom" "http://127.0.0.1:$NE_PORT/metrics"
   sleep 1
 done
 gw_bytes=$(wc -c <"$TMP/gw.prom"); ne_bytes=$(wc -c <"$TMP/ne.prom")
 gw_series=$(grep -vc '^#' "$TMP/gw.prom"); ne_series=$(grep -vc '^#' "$TMP/ne.prom")
-kill -TERM "$GW_PID" "$NE_PID"
+# GW_PID/NE_PID are GNU time's; the signal goes to the collector it runs, then time reports.
+pkill -TERM -P "$GW_PID"
+pkill -TERM -P "$NE_PID"
 wait "$GW_PID" || true
 wait "$NE_PID" || true
 
@@ -60,5 +62,5 @@ echo
 echo "gpuwatch /metrics scrape time over loopback (curl time_total): median $(printf '%s\n' "${scrape_ms[@]}" | sort -n | awk '{a[NR]=$1} END {printf "%.2f ms", 1000*a[int((NR+1)/2)]}')"
 echo
 echo '```'
-build/bench/agent_bench --benchmark_min_time=1 2>/dev/null | grep -E '^(BM_|Benchmark|-)'
+build/bench/bench/agent_bench --benchmark_min_time=1 2>/dev/null | grep -E '^(BM_|Benchmark|-)'
 echo '```'

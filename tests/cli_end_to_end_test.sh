@@ -5,13 +5,13 @@
 GPUWATCH=$1 MOCK=$2 FIXTURES=$3
 . "$(dirname "$0")/lib.sh"
 
-"$GPUWATCH" --version | grep -q '^gpuwatch ' || fail "--version"
+"$GPUWATCH" --version >"$TMP/version.txt" && grep -q '^gpuwatch ' "$TMP/version.txt" || fail "--version"
 for sub in "" up agent status docs; do
   # shellcheck disable=SC2086
   "$GPUWATCH" $sub --help >"$TMP/help.txt" || fail "gpuwatch $sub --help exited non-zero"
   grep -q -- '--help' "$TMP/help.txt" || fail "gpuwatch $sub --help printed no usage"
 done
-"$GPUWATCH" up --help | grep -q -- '--listen' || fail "up --help lacks --listen"
+"$GPUWATCH" up --help >"$TMP/help.txt" && grep -q -- '--listen' "$TMP/help.txt" || fail "up --help lacks --listen"
 
 # status: table, JSON, capabilities.
 GPUWATCH_MOCK_NVML=4xL40S "$GPUWATCH" status --nvml-lib "$MOCK" >"$TMP/status.txt" || fail "status"
@@ -29,8 +29,10 @@ assert caps["DCGM_FI_DEV_GPU_UTIL"]["support"] == "supported", caps["DCGM_FI_DEV
 assert caps["DCGM_FI_DEV_FAN_SPEED"]["support"] == "not_supported", caps["DCGM_FI_DEV_FAN_SPEED"]
 assert "DCGM_FI_DEV_FAN_SPEED" not in j["gpus"][0]["metrics"], "unsupported field must be absent, not 0"
 PY
-GPUWATCH_MOCK_NVML=4xL40S "$GPUWATCH" status --capabilities --nvml-lib "$MOCK" | grep -q 'DCGM_FI_DEV_FAN_SPEED' \
-  || fail "status --capabilities does not list the unsupported fan field"
+GPUWATCH_MOCK_NVML=4xL40S "$GPUWATCH" status --capabilities --nvml-lib "$MOCK" >"$TMP/caps.txt" || fail "status --capabilities"
+grep -q '^    DCGM_FI_DEV_FAN_SPEED  *NVML_ERROR_NOT_SUPPORTED$' "$TMP/caps.txt" \
+  || { cat "$TMP/caps.txt"; fail "status --capabilities does not list the unsupported fan field"; }
+grep -q '^    processes  *yes$' "$TMP/caps.txt" || fail "status --capabilities: process query not probed"
 
 # No NVML library: one clear line, status still works, the agent still serves host metrics.
 "$GPUWATCH" status --nvml-lib /nonexistent/libnvidia-ml.so.1 >"$TMP/nonvml.txt" || fail "status without NVML"
@@ -41,7 +43,8 @@ PORT=$(free_port)
 PIDS+=($!)
 wait_http "http://127.0.0.1:$PORT/healthz" 20 || fail "agent without NVML did not start"
 sleep 0.5
-curl -fsS "http://127.0.0.1:$PORT/metrics" | grep -q '^gpuwatch_host_memory_total_bytes' || fail "no host metrics without NVML"
+curl -fsS "http://127.0.0.1:$PORT/metrics" >"$TMP/nonvml.prom"
+grep -q '^gpuwatch_host_memory_total_bytes' "$TMP/nonvml.prom" || fail "no host metrics without NVML"
 [ "$(grep -c 'no GPU metrics' "$TMP/nonvml.log")" = 1 ] || fail "expected exactly one no-GPU log line"
 
 # A GPU lost mid-run, XIDs as events, kept in the data dir.

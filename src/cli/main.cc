@@ -58,8 +58,9 @@ void AddAgentFlags(CLI::App* app, AgentFlags* f) {
                   "Process attribution tier period (default 10s)");
   app->add_option("--job-env-var", f->job_env_var,
                   "Environment variable naming a process's job (default SLURM_JOB_ID)");
-  app->add_option("--model-label", f->model_label,
-                  "Label name for the GPU model: model_name (default) or dcgm-exporter's modelName");
+  app->add_option(
+      "--model-label", f->model_label,
+      "Label name for the GPU model: model_name (default) or dcgm-exporter's modelName");
   app->add_option("--log-level", f->log_level, "debug, info, warning or error (default info)");
 }
 
@@ -80,7 +81,7 @@ Status ApplyConfig(CLI::App* app, AgentFlags* f) {
                                                 {"host-interval", &f->host_interval},
                                                 {"process-interval", &f->process_interval},
                                                 {"job-env-var", &f->job_env_var},
-      {"model-label", &f->model_label},
+                                                {"model-label", &f->model_label},
                                                 {"log-level", &f->log_level}};
   for (const auto& [key, value] : *kv) {
     auto it = fields.find(key);
@@ -98,7 +99,8 @@ Result<server::AgentOptions> MakeOptions(const AgentFlags& f) {
   o.data_dir = f.data_dir;
   o.job_env_var = f.job_env_var;
   if (f.model_label != "model_name" && f.model_label != "modelName")
-    return Status::InvalidArgument("bad --model-label '" + f.model_label + "': model_name or modelName");
+    return Status::InvalidArgument("bad --model-label '" + f.model_label +
+                                   "': model_name or modelName");
   o.model_label = f.model_label;
   o.hostname = f.hostname;
   if (o.hostname.empty()) {
@@ -184,15 +186,16 @@ int RunStatus(bool json, bool capabilities, const std::string& nvml_lib,
   if (gethostname(buf, sizeof(buf) - 1) == 0) o.hostname = buf;
   server::Agent agent(o, MakeGpuSource(nvml_lib));
   if (Status st = agent.Init(); !st.ok()) return Fail(st);
-  agent.TickGpu();
+  // Processes first: the GPU tick then publishes capabilities that include the process query.
   agent.TickProcesses();
+  agent.TickGpu();
   agent.PollEvents(0);
   std::string out = agent.WithState([&](const server::AgentState& s) {
     if (json) {
       nlohmann::json j = server::GpusJson(s);
       j["processes"] = server::ProcessesJson(s)["processes"];
       if (capabilities) j["capabilities"] = server::CapabilitiesJson(s)["gpus"];
-      return j.dump(2) + "\n";
+      return server::DumpJson(j, 2) + "\n";
     }
     return capabilities ? RenderCapabilities(s) : RenderStatusTable(s);
   });

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include "common/strings.h"
 #include "model/metric_catalog.h"
 
 namespace gpuwatch::cli {
@@ -27,9 +28,11 @@ std::string Throttle(const model::GpuSample& s) {
   return out;
 }
 
-std::string Short(std::string_view s, size_t n) {
-  if (s.size() <= n) return std::string(s);
-  return std::string(s.substr(0, n - 1)) + "~";
+// Process-controlled text (comm, user, job id) is made printable: no terminal escapes.
+std::string Short(std::string_view raw, size_t n) {
+  std::string s = PrintableText(raw);
+  if (s.size() <= n) return s;
+  return s.substr(0, n - 1) + "~";
 }
 
 }  // namespace
@@ -90,7 +93,7 @@ std::string RenderStatusTable(const server::AgentState& s) {
           p.job_id.empty() ? "-" : Short(p.job_id, 12),
           p.visible_index ? std::to_string(*p.visible_index) : "?",
           p.used_memory_bytes ? fmt::format("{:.0f}", *p.used_memory_bytes / 1048576.0) : "n/a",
-          p.command);
+          PrintableText(p.command));
     }
   }
   return out;
@@ -121,7 +124,9 @@ std::string RenderCapabilities(const server::AgentState& s) {
       const auto& c = s.caps[i].features[f];
       out +=
           fmt::format("    {:<16} {}{}\n", model::GpuFeatureName(static_cast<model::GpuFeature>(f)),
-                      c.support == model::Support::kSupported ? "yes" : "no",
+                      c.support == model::Support::kSupported ? "yes"
+                      : c.support == model::Support::kUnknown ? "not probed yet"
+                                                              : "no",
                       c.reason.empty() ? "" : " (" + c.reason + ")");
     }
   }

@@ -37,6 +37,34 @@ std::string CudaVersionString(int v) {
   return std::to_string(v / 1000) + "." + std::to_string((v % 1000) / 10);
 }
 
+// A per-GPU total over its NVLinks. The total is exported only when every link answered this
+// tick: a link missing from the sum would make a counter go down, which Prometheus reads as a
+// reset (a false error spike at the drop and again when the link returns). The metric is
+// unsupported only when every link said so.
+struct LinkTotal {
+  double sum = 0;
+  size_t ok = 0, unsupported = 0;
+  nvmlReturn_t unsupported_rc = NVML_SUCCESS;
+
+  void Add(nvmlReturn_t rc, double v) {
+    if (rc == NVML_SUCCESS) {
+      sum += v;
+      ++ok;
+    } else if (IsUnsupported(rc)) {
+      ++unsupported;
+      unsupported_rc = rc;
+    }
+  }
+  void Apply(GpuMetric m, size_t links, model::Capability* cap, model::GpuSample* out) const {
+    if (links > 0 && ok == links) {
+      out->Set(m, sum);
+      *cap = {Support::kSupported, ""};
+    } else if (links > 0 && unsupported == links) {
+      *cap = {Support::kNotSupported, NvmlErrorName(unsupported_rc)};
+    }
+  }
+};
+
 }  // namespace
 
 bool DriverHasBrokenProcessV3(std::string_view driver_version) {
@@ -68,6 +96,8 @@ struct NvmlSource::Device {
     bool gpm_primed = false;
   };
   std::vector<Mig> migs;
+  bool static_pending = false;    // a static field answered a transient error at start
+  bool links_pending = false;     // NVLink discovery hit a transient error
   bool use_event_reasons = true;  // nvmlDeviceGetCurrentClocksEventReasons vs the older name
   // Each error code is logged once per field so a flapping field cannot flood the log.
   std::array<nvmlReturn_t, model::kNumGpuMetrics> last_logged_error{};
@@ -150,6 +180,58 @@ Status NvmlSource::Init() {
   return Status::Ok();
 }
 
+void NvmlSource::ReadStaticValues(Device& d) {
+  const auto& f = lib_->fn();
+  // Only a lasting answer (NOT_SUPPORTED, NO_PERMISSION, no symbol) latches; a transient error
+  // at start leaves the field pending and the next tick asks again.
+  d.static_pending = false;
+  auto one = [&](GpuMetric m, auto&& read) {
+    auto& cap = d.caps.metrics[Idx(m)];
+    if (cap.support == Support::kSupported || cap.support == Support::kNotSupported) return;
+    unsigned v = 0;
+    nvmlReturn_t rc = read(&v);
+    if (rc == NVML_SUCCESS) {
+      d.static_values.emplace_back(m, v);
+      cap = {Support::kSupported, ""};
+    } else if (IsUnsupported(rc)) {
+      cap = {Support::kNotSupported, NvmlErrorName(rc)};
+    } else {
+      cap = {Support::kError, NvmlErrorName(rc)};
+      d.static_pending = true;
+    }
+  };
+  auto max_clock = [&](nvmlClockType_t t) {
+    return [&f, &d, t](unsigned* v) {
+      return f.nvmlDeviceGetMaxClockInfo ? f.nvmlDeviceGetMaxClockInfo(d.handle, t, v)
+                                         : NVML_ERROR_FUNCTION_NOT_FOUND;
+    };
+  };
+  auto uint_fn = [&](nvmlReturn_t (*fn)(nvmlDevice_t, unsigned*)) {
+    return [&d, fn](unsigned* v) { return fn ? fn(d.handle, v) : NVML_ERROR_FUNCTION_NOT_FOUND; };
+  };
+  one(GpuMetric::kMaxSmClockMhz, max_clock(NVML_CLOCK_SM));
+  one(GpuMetric::kMaxMemClockMhz, max_clock(NVML_CLOCK_MEM));
+  one(GpuMetric::kPcieMaxGen, uint_fn(f.nvmlDeviceGetMaxPcieLinkGeneration));
+  one(GpuMetric::kPcieMaxWidth, uint_fn(f.nvmlDeviceGetMaxPcieLinkWidth));
+}
+
+void NvmlSource::DiscoverNvLinks(Device& d) {
+  const auto& f = lib_->fn();
+  // The links present: those that answer their state. A transient error on any link leaves
+  // discovery pending so a link is not written off for the agent's lifetime.
+  d.links.clear();
+  d.links_pending = false;
+  if (!f.nvmlDeviceGetNvLinkState) return;
+  for (unsigned l = 0; l < NVML_NVLINK_MAX_LINKS; ++l) {
+    nvmlEnableState_t st{};
+    nvmlReturn_t rc = f.nvmlDeviceGetNvLinkState(d.handle, l, &st);
+    if (rc == NVML_SUCCESS)
+      d.links.push_back(l);
+    else if (!IsUnsupported(rc))
+      d.links_pending = true;
+  }
+}
+
 void NvmlSource::ProbeStatic(Device& d) {
   const auto& f = lib_->fn();
   auto& info = devices_[d.index];
@@ -173,39 +255,8 @@ void NvmlSource::ProbeStatic(Device& d) {
   if (f.nvmlDeviceGetArchitecture && f.nvmlDeviceGetArchitecture(d.handle, &arch) == NVML_SUCCESS)
     info.architecture = arch;
 
-  auto static_clock = [&](GpuMetric m, nvmlClockType_t t) {
-    unsigned v = 0;
-    nvmlReturn_t rc = f.nvmlDeviceGetMaxClockInfo ? f.nvmlDeviceGetMaxClockInfo(d.handle, t, &v)
-                                                  : NVML_ERROR_FUNCTION_NOT_FOUND;
-    if (rc == NVML_SUCCESS) {
-      d.static_values.emplace_back(m, v);
-      d.caps.metrics[Idx(m)] = {Support::kSupported, ""};
-    } else {
-      d.caps.metrics[Idx(m)] = {Support::kNotSupported, NvmlErrorName(rc)};
-    }
-  };
-  static_clock(GpuMetric::kMaxSmClockMhz, NVML_CLOCK_SM);
-  static_clock(GpuMetric::kMaxMemClockMhz, NVML_CLOCK_MEM);
-  auto static_uint = [&](GpuMetric m, nvmlReturn_t (*fn)(nvmlDevice_t, unsigned*)) {
-    unsigned v = 0;
-    nvmlReturn_t rc = fn ? fn(d.handle, &v) : NVML_ERROR_FUNCTION_NOT_FOUND;
-    if (rc == NVML_SUCCESS) {
-      d.static_values.emplace_back(m, v);
-      d.caps.metrics[Idx(m)] = {Support::kSupported, ""};
-    } else {
-      d.caps.metrics[Idx(m)] = {Support::kNotSupported, NvmlErrorName(rc)};
-    }
-  };
-  static_uint(GpuMetric::kPcieMaxGen, f.nvmlDeviceGetMaxPcieLinkGeneration);
-  static_uint(GpuMetric::kPcieMaxWidth, f.nvmlDeviceGetMaxPcieLinkWidth);
-
-  // NVLinks present at start; a link that later stops answering is reported down.
-  if (f.nvmlDeviceGetNvLinkState) {
-    for (unsigned l = 0; l < NVML_NVLINK_MAX_LINKS; ++l) {
-      nvmlEnableState_t st{};
-      if (f.nvmlDeviceGetNvLinkState(d.handle, l, &st) == NVML_SUCCESS) d.links.push_back(l);
-    }
-  }
+  ReadStaticValues(d);
+  DiscoverNvLinks(d);
   info.nvlink_count = static_cast<unsigned>(d.links.size());
   d.caps.features[static_cast<size_t>(model::GpuFeature::kNvlinkPerLink)] =
       d.links.empty() ? model::Capability{Support::kNotSupported, "no NVLink answered"}
@@ -226,8 +277,9 @@ void NvmlSource::ProbeStatic(Device& d) {
   if (!event_set_ || !f.nvmlDeviceRegisterEvents) {
     xid_cap = {Support::kNotSupported, "NVML event API unavailable"};
   } else {
-    unsigned long long supported = nvmlEventTypeXidCriticalError | nvmlEventTypeSingleBitEccError |
-                                   nvmlEventTypeDoubleBitEccError;
+    // Single-bit ECC events are not registered: DCGM_FI_DEV_ECC_SBE_* count them, and a weak
+    // memory cell can raise thousands an hour.
+    unsigned long long supported = nvmlEventTypeXidCriticalError | nvmlEventTypeDoubleBitEccError;
     unsigned long long avail = 0;
     if (f.nvmlDeviceGetSupportedEventTypes &&
         f.nvmlDeviceGetSupportedEventTypes(d.handle, &avail) == NVML_SUCCESS)
@@ -406,6 +458,10 @@ Status NvmlSource::Sample(size_t index, int64_t time_ms, model::GpuSample* out) 
         return rc;
       }
       if (IsLost(rc)) return rc;
+      // Only a lasting answer switches to v1 for good. A transient error leaves this tick
+      // without memory values: v1's `used` includes the reserved part, so mixing the two
+      // calls would make FB_USED jump.
+      if (!IsUnsupported(rc) && rc != NVML_ERROR_ARGUMENT_VERSION_MISMATCH) return rc;
       d.caps.metrics[Idx(GpuMetric::kMemReservedMib)] = {Support::kNotSupported, NvmlErrorName(rc)};
     }
     if (!f.nvmlDeviceGetMemoryInfo) return NVML_ERROR_FUNCTION_NOT_FOUND;
@@ -535,6 +591,20 @@ Status NvmlSource::Sample(size_t index, int64_t time_ms, model::GpuSample* out) 
     d.lost = false;
     GW_LOG_INFO("GPU {} ({}) answers NVML again", d.index, devices_[d.index].uuid);
   }
+  if (d.static_pending || d.links_pending) {
+    std::lock_guard<std::mutex> lock(caps_mu_);
+    if (d.static_pending) ReadStaticValues(d);
+    if (d.links_pending && d.links.empty()) {
+      DiscoverNvLinks(d);
+      if (!d.links.empty()) {
+        for (auto& c : d.caps.metrics) {
+          if (c.reason == "no NVLink on this GPU") c = {};
+        }
+        d.caps.features[static_cast<size_t>(model::GpuFeature::kNvlinkPerLink)] = {
+            Support::kSupported, ""};
+      }
+    }
+  }
   for (const auto& [m, v] : d.static_values) out->Set(m, v);
   return Status::Ok();
 }
@@ -597,71 +667,49 @@ void NvmlSource::SampleFieldValues(Device& d, model::GpuSample* out) {
         return static_cast<double>(v.value.sllVal);
       case NVML_VALUE_TYPE_SIGNED_INT:
         return v.value.siVal;
+      case NVML_VALUE_TYPE_UNSIGNED_SHORT:
+        return v.value.usVal;
       default:
         return v.value.dVal;
     }
   };
-  // Per-link throughput goes to the link samples (filled below by SampleNvLinks), summed here.
-  double tx_sum = 0, rx_sum = 0;
-  bool tx_any = false, rx_any = false, tx_unsup = false, rx_unsup = false;
+  // Per-link throughput goes to the link samples (SampleNvLinks fills the rest of them).
+  LinkTotal tx, rx;
   out->nvlinks.clear();
   for (unsigned l : d.links) {
-    model::NvLinkSample s;
-    s.link = l;
-    out->nvlinks.push_back(s);
+    model::NvLinkSample ls;
+    ls.link = l;
+    out->nvlinks.push_back(ls);
   }
   auto link_sample = [&](unsigned l) -> model::NvLinkSample* {
-    for (auto& s : out->nvlinks)
-      if (s.link == l) return &s;
+    for (auto& ls : out->nvlinks)
+      if (ls.link == l) return &ls;
     return nullptr;
   };
   for (size_t i = 0; i < wants.size(); ++i) {
     const auto& w = wants[i];
     const auto& v = values[i];
     const bool is_tx = w.metric == GpuMetric::kNvlinkTxBytes;
-    const bool is_rx = w.metric == GpuMetric::kNvlinkRxBytes;
-    if (v.nvmlReturn != NVML_SUCCESS) {
-      if (IsUnsupported(v.nvmlReturn)) {
-        if (is_tx)
-          tx_unsup = true;
-        else if (is_rx)
-          rx_unsup = true;
-        else
-          d.caps.metrics[Idx(w.metric)] = {Support::kNotSupported, NvmlErrorName(v.nvmlReturn)};
-      }
+    if (is_tx || w.metric == GpuMetric::kNvlinkRxBytes) {
+      const double kib = v.nvmlReturn == NVML_SUCCESS ? as_double(v) : 0;
+      (is_tx ? tx : rx).Add(v.nvmlReturn, kib * 1024.0);  // NVML reports KiB
+      if (auto* ls = link_sample(w.link); ls && v.nvmlReturn == NVML_SUCCESS)
+        (is_tx ? ls->tx_bytes : ls->rx_bytes) = static_cast<uint64_t>(kib) * 1024;
       continue;
     }
-    const double x = as_double(v);
-    if (is_tx || is_rx) {
-      const double bytes = x * 1024.0;  // NVML reports KiB
-      if (auto* s = link_sample(w.link))
-        (is_tx ? s->tx_bytes : s->rx_bytes) = static_cast<uint64_t>(bytes);
-      if (is_tx) {
-        tx_sum += bytes;
-        tx_any = true;
-      } else {
-        rx_sum += bytes;
-        rx_any = true;
-      }
-      continue;
+    if (v.nvmlReturn == NVML_SUCCESS) {
+      d.caps.metrics[Idx(w.metric)] = {Support::kSupported, ""};
+      out->Set(w.metric, as_double(v));
+    } else if (IsUnsupported(v.nvmlReturn)) {
+      d.caps.metrics[Idx(w.metric)] = {Support::kNotSupported, NvmlErrorName(v.nvmlReturn)};
     }
-    d.caps.metrics[Idx(w.metric)] = {Support::kSupported, ""};
-    out->Set(w.metric, x);
   }
-  if (tx_any) {
-    out->Set(GpuMetric::kNvlinkTxBytes, tx_sum);
-    d.caps.metrics[Idx(GpuMetric::kNvlinkTxBytes)] = {Support::kSupported, ""};
-  } else if (tx_unsup) {
-    d.caps.metrics[Idx(GpuMetric::kNvlinkTxBytes)] = {Support::kNotSupported,
-                                                      "NVML_ERROR_NOT_SUPPORTED"};
-  }
-  if (rx_any) {
-    out->Set(GpuMetric::kNvlinkRxBytes, rx_sum);
-    d.caps.metrics[Idx(GpuMetric::kNvlinkRxBytes)] = {Support::kSupported, ""};
-  } else if (rx_unsup) {
-    d.caps.metrics[Idx(GpuMetric::kNvlinkRxBytes)] = {Support::kNotSupported,
-                                                      "NVML_ERROR_NOT_SUPPORTED"};
-  }
+  if (want_tx)
+    tx.Apply(GpuMetric::kNvlinkTxBytes, d.links.size(),
+             &d.caps.metrics[Idx(GpuMetric::kNvlinkTxBytes)], out);
+  if (want_rx)
+    rx.Apply(GpuMetric::kNvlinkRxBytes, d.links.size(),
+             &d.caps.metrics[Idx(GpuMetric::kNvlinkRxBytes)], out);
 }
 
 void NvmlSource::SampleNvLinks(Device& d, model::GpuSample* out) {
@@ -689,15 +737,14 @@ void NvmlSource::SampleNvLinks(Device& d, model::GpuSample* out) {
       {GpuMetric::kNvlinkCrcDataErrors, NVML_NVLINK_ERROR_DL_CRC_DATA,
        &model::NvLinkSample::crc_data_errors},
   };
-  std::array<double, 4> sums{};
-  std::array<bool, 4> any{};
-  std::array<nvmlReturn_t, 4> unsup{};
-  unsigned active = 0;
+  std::array<LinkTotal, 4> totals{};
+  unsigned active = 0, states_read = 0;
   for (auto& s : out->nvlinks) {
     nvmlEnableState_t st{};
     if (f.nvmlDeviceGetNvLinkState(d.handle, s.link, &st) == NVML_SUCCESS) {
       s.active = st == NVML_FEATURE_ENABLED;
       active += s.active;
+      ++states_read;
     }
     for (size_t c = 0; c < 4; ++c) {
       const auto& k = kCounters[c];
@@ -706,25 +753,19 @@ void NvmlSource::SampleNvLinks(Device& d, model::GpuSample* out) {
         continue;
       unsigned long long v = 0;
       nvmlReturn_t rc = f.nvmlDeviceGetNvLinkErrorCounter(d.handle, s.link, k.id, &v);
-      if (rc == NVML_SUCCESS) {
-        s.*(k.field) = v;
-        sums[c] += static_cast<double>(v);
-        any[c] = true;
-      } else if (IsUnsupported(rc)) {
-        unsup[c] = rc;
-      }
+      if (rc == NVML_SUCCESS) s.*(k.field) = v;
+      totals[c].Add(rc, static_cast<double>(v));
     }
   }
-  out->Set(GpuMetric::kNvlinkActiveLinks, active);
-  d.caps.metrics[Idx(GpuMetric::kNvlinkActiveLinks)] = {Support::kSupported, ""};
+  // "0 links active" only when the links answered: a failed read is no reading, not a down link.
+  if (states_read > 0) {
+    out->Set(GpuMetric::kNvlinkActiveLinks, active);
+    d.caps.metrics[Idx(GpuMetric::kNvlinkActiveLinks)] = {Support::kSupported, ""};
+  }
   for (size_t c = 0; c < 4; ++c) {
-    auto& cap = d.caps.metrics[Idx(kCounters[c].metric)];
-    if (any[c]) {
-      out->Set(kCounters[c].metric, sums[c]);
-      cap = {Support::kSupported, ""};
-    } else if (unsup[c] != NVML_SUCCESS) {
-      cap = {Support::kNotSupported, NvmlErrorName(unsup[c])};
-    }
+    const GpuMetric m = kCounters[c].metric;
+    if (d.caps.metrics[Idx(m)].support == Support::kNotSupported) continue;
+    totals[c].Apply(m, d.links.size(), &d.caps.metrics[Idx(m)], out);
   }
 }
 
@@ -843,11 +884,24 @@ Status NvmlSource::Processes(size_t index, std::vector<model::GpuProcess>* out) 
     return Status::Unavailable(std::string("process query: ") + NvmlErrorName(rc));
   }
   for (const auto& p : infos) {
+    // One entry per (pid, MIG instance): a driver may list a pid twice (several contexts).
+    const bool mig = devices_[index].mig_enabled && p.gpuInstanceId != 0xFFFFFFFFu;
+    auto same = [&](const model::GpuProcess& x) {
+      return x.pid == p.pid &&
+             x.gpu_instance_id == (mig ? std::optional<unsigned>(p.gpuInstanceId) : std::nullopt) &&
+             x.compute_instance_id ==
+                 (mig ? std::optional<unsigned>(p.computeInstanceId) : std::nullopt);
+    };
+    if (auto it = std::find_if(out->begin(), out->end(), same); it != out->end()) {
+      if (p.usedGpuMemory != NVML_VALUE_NOT_AVAILABLE)
+        it->used_memory_bytes = it->used_memory_bytes.value_or(0) + p.usedGpuMemory;
+      continue;
+    }
     model::GpuProcess gp;
     gp.pid = p.pid;
     if (p.usedGpuMemory != NVML_VALUE_NOT_AVAILABLE) gp.used_memory_bytes = p.usedGpuMemory;
     // 0xFFFFFFFF marks "not a MIG process".
-    if (devices_[index].mig_enabled && p.gpuInstanceId != 0xFFFFFFFFu) {
+    if (mig) {
       gp.gpu_instance_id = p.gpuInstanceId;
       gp.compute_instance_id = p.computeInstanceId;
     }
@@ -875,7 +929,7 @@ Status NvmlSource::WaitEvents(int timeout_ms, int64_t now_ms, std::vector<model:
   }
   model::GpuEvent e;
   e.time_ms = now_ms;
-  e.gpu_index = 0;
+  e.gpu_index = model::kUnknownGpu;
   for (const auto& d : state_) {
     if (d->handle == data.device) {
       e.gpu_index = d->index;
@@ -897,7 +951,9 @@ Status NvmlSource::WaitEvents(int timeout_ms, int64_t now_ms, std::vector<model:
   } else {
     return Status::Ok();
   }
-  if (data.gpuInstanceId != 0xFFFFFFFFu && devices_[e.gpu_index].mig_enabled)
+  if (e.gpu_index == model::kUnknownGpu) e.text += " (from a device handle NVML did not enumerate)";
+  if (data.gpuInstanceId != 0xFFFFFFFFu && e.gpu_index < devices_.size() &&
+      devices_[e.gpu_index].mig_enabled)
     e.text += " (MIG GI " + std::to_string(data.gpuInstanceId) + ")";
   out->push_back(std::move(e));
   return Status::Ok();

@@ -45,6 +45,8 @@ class NvmlSource final : public GpuSource {
   struct Device;
 
   void ProbeStatic(Device& d);
+  void ReadStaticValues(Device& d);  // REQUIRES: caps_mu_ held, or Init()
+  void DiscoverNvLinks(Device& d);
   void SetupGpm(Device& d);
   void SetupMig(Device& d);
   void SampleNvLinks(Device& d, model::GpuSample* out);

@@ -30,6 +30,12 @@ std::optional<T> ParseInt(std::string_view s, int base = 10) {
 
 std::optional<double> ParseDouble(std::string_view s);
 
+// Replaces each invalid UTF-8 sequence with U+FFFD. Text a monitored process controls (its
+// comm, its environment) reaches label values and JSON, which must be valid UTF-8.
+std::string SanitizeUtf8(std::string_view s);
+// SanitizeUtf8, then control characters (< 0x20, 0x7f) as '?': for printing to a terminal.
+std::string PrintableText(std::string_view s);
+
 // Reads a whole small file (procfs/sysfs style). NotFound / PermissionDenied / IoError.
 struct FileReadResult {
   bool ok = false;

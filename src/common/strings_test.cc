@@ -26,6 +26,19 @@ TEST(StringsTest, ParseDouble) {
   EXPECT_EQ(ParseDouble("1.5.2"), std::nullopt);
 }
 
+TEST(StringsTest, SanitizeUtf8) {
+  EXPECT_EQ(SanitizeUtf8("plain"), "plain");
+  EXPECT_EQ(SanitizeUtf8("caf\xc3\xa9"), "caf\xc3\xa9");  // é kept
+  EXPECT_EQ(SanitizeUtf8("a\xff"
+                         "b"),
+            "a\xef\xbf\xbd"
+            "b");                                                        // stray byte
+  EXPECT_EQ(SanitizeUtf8("\xc0\xaf"), "\xef\xbf\xbd\xef\xbf\xbd");       // overlong '/'
+  EXPECT_EQ(SanitizeUtf8("\xed\xa0\x80").substr(0, 3), "\xef\xbf\xbd");  // surrogate
+  EXPECT_EQ(SanitizeUtf8("\xe2\x82"), "\xef\xbf\xbd\xef\xbf\xbd");       // truncated
+  EXPECT_EQ(PrintableText("x\x1b[31my\n"), "x?[31my?");
+}
+
 TEST(StringsTest, ReadSmallFileMissing) {
   auto r = ReadSmallFile("/nonexistent/gpuwatch");
   EXPECT_FALSE(r.ok);

@@ -161,6 +161,9 @@ struct GpuProcess {
 enum class GpuEventKind : uint8_t { kXid, kEccSingleBit, kEccDoubleBit, kGpuLost, kGpuRecovered };
 std::string_view GpuEventKindName(GpuEventKind k);
 
+// gpu_index of an event NVML raised for a device handle it never enumerated.
+inline constexpr unsigned kUnknownGpu = ~0u;
+
 struct GpuEvent {
   int64_t time_ms = 0;
   GpuEventKind kind = GpuEventKind::kXid;

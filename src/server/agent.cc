@@ -64,7 +64,7 @@ void Agent::RecordEvent(model::GpuEvent e) {
   GW_LOG_WARN("GPU {} event {}: {}", e.gpu_index, model::GpuEventKindName(e.kind), e.text);
   if (events_log_) {
     // Flushed per event: hardware events are rare and each one matters (R18).
-    const std::string line = EventJson(e).dump() + "\n";
+    const std::string line = DumpJson(EventJson(e)) + "\n";
     if (std::fwrite(line.data(), 1, line.size(), events_log_) != line.size() ||
         std::fflush(events_log_) != 0)
       GW_LOG_ERROR("cannot append to {}/events.jsonl: {}", options_.data_dir, std::strerror(errno));

@@ -152,10 +152,10 @@ json CapabilitiesJson(const AgentState& s) {
 }
 
 json EventJson(const model::GpuEvent& e) {
-  json j = {{"time_ms", e.time_ms},       {"kind", model::GpuEventKindName(e.kind)},
-            {"gpu", e.gpu_index},         {"uuid", e.uuid},
-            {"pci_bus_id", e.pci_bus_id}, {"text", e.text},
-            {"source", e.source}};
+  json j = {{"time_ms", e.time_ms}, {"kind", model::GpuEventKindName(e.kind)},
+            {"uuid", e.uuid},       {"pci_bus_id", e.pci_bus_id},
+            {"text", e.text},       {"source", e.source}};
+  j["gpu"] = e.gpu_index == model::kUnknownGpu ? json(nullptr) : json(e.gpu_index);
   if (e.kind == model::GpuEventKind::kXid) j["xid"] = e.code;
   return j;
 }
@@ -164,6 +164,10 @@ json EventsJson(const AgentState& s) {
   json ev = json::array();
   for (const auto& e : s.recent_events) ev.push_back(EventJson(e));
   return {{"hostname", s.hostname}, {"events", std::move(ev)}};
+}
+
+std::string DumpJson(const json& j, int indent) {
+  return j.dump(indent, ' ', false, json::error_handler_t::replace);
 }
 
 json HostJson(const AgentState& s) {

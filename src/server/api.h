@@ -14,4 +14,8 @@ nlohmann::json EventsJson(const AgentState& s);
 nlohmann::json EventJson(const model::GpuEvent& e);
 nlohmann::json HostJson(const AgentState& s);
 
+// Serializes with invalid UTF-8 replaced by U+FFFD instead of throwing: strings a monitored
+// process controls (comm, environment) end up in these documents.
+std::string DumpJson(const nlohmann::json& j, int indent = -1);
+
 }  // namespace gpuwatch::server

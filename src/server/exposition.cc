@@ -5,13 +5,16 @@
 #include <algorithm>
 #include <cmath>
 
+#include "common/strings.h"
 #include "model/metric_catalog.h"
 
 namespace gpuwatch::server {
 
 using model::GpuMetric;
 
-std::string EscapeLabelValue(std::string_view v) {
+std::string EscapeLabelValue(std::string_view raw) {
+  // Prometheus rejects a whole scrape over one label value that is not UTF-8.
+  const std::string v = SanitizeUtf8(raw);
   std::string out;
   out.reserve(v.size());
   for (char c : v) {
@@ -34,7 +37,9 @@ std::string EscapeLabelValue(std::string_view v) {
 
 namespace {
 
-using Buf = fmt::memory_buffer;
+// Rendered straight into the caller's string: no second buffer, no final copy, and a caller
+// that reuses its string keeps the capacity between scrapes.
+using Buf = std::string;
 
 void Header(Buf& b, std::string_view name, model::MetricType type, std::string_view help) {
   fmt::format_to(std::back_inserter(b), "# HELP {} {}\n# TYPE {} {}\n", name, help, name,
@@ -85,7 +90,8 @@ std::string GpuLabels(const AgentState& s, const model::GpuStaticInfo& g) {
 }  // namespace
 
 void RenderPrometheus(const AgentState& s, std::string* out) {
-  Buf b;
+  Buf& b = *out;
+  b.clear();
   const std::string host = fmt::format("Hostname=\"{}\"", EscapeLabelValue(s.hostname));
   std::vector<std::string> labels;
   labels.reserve(s.devices.size());
@@ -379,7 +385,6 @@ void RenderPrometheus(const AgentState& s, std::string* out) {
       }
     }
   }
-  out->assign(b.data(), b.size());
 }
 
 }  // namespace gpuwatch::server

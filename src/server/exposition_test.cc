@@ -104,6 +104,8 @@ TEST(ExpositionTest, LostGpuIsDown) {
 
 TEST(ExpositionTest, LabelValuesAreEscaped) {
   EXPECT_EQ(EscapeLabelValue("a\"b\\c\nd"), "a\\\"b\\\\c\\nd");
+  EXPECT_EQ(EscapeLabelValue("job\xff"), "job\xef\xbf\xbd")
+      << "invalid UTF-8 would fail the scrape";
   auto s = TwoGpus();
   s.hostname = "we\"ird";
   std::string out;

@@ -4,6 +4,7 @@
 // Thread-safety: Start/Stop from one thread; requests are served on httplib's pool.
 #pragma once
 
+#include <atomic>
 #include <memory>
 #include <string>
 #include <thread>
@@ -31,6 +32,8 @@ class HttpServer {
   const Agent* agent_;
   std::unique_ptr<httplib::Server> server_;
   std::thread thread_;
+  std::atomic<bool> listening_done_{false};
+  std::atomic<size_t> metrics_size_hint_{64 * 1024};
   int port_ = 0;
 };
 

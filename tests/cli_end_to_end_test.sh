@@ -59,6 +59,13 @@ for ((i = 0; i < 80; i++)); do
   sleep 0.1
 done
 grep -q '^gpuwatch_gpu_up{gpu="2".*} 0$' "$TMP/m.txt" || { cat "$TMP/lost.log"; fail "GPU 2 not reported down"; }
+# Compression: gzip when accepted (never httplib's quality-11 Brotli), identical content.
+curl -fsS -D "$TMP/hdr.txt" -H 'Accept-Encoding: br, gzip' -o "$TMP/m.gz" "http://127.0.0.1:$PORT/metrics"
+grep -qi '^Content-Encoding: gzip' "$TMP/hdr.txt" || { cat "$TMP/hdr.txt"; fail "/metrics not gzipped for a gzip client"; }
+gzip -dc "$TMP/m.gz" >"$TMP/m.inflated" || fail "gzipped /metrics is not valid gzip"
+grep -q "^DCGM_FI_DEV_GPU_UTIL{gpu=\"0\"" "$TMP/m.inflated" || fail "gzipped /metrics does not inflate to the exposition"
+curl -fsS -D "$TMP/hdr2.txt" -H 'Accept-Encoding: br' -o /dev/null "http://127.0.0.1:$PORT/metrics"
+grep -qi '^Content-Encoding' "$TMP/hdr2.txt" && fail "a br-only client got a compressed body" 
 grep -q '^gpuwatch_xid_errors_total{gpu="2".*xid="79"} 1$' "$TMP/m.txt" || fail "XID 79 on GPU 2 not counted"
 grep -q '^gpuwatch_xid_errors_total{gpu="1".*xid="31"} 1$' "$TMP/m.txt" || fail "XID 31 on GPU 1 not counted"
 grep -q '^DCGM_FI_DEV_GPU_UTIL{gpu="0"' "$TMP/m.txt" || fail "GPU 0 no longer served after GPU 2 was lost"

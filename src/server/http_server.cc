@@ -5,8 +5,13 @@
 #include "common/log.h"
 #include "server/api.h"
 #include "server/exposition.h"
+#include "server/gzip.h"
 
 namespace gpuwatch::server {
+namespace {
+// Set by the pre-routing handler from Accept-Encoding; a client-sent value is removed first.
+constexpr char kGzipAccepted[] = "X-Gpuwatch-Gzip-Accepted";
+}  // namespace
 
 HttpServer::HttpServer(const Agent* agent)
     : agent_(agent), server_(std::make_unique<httplib::Server>()) {}
@@ -16,7 +21,20 @@ HttpServer::~HttpServer() { Stop(); }
 Status HttpServer::Start(const ListenAddress& addr) {
   auto& srv = *server_;
   const Agent* agent = agent_;
-  srv.Get("/metrics", [agent, this](const httplib::Request&, httplib::Response& res) {
+  // httplib 0.11 compresses any text response itself, choosing Brotli at quality 11 whenever
+  // "br" appears in Accept-Encoding (over a second of CPU per scrape). So the header is taken
+  // off every request before routing; /metrics compresses with gzip level 1 itself when the
+  // client accepted gzip, and everything else goes out uncompressed. The request object is
+  // not const in httplib (only the handler's view of it is), so the const_cast is defined.
+  srv.set_pre_routing_handler([](const httplib::Request& req, httplib::Response&) {
+    auto& r = const_cast<httplib::Request&>(req);
+    const bool gzip = AcceptsGzip(r.get_header_value("Accept-Encoding"));
+    r.headers.erase("Accept-Encoding");
+    r.headers.erase(kGzipAccepted);
+    if (gzip) r.headers.emplace(kGzipAccepted, "1");
+    return httplib::Server::HandlerResponse::Unhandled;
+  });
+  srv.Get("/metrics", [agent, this](const httplib::Request& req, httplib::Response& res) {
     // Reserve the last size: one allocation instead of a dozen regrowths of a ~400 KB body.
     std::string body;
     body.reserve(metrics_size_hint_.load(std::memory_order_relaxed));
@@ -25,6 +43,12 @@ Status HttpServer::Start(const ListenAddress& addr) {
       return 0;
     });
     metrics_size_hint_.store(body.size() + body.size() / 8, std::memory_order_relaxed);
+    if (req.get_header_value(kGzipAccepted) == "1") {
+      if (auto z = GzipCompress(body); z.ok()) {
+        res.set_header("Content-Encoding", "gzip");
+        body = std::move(z).value();
+      }
+    }
     res.set_content(std::move(body), "text/plain; version=0.0.4; charset=utf-8");
   });
   auto json_route = [&srv, agent](const char* path, nlohmann::json (*fn)(const AgentState&)) {

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Agent cost side by side with prometheus-node-exporter, same machine, same run.
 #   bench/run_agent_bench.sh [SECONDS]   (default 120)
-# gpuwatch serves the mock NVML at 8xH100 with every field, 1 s hardware tier, 5 s host tier,
+# Two gpuwatch agents run the mock NVML at 8xH100 with every field (one is never scraped: the
+# collection cost alone), 1 s hardware tier, 5 s host tier,
 # 10 s process tier; both collectors are scraped once a second with gzip accepted, as Prometheus does. CPU time
 # and peak RSS come from GNU time (/usr/bin/time -v) when each process exits on SIGTERM.
 # Prints a Markdown report on stdout.
@@ -13,14 +14,25 @@ cmake -S . -B build/bench -G Ninja -DCMAKE_BUILD_TYPE=Release -DGPUWATCH_BUILD_T
 cmake --build build/bench --target gpuwatch gpuwatch-mock-nvml agent_bench >/dev/null
 
 TMP=$(mktemp -d)
-trap 'pkill -P $GW_PID 2>/dev/null; pkill -P $NE_PID 2>/dev/null; rm -rf "$TMP"' EXIT
+GW_PID="" GW2_PID="" NE_PID=""
+# The PIDs are GNU time's; a signal goes to the collector it runs (its child).
+stop_children() {
+  local p
+  for p in "$@"; do [ -n "$p" ] && { pkill -TERM -P "$p" 2>/dev/null || true; }; done
+}
+trap 'stop_children "$GW_PID" "$GW2_PID" "$NE_PID"; rm -rf "$TMP"' EXIT
 port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 GW_PORT=$(port)
+GW2_PORT=$(port)
 NE_PORT=$(port)
 
 GPUWATCH_MOCK_NVML=8xH100 /usr/bin/time -v -o "$TMP/gw.time" build/bench/gpuwatch up \
   --listen "127.0.0.1:$GW_PORT" --nvml-lib build/bench/libgpuwatch-mock-nvml.so --log-level error &
 GW_PID=$!
+# A second agent that nobody scrapes: the collection cost alone (the 0.2 % target).
+GPUWATCH_MOCK_NVML=8xH100 /usr/bin/time -v -o "$TMP/gw2.time" build/bench/gpuwatch up \
+  --listen "127.0.0.1:$GW2_PORT" --nvml-lib build/bench/libgpuwatch-mock-nvml.so --log-level error &
+GW2_PID=$!
 /usr/bin/time -v -o "$TMP/ne.time" prometheus-node-exporter --web.listen-address="127.0.0.1:$NE_PORT" \
   --log.level=error 2>/dev/null &
 NE_PID=$!
@@ -34,10 +46,9 @@ for ((i = 0; i < DUR; i++)); do
 done
 gw_bytes=$(wc -c <"$TMP/gw.prom"); ne_bytes=$(wc -c <"$TMP/ne.prom")
 gw_series=$(grep -vc '^#' "$TMP/gw.prom"); ne_series=$(grep -vc '^#' "$TMP/ne.prom")
-# GW_PID/NE_PID are GNU time's; the signal goes to the collector it runs, then time reports.
-pkill -TERM -P "$GW_PID"
-pkill -TERM -P "$NE_PID"
+stop_children "$GW_PID" "$GW2_PID" "$NE_PID"
 wait "$GW_PID" || true
+wait "$GW2_PID" || true
 wait "$NE_PID" || true
 
 field() { grep "$2" "$1" | awk -F': ' '{print $2}'; }
@@ -56,7 +67,8 @@ echo "Run: \`bench/run_agent_bench.sh $DUR\` on $(nproc) cores, $(date -u +%Y-%m
 echo
 echo "| collector | series | /metrics size | CPU (user+sys) over ${DUR}s | CPU % of one core | peak RSS |"
 echo "|---|---|---|---|---|---|"
-report "gpuwatch up (mock 8xH100, all fields, 1 s)" "$TMP/gw.time" "$gw_series" "$gw_bytes"
+report "gpuwatch up, collecting only (not scraped)" "$TMP/gw2.time" "$gw_series" "$gw_bytes"
+report "gpuwatch up, scraped 1/s with gzip" "$TMP/gw.time" "$gw_series" "$gw_bytes"
 report "prometheus-node-exporter (Debian, defaults)" "$TMP/ne.time" "$ne_series" "$ne_bytes"
 echo
 echo "gpuwatch /metrics scrape time over loopback (curl time_total): median $(printf '%s\n' "${scrape_ms[@]}" | sort -n | awk '{a[NR]=$1} END {printf "%.2f ms", 1000*a[int((NR+1)/2)]}')"

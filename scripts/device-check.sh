@@ -9,7 +9,7 @@ cd "$(dirname "$0")/.."
 B=${1:-build/release}
 OUT=${OUT:-$(mktemp -d)}
 GW="$B/gpuwatch"
-[ -x "$GW" ] || { echo "no $GW: build with scripts/up.sh (or cmake) first"; exit 2; }
+[ -x "$GW" ] || { echo "no $GW: run scripts/bundle.sh first"; exit 2; }
 command -v nvidia-smi >/dev/null || { echo "no nvidia-smi: not a GPU machine"; exit 2; }
 export LD_LIBRARY_PATH="$B/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"  # shared libs carried beside it
 

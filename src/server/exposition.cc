@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <tuple>
 
 #include "common/strings.h"
 #include "model/metric_catalog.h"
@@ -314,21 +315,18 @@ void RenderPrometheus(const AgentState& s, std::string* out) {
       nic("gpuwatch_nic_receive_bytes_total", [](const model::NicSample& x) { return x.rx_bytes; });
       nic("gpuwatch_nic_transmit_bytes_total",
           [](const model::NicSample& x) { return x.tx_bytes; });
-      HeaderOther(b, "gpuwatch_nic_errors_total");
-      for (const auto& x : h.nics) {
-        const auto ifl = fmt::format("interface=\"{}\"", EscapeLabelValue(x.name));
-        Line(b, "gpuwatch_nic_errors_total", host, ifl + ",direction=\"rx\"",
-             static_cast<double>(x.rx_errors));
-        Line(b, "gpuwatch_nic_errors_total", host, ifl + ",direction=\"tx\"",
-             static_cast<double>(x.tx_errors));
-      }
-      HeaderOther(b, "gpuwatch_nic_dropped_total");
-      for (const auto& x : h.nics) {
-        const auto ifl = fmt::format("interface=\"{}\"", EscapeLabelValue(x.name));
-        Line(b, "gpuwatch_nic_dropped_total", host, ifl + ",direction=\"rx\"",
-             static_cast<double>(x.rx_dropped));
-        Line(b, "gpuwatch_nic_dropped_total", host, ifl + ",direction=\"tx\"",
-             static_cast<double>(x.tx_dropped));
+      using NicCounter = uint64_t model::NicSample::*;
+      const std::tuple<const char*, NicCounter, NicCounter> kDirectional[] = {
+          {"gpuwatch_nic_errors_total", &model::NicSample::rx_errors, &model::NicSample::tx_errors},
+          {"gpuwatch_nic_dropped_total", &model::NicSample::rx_dropped,
+           &model::NicSample::tx_dropped}};
+      for (const auto& [name, rx, tx] : kDirectional) {
+        HeaderOther(b, name);
+        for (const auto& x : h.nics) {
+          const auto ifl = fmt::format("interface=\"{}\"", EscapeLabelValue(x.name));
+          Line(b, name, host, ifl + ",direction=\"rx\"", static_cast<double>(x.*rx));
+          Line(b, name, host, ifl + ",direction=\"tx\"", static_cast<double>(x.*tx));
+        }
       }
       bool any_up = false;
       for (const auto& x : h.nics) any_up |= x.link_up.has_value();

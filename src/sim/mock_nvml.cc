@@ -6,8 +6,9 @@
 // time is seconds since then, multiplied by GPUWATCH_MOCK_NVML_TIME_SCALE.
 //
 // Thread-safety: like NVML, every entry point may be called from any thread. One mutex guards
-// all state; nvmlEventSetWait_v2 sleeps without it, in short slices, so device queries on one
-// thread are never held up by a waiter on another. No C++ exception leaves an entry point.
+// all state; nvmlEventSetWait_v2 sleeps without it (until the next XID is due, at most 50 ms at
+// a time), so device queries on one thread are never held up by a waiter on another. No C++
+// exception leaves an entry point.
 #include <algorithm>
 #include <array>
 #include <chrono>
@@ -41,8 +42,11 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 constexpr double kMib = 1024.0 * 1024.0;
-// Longest single sleep of nvmlEventSetWait_v2: bounds how late an event or a shutdown is seen.
-constexpr auto kWaitSlice = std::chrono::milliseconds(5);
+// Longest single sleep of nvmlEventSetWait_v2: bounds how late a shutdown is seen. An XID is
+// not late: the wait sleeps exactly until the next one falls due. Short slices would make the
+// mock burn CPU that real NVML (blocked in the kernel) does not, and the agent benchmark runs
+// on the mock.
+constexpr auto kWaitSlice = std::chrono::milliseconds(50);
 
 struct EventSet {
   std::array<unsigned long long, kMaxGpus> registered{};  // event-type mask per GPU
@@ -1062,6 +1066,7 @@ extern "C" nvmlReturn_t nvmlEventSetWait_v2(nvmlEventSet_t set, nvmlEventData_t*
   try {
     const auto deadline = sim::Clock::now() + std::chrono::milliseconds(timeoutms);
     while (true) {
+      auto next_due = sim::Clock::time_point::max();
       {
         State& s = TheState();
         std::lock_guard<std::mutex> lock(s.mu);
@@ -1075,10 +1080,16 @@ extern "C" nvmlReturn_t nvmlEventSetWait_v2(nvmlEventSet_t set, nvmlEventData_t*
           return *code;
         }
         const std::vector<sim::XidSpec>& xids = s.scenario.xids;
-        for (size_t i = 0; i < xids.size() && xids[i].at_s <= t; ++i) {
+        for (size_t i = 0; i < xids.size(); ++i) {
           const sim::XidSpec& x = xids[i];
           if (es->delivered[i] || !(es->registered[x.gpu] & nvmlEventTypeXidCriticalError)) {
             continue;
+          }
+          if (x.at_s > t) {  // sorted by at_s: the first future one is the next due
+            next_due =
+                sim::Clock::now() + std::chrono::duration_cast<sim::Clock::duration>(
+                                        std::chrono::duration<double>((x.at_s - t) / s.time_scale));
+            break;
           }
           es->delivered[i] = true;
           data->device = sim::HandleOf(x.gpu, -1);
@@ -1091,7 +1102,8 @@ extern "C" nvmlReturn_t nvmlEventSetWait_v2(nvmlEventSet_t set, nvmlEventData_t*
       }
       auto now = sim::Clock::now();
       if (now >= deadline) return NVML_ERROR_TIMEOUT;
-      std::this_thread::sleep_for(std::min<sim::Clock::duration>(deadline - now, sim::kWaitSlice));
+      const auto wake = std::min({deadline, next_due, now + sim::kWaitSlice});
+      std::this_thread::sleep_until(wake);
     }
   } catch (...) {
     return NVML_ERROR_UNKNOWN;

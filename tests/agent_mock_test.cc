@@ -155,6 +155,36 @@ TEST(AgentMockTest, GpuLostMidRunAndXidEvents) {
   });
 }
 
+// An XID storm is counted in full but kept and logged once per second.
+TEST(AgentMockTest, XidStormIsCountedButFolded) {
+  const std::string path = ::testing::TempDir() + "/xid_storm.json";
+  {
+    std::ofstream f(path);
+    f << "{\"shape\": \"2xH100\", \"xid\": [";
+    for (int i = 0; i < 50; ++i) f << "{\"at_s\": 0.1, \"gpu\": 0, \"code\": 13},";
+    f << "{\"at_s\": 1.6, \"gpu\": 0, \"code\": 13}]}\n";
+  }
+  auto agent = MakeAgent(path);
+  for (int i = 0; i < 100; ++i) {
+    agent->PollEvents(50);
+    if (agent->WithState([](const server::AgentState& s) {
+          return s.xid_counts.count({0, 13}) && s.xid_counts.at({0, 13}) == 51;
+        }))
+      break;
+  }
+  agent->WithState([](const server::AgentState& s) {
+    EXPECT_EQ(s.xid_counts.at({0, 13}), 51u) << "every XID is counted";
+    std::vector<std::string> texts;
+    for (const auto& e : s.recent_events)
+      if (e.kind == model::GpuEventKind::kXid) texts.push_back(e.text);
+    EXPECT_EQ(texts.size(), 2u) << "the storm is kept as one event per second";
+    if (texts.size() == 2) {
+      EXPECT_NE(texts[1].find("(49 more like it in the"), std::string::npos) << texts[1];
+    }
+    return 0;
+  });
+}
+
 // Every NVML error code from every device query: no crash, the agent keeps serving.
 class AllErrorsTest : public ::testing::TestWithParam<int> {};
 

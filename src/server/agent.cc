@@ -1,5 +1,6 @@
 #include "server/agent.h"
 
+#include <fmt/format.h>
 #include <sys/stat.h>
 
 #include <cerrno>
@@ -61,6 +62,20 @@ void Agent::RecordEvent(model::GpuEvent e) {
     ++state_.xid_counts[{e.gpu_index, e.code}];
     state_.last_xid[e.gpu_index] = e.code;
   }
+  // Storm control: an XID that repeats many times a second (XID 13 storms are common) is still
+  // counted every time above, but kept and logged once per second per GPU, kind and code, the
+  // kept one saying how many were folded into it.
+  auto& storm = storms_[{e.gpu_index, static_cast<int>(e.kind), e.code}];
+  if (storm.last_kept_ms != 0 && e.time_ms - storm.last_kept_ms < kStormWindowMs) {
+    ++storm.suppressed;
+    return;
+  }
+  if (storm.suppressed > 0) {
+    e.text += fmt::format(" ({} more like it in the {} ms before)", storm.suppressed,
+                          e.time_ms - storm.last_kept_ms);
+    storm.suppressed = 0;
+  }
+  storm.last_kept_ms = e.time_ms;
   GW_LOG_WARN("GPU {} event {}: {}", e.gpu_index, model::GpuEventKindName(e.kind), e.text);
   if (events_log_) {
     // Flushed per event: hardware events are rare and each one matters (R18).

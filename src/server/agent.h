@@ -12,10 +12,12 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
 #include <thread>
+#include <tuple>
 
 #include "collect/attribution.h"
 #include "collect/gpu_source.h"
@@ -81,6 +83,12 @@ class Agent {
 
   mutable std::mutex mu_;
   AgentState state_;
+  struct Storm {
+    int64_t last_kept_ms = 0;
+    uint64_t suppressed = 0;
+  };
+  static constexpr int64_t kStormWindowMs = 1000;
+  std::map<std::tuple<unsigned, int, uint64_t>, Storm> storms_;  // guarded by mu_
   std::FILE* events_log_ = nullptr;  // <data_dir>/events.jsonl, appended
 
   std::mutex stop_mu_;

@@ -1,0 +1,148 @@
+#include "store/series_index.h"
+
+#include <algorithm>
+#include <iterator>
+#include <mutex>
+
+namespace gpuwatch::store {
+namespace {
+
+std::vector<SeriesRef> Intersect(const std::vector<SeriesRef>& a, const std::vector<SeriesRef>& b) {
+  std::vector<SeriesRef> out;
+  std::set_intersection(a.begin(), a.end(), b.begin(), b.end(), std::back_inserter(out));
+  return out;
+}
+
+std::vector<SeriesRef> Subtract(const std::vector<SeriesRef>& a, const std::vector<SeriesRef>& b) {
+  std::vector<SeriesRef> out;
+  std::set_difference(a.begin(), a.end(), b.begin(), b.end(), std::back_inserter(out));
+  return out;
+}
+
+}  // namespace
+
+std::string SeriesIndex::Key(const Labels& labels) {
+  // \xff never occurs in valid UTF-8, so the key is unambiguous.
+  std::string key;
+  for (const auto& l : labels) {
+    key += l.name;
+    key += '\xff';
+    key += l.value;
+    key += '\xff';
+  }
+  return key;
+}
+
+SeriesRef SeriesIndex::GetOrCreate(const Labels& labels, bool* created) {
+  std::string key = Key(labels);
+  {
+    std::shared_lock lock(mu_);
+    if (auto it = by_key_.find(key); it != by_key_.end()) {
+      if (created) *created = false;
+      return it->second;
+    }
+  }
+  std::unique_lock lock(mu_);
+  if (auto it = by_key_.find(key); it != by_key_.end()) {  // raced with another writer
+    if (created) *created = false;
+    return it->second;
+  }
+  const auto ref = static_cast<SeriesRef>(labels_.size());
+  labels_.push_back(labels);
+  by_key_.emplace(std::move(key), ref);
+  for (const auto& l : labels) postings_[l.name][l.value].push_back(ref);
+  if (created) *created = true;
+  return ref;
+}
+
+std::optional<SeriesRef> SeriesIndex::Find(const Labels& labels) const {
+  std::shared_lock lock(mu_);
+  auto it = by_key_.find(Key(labels));
+  if (it == by_key_.end()) return std::nullopt;
+  return it->second;
+}
+
+Labels SeriesIndex::LabelsOf(SeriesRef ref) const {
+  std::shared_lock lock(mu_);
+  return labels_.at(ref);
+}
+
+size_t SeriesIndex::size() const {
+  std::shared_lock lock(mu_);
+  return labels_.size();
+}
+
+std::vector<SeriesRef> SeriesIndex::PostingsMatching(const Matcher& m) const {
+  std::vector<SeriesRef> out;
+  auto it = postings_.find(m.name());
+  if (it == postings_.end()) return out;
+  if (m.op() == MatchOp::kEqual) {
+    auto v = it->second.find(m.value());
+    if (v != it->second.end()) out = v->second;
+    return out;
+  }
+  for (const auto& [value, refs] : it->second) {
+    if (!m.Matches(value)) continue;
+    std::vector<SeriesRef> merged;
+    merged.reserve(out.size() + refs.size());
+    std::merge(out.begin(), out.end(), refs.begin(), refs.end(), std::back_inserter(merged));
+    out.swap(merged);
+  }
+  return out;
+}
+
+std::vector<SeriesRef> SeriesIndex::Select(const std::vector<Matcher>& matchers) const {
+  std::shared_lock lock(mu_);
+  if (matchers.empty()) return {};
+  std::optional<std::vector<SeriesRef>> result;
+  // Matchers that reject the empty value need the label: start from their postings.
+  for (const auto& m : matchers) {
+    if (m.MatchesEmpty()) continue;
+    auto refs = PostingsMatching(m);
+    result = result ? Intersect(*result, refs) : std::move(refs);
+    if (result->empty()) return {};
+  }
+  if (!result) {
+    result.emplace(labels_.size());
+    for (SeriesRef r = 0; r < labels_.size(); ++r) (*result)[r] = r;
+  }
+  // Matchers that also accept "absent": remove the series whose value of the label they reject.
+  for (const auto& m : matchers) {
+    if (!m.MatchesEmpty()) continue;
+    auto it = postings_.find(m.name());
+    if (it == postings_.end()) continue;
+    for (const auto& [value, refs] : it->second)
+      if (!m.Matches(value)) *result = Subtract(*result, refs);
+  }
+  return std::move(*result);
+}
+
+std::vector<std::string> SeriesIndex::LabelNames() const {
+  std::shared_lock lock(mu_);
+  std::vector<std::string> out;
+  for (const auto& [name, values] : postings_) out.push_back(name);
+  return out;
+}
+
+std::vector<std::string> SeriesIndex::LabelValues(const std::string& name,
+                                                  const std::vector<Matcher>& matchers) const {
+  std::vector<std::string> out;
+  if (matchers.empty()) {
+    std::shared_lock lock(mu_);
+    auto it = postings_.find(name);
+    if (it == postings_.end()) return out;
+    for (const auto& [value, refs] : it->second) out.push_back(value);
+    return out;
+  }
+  const auto refs = Select(matchers);
+  std::shared_lock lock(mu_);
+  for (SeriesRef r : refs) {
+    auto v = LabelValue(labels_[r], name);
+    if (!v.empty()) out.emplace_back(v);
+  }
+  std::sort(out.begin(), out.end());
+  out.erase(std::unique(out.begin(), out.end()), out.end());
+  return out;
+}
+
+}  // namespace gpuwatch::store

@@ -1,0 +1,52 @@
+// SeriesIndex: interns label sets to dense numeric refs and keeps an inverted index
+// (label name → value → sorted refs) for selecting series by matchers.
+//
+// Refs are assigned in creation order, so every postings list is sorted by construction and
+// appending is O(1). Selection intersects the postings of matchers that need the label, then
+// filters by the ones that also match series lacking it (Prometheus semantics: `a!="x"` and
+// `a=~".*"` select series without `a`). Thread-safety: any number of readers, one writer at a
+// time (a shared mutex); refs and label sets are never removed while the index lives.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <shared_mutex>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "store/labels.h"
+
+namespace gpuwatch::store {
+
+using SeriesRef = uint32_t;
+
+class SeriesIndex {
+ public:
+  // REQUIRES: `labels` came from MakeLabels (sorted, valid).
+  SeriesRef GetOrCreate(const Labels& labels, bool* created = nullptr);
+  std::optional<SeriesRef> Find(const Labels& labels) const;
+  // REQUIRES: ref < size().
+  Labels LabelsOf(SeriesRef ref) const;
+  size_t size() const;
+
+  // Refs of every series all `matchers` select, ascending. No matchers selects nothing.
+  std::vector<SeriesRef> Select(const std::vector<Matcher>& matchers) const;
+  std::vector<std::string> LabelNames() const;
+  // Values of `name` over the series `matchers` select (all series when empty), sorted.
+  std::vector<std::string> LabelValues(const std::string& name,
+                                       const std::vector<Matcher>& matchers) const;
+
+ private:
+  static std::string Key(const Labels& labels);
+  // REQUIRES: mu_ held (shared). Union of the postings of the values of `m.name()` that m accepts.
+  std::vector<SeriesRef> PostingsMatching(const Matcher& m) const;
+
+  mutable std::shared_mutex mu_;
+  std::vector<Labels> labels_;                         // by ref
+  std::unordered_map<std::string, SeriesRef> by_key_;  // canonical key -> ref
+  std::map<std::string, std::map<std::string, std::vector<SeriesRef>>> postings_;
+};
+
+}  // namespace gpuwatch::store

@@ -23,7 +23,8 @@ void PutU32(char* p, uint32_t v) {
 }
 uint32_t GetU32(const char* p) {
   uint32_t v = 0;
-  for (int i = 0; i < 4; ++i) v |= static_cast<uint32_t>(static_cast<unsigned char>(p[i])) << (8 * i);
+  for (int i = 0; i < 4; ++i)
+    v |= static_cast<uint32_t>(static_cast<unsigned char>(p[i])) << (8 * i);
   return v;
 }
 
@@ -39,7 +40,9 @@ uint32_t RecordCrc(uint8_t type, std::string_view payload) {
   return static_cast<uint32_t>(crc);
 }
 
-Status Errno(const std::string& what) { return Status::IoError(what + ": " + std::strerror(errno)); }
+Status Errno(const std::string& what) {
+  return Status::IoError(what + ": " + std::strerror(errno));
+}
 
 Status WriteAll(int fd, const char* p, size_t n) {
   while (n > 0) {
@@ -83,8 +86,9 @@ uint64_t ScanSegment(const std::string& path, const std::string& name, const Wal
     const auto type = static_cast<uint8_t>(d[off + 8]);
     if (len > kMaxWalRecordBytes || len > d.size() - off - kHeaderBytes) {
       *damage = WalDamage{name, off, d.size() - off,
-                          len > kMaxWalRecordBytes ? "record length " + std::to_string(len) + " is impossible"
-                                                   : "record runs past the end of the segment",
+                          len > kMaxWalRecordBytes
+                              ? "record length " + std::to_string(len) + " is impossible"
+                              : "record runs past the end of the segment",
                           false};
       return off;
     }
@@ -124,8 +128,8 @@ Result<std::vector<uint64_t>> ListWalSegments(const std::string& dir) {
 
 std::string Wal::SegmentPath(uint64_t number) const { return dir_ + "/" + SegmentName(number); }
 
-Result<std::unique_ptr<Wal>> Wal::Open(const std::string& dir, WalOptions options, const RecordFn& fn,
-                                       WalReplayStats* stats) {
+Result<std::unique_ptr<Wal>> Wal::Open(const std::string& dir, WalOptions options,
+                                       const RecordFn& fn, WalReplayStats* stats) {
   if (::mkdir(dir.c_str(), 0755) != 0 && errno != EEXIST) return Errno("mkdir " + dir);
   auto segments = ListWalSegments(dir);
   if (!segments.ok()) return segments.status();
@@ -160,8 +164,8 @@ Result<WalReplayStats> Wal::Check(const std::string& dir) {
   WalReplayStats st;
   for (size_t i = 0; i < segments->size(); ++i) {
     std::optional<WalDamage> damage;
-    ScanSegment(dir + "/" + SegmentName((*segments)[i]), SegmentName((*segments)[i]), nullptr, &st.records,
-                &damage);
+    ScanSegment(dir + "/" + SegmentName((*segments)[i]), SegmentName((*segments)[i]), nullptr,
+                &st.records, &damage);
     ++st.segments;
     if (damage) {
       damage->torn_tail = i + 1 == segments->size() && damage->reason != "CRC mismatch";
@@ -201,7 +205,8 @@ Status Wal::OpenSegment(uint64_t number) {
 
 Status Wal::Append(uint8_t type, std::string_view payload) {
   if (payload.size() > kMaxWalRecordBytes)
-    return Status::InvalidArgument("WAL record of " + std::to_string(payload.size()) + " bytes exceeds the limit");
+    return Status::InvalidArgument("WAL record of " + std::to_string(payload.size()) +
+                                   " bytes exceeds the limit");
   std::string rec(kHeaderBytes + payload.size(), '\0');
   PutU32(rec.data(), static_cast<uint32_t>(payload.size()));
   PutU32(rec.data() + 4, RecordCrc(type, payload));
@@ -218,7 +223,8 @@ Status Wal::Append(uint8_t type, std::string_view payload) {
     if (::ftruncate(fd_, static_cast<off_t>(segment_size_)) != 0) {
       ::close(fd_);
       fd_ = -1;
-      return Status::IoError(st.message() + "; and the partial record could not be removed: WAL closed");
+      return Status::IoError(st.message() +
+                             "; and the partial record could not be removed: WAL closed");
     }
     return st;
   }
@@ -244,7 +250,8 @@ Status Wal::TruncateBefore(uint64_t first_kept) {
   if (!segments.ok()) return segments.status();
   for (uint64_t n : *segments) {
     if (n >= first_kept) break;
-    if (::unlink(SegmentPath(n).c_str()) != 0 && errno != ENOENT) return Errno("unlink " + SegmentPath(n));
+    if (::unlink(SegmentPath(n).c_str()) != 0 && errno != ENOENT)
+      return Errno("unlink " + SegmentPath(n));
   }
   return SyncDir(dir_);
 }

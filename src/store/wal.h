@@ -28,7 +28,8 @@ namespace gpuwatch::store {
 
 enum class SyncPolicy {
   kAlways,    // fsync before Append returns: nothing acknowledged is ever lost
-  kInterval,  // the caller (store) calls Sync() on a timer: at most that interval is lost on power loss
+  kInterval,  // the caller (store) calls Sync() on a timer: at most that interval is lost on power
+              // loss
   kNever,     // leave it to the OS: survives a process crash, not a power loss
 };
 
@@ -41,7 +42,7 @@ struct WalDamage {
   std::string segment;  // file name
   uint64_t offset = 0;  // where the first bad record starts
   uint64_t bytes_lost = 0;
-  std::string reason;   // "CRC mismatch", "record length exceeds segment", …
+  std::string reason;      // "CRC mismatch", "record length exceeds segment", …
   bool torn_tail = false;  // the newest segment's unacknowledged tail (truncated, not an error)
 };
 
@@ -59,8 +60,8 @@ class Wal {
 
   // Opens (creating) the log in `dir`, replays it into `fn`, truncates a torn tail and opens
   // a segment for appending.
-  static Result<std::unique_ptr<Wal>> Open(const std::string& dir, WalOptions options, const RecordFn& fn,
-                                           WalReplayStats* stats);
+  static Result<std::unique_ptr<Wal>> Open(const std::string& dir, WalOptions options,
+                                           const RecordFn& fn, WalReplayStats* stats);
   ~Wal();
 
   // Appends one record; with SyncPolicy::kAlways it is on stable storage when this returns OK.

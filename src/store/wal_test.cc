@@ -1,7 +1,5 @@
 #include "store/wal.h"
 
-#include "common/strings.h"
-
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <signal.h>
@@ -14,6 +12,8 @@
 #include <fstream>
 #include <random>
 
+#include "common/strings.h"
+
 namespace gpuwatch::store {
 namespace {
 
@@ -22,17 +22,21 @@ namespace fs = std::filesystem;
 class WalTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = ::testing::TempDir() + "/wal_" + ::testing::UnitTest::GetInstance()->current_test_info()->name() +
-           "_" + std::to_string(::getpid());
+    dir_ = ::testing::TempDir() + "/wal_" +
+           ::testing::UnitTest::GetInstance()->current_test_info()->name() + "_" +
+           std::to_string(::getpid());
     fs::remove_all(dir_);
   }
   void TearDown() override { fs::remove_all(dir_); }
 
   std::vector<std::string> ReplayAll(WalReplayStats* st = nullptr, WalOptions o = {}) {
     std::vector<std::string> got;
-    auto wal = Wal::Open(dir_, o, [&](uint8_t type, std::string_view p) {
-      got.push_back(std::to_string(type) + ":" + std::string(p));
-    }, st);
+    auto wal = Wal::Open(
+        dir_, o,
+        [&](uint8_t type, std::string_view p) {
+          got.push_back(std::to_string(type) + ":" + std::string(p));
+        },
+        st);
     EXPECT_TRUE(wal.ok()) << wal.status().ToString();
     return got;
   }
@@ -48,7 +52,8 @@ TEST_F(WalTest, AppendReplayAndContinue) {
   {
     WalReplayStats st;
     std::vector<std::string> got;
-    auto wal = Wal::Open(dir_, {}, [&](uint8_t, std::string_view p) { got.emplace_back(p); }, &st);
+    auto wal = Wal::Open(
+        dir_, {}, [&](uint8_t, std::string_view p) { got.emplace_back(p); }, &st);
     ASSERT_TRUE(wal.ok());
     ASSERT_EQ(got.size(), 100u);
     EXPECT_EQ(got[42], "rec42");
@@ -85,7 +90,8 @@ TEST_F(WalTest, TornTailAtEveryLengthIsCutOff) {
       ASSERT_EQ(st.damage.size(), 1u);
       EXPECT_TRUE(st.damage[0].torn_tail);
     }
-    EXPECT_EQ(fs::file_size(seg), static_cast<uintmax_t>(first_end)) << "torn tail must be truncated";
+    EXPECT_EQ(fs::file_size(seg), static_cast<uintmax_t>(first_end))
+        << "torn tail must be truncated";
   }
 }
 
@@ -95,7 +101,8 @@ TEST_F(WalTest, CorruptionInOldSegmentIsReportedAndLaterSegmentsReplayed) {
     o.segment_bytes = 200;
     auto wal = Wal::Open(dir_, o, nullptr, nullptr);
     ASSERT_TRUE(wal.ok());
-    for (int i = 0; i < 40; ++i) ASSERT_TRUE((*wal)->Append(1, "record-number-" + std::to_string(i)).ok());
+    for (int i = 0; i < 40; ++i)
+      ASSERT_TRUE((*wal)->Append(1, "record-number-" + std::to_string(i)).ok());
     EXPECT_GT((*wal)->current_segment(), 3u);
   }
   // Flip one byte in the middle of segment 2.
@@ -140,7 +147,8 @@ TEST_F(WalTest, RotateAndTruncateBefore) {
 TEST_F(WalTest, OversizeRecordRejected) {
   auto wal = Wal::Open(dir_, {}, nullptr, nullptr);
   ASSERT_TRUE(wal.ok());
-  EXPECT_EQ((*wal)->Append(1, std::string(kMaxWalRecordBytes + 1, 'x')).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ((*wal)->Append(1, std::string(kMaxWalRecordBytes + 1, 'x')).code(),
+            StatusCode::kInvalidArgument);
 }
 
 // Disk full (a file-size limit): the append fails with a clear error, the log stays whole, and
@@ -172,7 +180,8 @@ TEST_F(WalTest, DiskFullFailsCleanly) {
   WalReplayStats st;
   auto got = ReplayAll(&st);
   EXPECT_EQ(got.size(), 4096u / 109);  // whole records only
-  EXPECT_TRUE(st.damage.empty()) << "the partial record must have been cut off: " << st.damage[0].reason;
+  EXPECT_TRUE(st.damage.empty()) << "the partial record must have been cut off: "
+                                 << st.damage[0].reason;
 }
 
 // SIGKILL at random points during heavy appends: every acknowledged record survives, intact.
@@ -212,11 +221,14 @@ TEST_F(WalTest, KillNineNeverLosesAcknowledgedRecords) {
     // Replay: all acknowledged records up to `acked` must be present, in order, intact.
     std::vector<uint64_t> seqs;
     WalReplayStats st;
-    auto wal = Wal::Open(dir_, {}, [&](uint8_t, std::string_view p) {
-      auto semi = p.find(';');
-      seqs.push_back(ParseInt<uint64_t>(p.substr(4, semi - 4)).value_or(~0ull));
-      EXPECT_EQ(p.size() - semi - 1, seqs.back() % 300) << "record body damaged";
-    }, &st);
+    auto wal = Wal::Open(
+        dir_, {},
+        [&](uint8_t, std::string_view p) {
+          auto semi = p.find(';');
+          seqs.push_back(ParseInt<uint64_t>(p.substr(4, semi - 4)).value_or(~0ull));
+          EXPECT_EQ(p.size() - semi - 1, seqs.back() % 300) << "record body damaged";
+        },
+        &st);
     ASSERT_TRUE(wal.ok());
     for (const auto& d : st.damage) EXPECT_TRUE(d.torn_tail) << d.segment << " " << d.reason;
     if (seqs.empty()) {

@@ -1,0 +1,236 @@
+#include "store/remote_write.h"
+
+#include <snappy.h>
+
+#include <cstring>
+
+namespace gpuwatch::store {
+namespace {
+
+// Protobuf wire types.
+enum WireType : uint32_t {
+  kVarint = 0,
+  kFixed64 = 1,
+  kLen = 2,
+  kStartGroup = 3,
+  kEndGroup = 4,
+  kFixed32 = 5
+};
+
+class Reader {
+ public:
+  explicit Reader(std::string_view d, std::string what) : d_(d), what_(std::move(what)) {}
+  bool done() const { return pos_ >= d_.size(); }
+
+  Status Varint(uint64_t* v) {
+    uint64_t out = 0;
+    for (int shift = 0; shift < 64; shift += 7) {
+      if (pos_ >= d_.size()) return Error("truncated varint");
+      const auto b = static_cast<uint8_t>(d_[pos_++]);
+      out |= static_cast<uint64_t>(b & 0x7f) << shift;
+      if (!(b & 0x80)) {
+        *v = out;
+        return Status::Ok();
+      }
+    }
+    return Error("varint longer than 10 bytes");
+  }
+  Status Fixed64(uint64_t* v) {
+    if (d_.size() - pos_ < 8) return Error("truncated fixed64");
+    uint64_t out = 0;
+    for (int i = 0; i < 8; ++i)
+      out |= static_cast<uint64_t>(static_cast<uint8_t>(d_[pos_ + i])) << (8 * i);
+    pos_ += 8;
+    *v = out;
+    return Status::Ok();
+  }
+  Status Bytes(std::string_view* v) {
+    uint64_t len = 0;
+    GW_RETURN_IF_ERROR(Varint(&len));
+    if (len > d_.size() - pos_)
+      return Error("length " + std::to_string(len) + " runs past the end");
+    *v = d_.substr(pos_, len);
+    pos_ += len;
+    return Status::Ok();
+  }
+  Status Tag(uint32_t* field, uint32_t* wire) {
+    uint64_t tag = 0;
+    GW_RETURN_IF_ERROR(Varint(&tag));
+    *field = static_cast<uint32_t>(tag >> 3);
+    *wire = static_cast<uint32_t>(tag & 7);
+    if (*field == 0) return Error("field number 0");
+    return Status::Ok();
+  }
+  Status Skip(uint32_t wire) {
+    uint64_t u;
+    std::string_view s;
+    switch (wire) {
+      case kVarint:
+        return Varint(&u);
+      case kFixed64:
+        return Fixed64(&u);
+      case kLen:
+        return Bytes(&s);
+      case kFixed32:
+        if (d_.size() - pos_ < 4) return Error("truncated fixed32");
+        pos_ += 4;
+        return Status::Ok();
+      default:
+        return Error("unsupported wire type " + std::to_string(wire));
+    }
+  }
+  Status Error(const std::string& m) const {
+    return Status::InvalidArgument("remote-write: " + what_ + ": " + m + " at byte " +
+                                   std::to_string(pos_));
+  }
+
+ private:
+  std::string_view d_;
+  std::string what_;
+  size_t pos_ = 0;
+};
+
+Status DecodeLabel(std::string_view d, Label* out) {
+  Reader r(d, "label");
+  while (!r.done()) {
+    uint32_t field, wire;
+    GW_RETURN_IF_ERROR(r.Tag(&field, &wire));
+    std::string_view s;
+    if ((field == 1 || field == 2) && wire == kLen) {
+      GW_RETURN_IF_ERROR(r.Bytes(&s));
+      (field == 1 ? out->name : out->value).assign(s);
+    } else {
+      GW_RETURN_IF_ERROR(r.Skip(wire));
+    }
+  }
+  return Status::Ok();
+}
+
+Status DecodeSample(std::string_view d, RemoteSample* out) {
+  Reader r(d, "sample");
+  while (!r.done()) {
+    uint32_t field, wire;
+    GW_RETURN_IF_ERROR(r.Tag(&field, &wire));
+    if (field == 1 && wire == kFixed64) {
+      uint64_t bits;
+      GW_RETURN_IF_ERROR(r.Fixed64(&bits));
+      std::memcpy(&out->value, &bits, 8);
+    } else if (field == 2 && wire == kVarint) {
+      uint64_t v;
+      GW_RETURN_IF_ERROR(r.Varint(&v));
+      out->timestamp_ms = static_cast<int64_t>(v);  // int64: two's complement
+    } else {
+      GW_RETURN_IF_ERROR(r.Skip(wire));
+    }
+  }
+  return Status::Ok();
+}
+
+void PutVarint(std::string* out, uint64_t v) {
+  while (v >= 0x80) {
+    out->push_back(static_cast<char>(v | 0x80));
+    v >>= 7;
+  }
+  out->push_back(static_cast<char>(v));
+}
+void PutTag(std::string* out, uint32_t field, uint32_t wire) {
+  PutVarint(out, (field << 3) | wire);
+}
+void PutBytes(std::string* out, uint32_t field, std::string_view s) {
+  PutTag(out, field, kLen);
+  PutVarint(out, s.size());
+  out->append(s);
+}
+
+}  // namespace
+
+Result<std::vector<RemoteSeries>> DecodeWriteRequest(std::string_view proto,
+                                                     const RemoteWriteLimits& limits) {
+  std::vector<RemoteSeries> out;
+  size_t samples = 0;
+  Reader r(proto, "WriteRequest");
+  while (!r.done()) {
+    uint32_t field, wire;
+    GW_RETURN_IF_ERROR(r.Tag(&field, &wire));
+    if (field != 1 || wire != kLen) {  // metadata (3) and anything newer: skipped
+      GW_RETURN_IF_ERROR(r.Skip(wire));
+      continue;
+    }
+    std::string_view ts;
+    GW_RETURN_IF_ERROR(r.Bytes(&ts));
+    if (out.size() >= limits.max_series)
+      return Status::InvalidArgument("remote-write: more than " +
+                                     std::to_string(limits.max_series) + " series");
+    RemoteSeries& s = out.emplace_back();
+    Reader tr(ts, "TimeSeries");
+    while (!tr.done()) {
+      uint32_t f, w;
+      GW_RETURN_IF_ERROR(tr.Tag(&f, &w));
+      std::string_view sub;
+      if (f == 1 && w == kLen) {
+        GW_RETURN_IF_ERROR(tr.Bytes(&sub));
+        if (s.labels.size() >= kMaxLabels)
+          return Status::InvalidArgument("remote-write: a series has more than " +
+                                         std::to_string(kMaxLabels) + " labels");
+        GW_RETURN_IF_ERROR(DecodeLabel(sub, &s.labels.emplace_back()));
+      } else if (f == 2 && w == kLen) {
+        GW_RETURN_IF_ERROR(tr.Bytes(&sub));
+        if (++samples > limits.max_samples)
+          return Status::InvalidArgument("remote-write: more than " +
+                                         std::to_string(limits.max_samples) + " samples");
+        GW_RETURN_IF_ERROR(DecodeSample(sub, &s.samples.emplace_back()));
+      } else {
+        GW_RETURN_IF_ERROR(tr.Skip(w));  // exemplars (3), native histograms (4)
+      }
+    }
+  }
+  return out;
+}
+
+Result<std::vector<RemoteSeries>> DecodeRemoteWrite(std::string_view body,
+                                                    const RemoteWriteLimits& limits) {
+  size_t n = 0;
+  if (!snappy::GetUncompressedLength(body.data(), body.size(), &n))
+    return Status::InvalidArgument("remote-write: body is not snappy (block format) data");
+  if (n > limits.max_uncompressed_bytes)
+    return Status::InvalidArgument("remote-write: body inflates to " + std::to_string(n) +
+                                   " bytes (limit " +
+                                   std::to_string(limits.max_uncompressed_bytes) + ")");
+  std::string proto;
+  if (!snappy::Uncompress(body.data(), body.size(), &proto))
+    return Status::InvalidArgument("remote-write: corrupt snappy data");
+  return DecodeWriteRequest(proto, limits);
+}
+
+std::string EncodeWriteRequest(const std::vector<RemoteSeries>& series) {
+  std::string out, ts, tmp;
+  for (const auto& s : series) {
+    ts.clear();
+    for (const auto& l : s.labels) {
+      tmp.clear();
+      PutBytes(&tmp, 1, l.name);
+      PutBytes(&tmp, 2, l.value);
+      PutBytes(&ts, 1, tmp);
+    }
+    for (const auto& x : s.samples) {
+      tmp.clear();
+      PutTag(&tmp, 1, kFixed64);
+      uint64_t bits;
+      std::memcpy(&bits, &x.value, 8);
+      for (int i = 0; i < 8; ++i) tmp.push_back(static_cast<char>(bits >> (8 * i)));
+      PutTag(&tmp, 2, kVarint);
+      PutVarint(&tmp, static_cast<uint64_t>(x.timestamp_ms));
+      PutBytes(&ts, 2, tmp);
+    }
+    PutBytes(&out, 1, ts);
+  }
+  return out;
+}
+
+std::string EncodeRemoteWrite(const std::vector<RemoteSeries>& series) {
+  std::string proto = EncodeWriteRequest(series), out;
+  snappy::Compress(proto.data(), proto.size(), &out);
+  return out;
+}
+
+}  // namespace gpuwatch::store

@@ -62,7 +62,7 @@ class Reader {
     return Status::Ok();
   }
   Status Skip(uint32_t wire) {
-    uint64_t u;
+    uint64_t u = 0;
     std::string_view s;
     switch (wire) {
       case kVarint:
@@ -112,11 +112,11 @@ Status DecodeSample(std::string_view d, RemoteSample* out) {
     uint32_t field, wire;
     GW_RETURN_IF_ERROR(r.Tag(&field, &wire));
     if (field == 1 && wire == kFixed64) {
-      uint64_t bits;
+      uint64_t bits = 0;
       GW_RETURN_IF_ERROR(r.Fixed64(&bits));
       std::memcpy(&out->value, &bits, 8);
     } else if (field == 2 && wire == kVarint) {
-      uint64_t v;
+      uint64_t v = 0;
       GW_RETURN_IF_ERROR(r.Varint(&v));
       out->timestamp_ms = static_cast<int64_t>(v);  // int64: two's complement
     } else {

@@ -51,7 +51,9 @@ TEST(RemoteWriteTest, BadInputNamesTheProblem) {
   const std::string proto = EncodeWriteRequest(Sample());
   for (size_t cut = 1; cut < proto.size(); ++cut) {
     auto r = DecodeWriteRequest(proto.substr(0, cut));
-    if (!r.ok()) EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+    if (!r.ok()) {
+      EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+    }
   }
   auto group = DecodeWriteRequest(std::string("\x0b", 1));  // field 1, start group
   ASSERT_FALSE(group.ok());

@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 #include <stdlib.h>
 
+#include <cstdio>
 #include <fstream>
 #include <thread>
 
@@ -183,6 +184,7 @@ TEST(AgentMockTest, XidStormIsCountedButFolded) {
     }
     return 0;
   });
+  std::remove(path.c_str());
 }
 
 // Every NVML error code from every device query: no crash, the agent keeps serving.
@@ -211,6 +213,7 @@ TEST_P(AllErrorsTest, NoCrashAndHostStillServed) {
   auto caps =
       agent->WithState([](const server::AgentState& s) { return server::CapabilitiesJson(s); });
   EXPECT_TRUE(caps.is_object());
+  std::remove(path.c_str());
 }
 
 INSTANTIATE_TEST_SUITE_P(EveryNvmlError, AllErrorsTest,

@@ -1,0 +1,312 @@
+#include "store/head.h"
+
+#include <algorithm>
+#include <cstring>
+#include <filesystem>
+
+#include "common/log.h"
+
+namespace gpuwatch::store {
+namespace {
+
+void PutVarint(std::string* out, uint64_t v) {
+  while (v >= 0x80) {
+    out->push_back(static_cast<char>(v | 0x80));
+    v >>= 7;
+  }
+  out->push_back(static_cast<char>(v));
+}
+uint64_t ZigZag(int64_t v) {
+  return (static_cast<uint64_t>(v) << 1) ^ static_cast<uint64_t>(v >> 63);
+}
+int64_t UnZigZag(uint64_t v) { return static_cast<int64_t>(v >> 1) ^ -static_cast<int64_t>(v & 1); }
+
+struct Cursor {
+  std::string_view d;
+  size_t pos = 0;
+  bool ok = true;
+  uint64_t Varint() {
+    uint64_t out = 0;
+    for (int shift = 0; shift < 64 && pos < d.size(); shift += 7) {
+      const auto b = static_cast<uint8_t>(d[pos++]);
+      out |= static_cast<uint64_t>(b & 0x7f) << shift;
+      if (!(b & 0x80)) return out;
+    }
+    ok = false;
+    return 0;
+  }
+  std::string_view Bytes() {
+    const uint64_t n = Varint();
+    if (!ok || n > d.size() - pos) {
+      ok = false;
+      return {};
+    }
+    auto s = d.substr(pos, n);
+    pos += n;
+    return s;
+  }
+  double Fixed64() {
+    if (d.size() - pos < 8) {
+      ok = false;
+      return 0;
+    }
+    uint64_t bits = 0;
+    for (int i = 0; i < 8; ++i)
+      bits |= static_cast<uint64_t>(static_cast<uint8_t>(d[pos + i])) << (8 * i);
+    pos += 8;
+    double v;
+    std::memcpy(&v, &bits, 8);
+    return v;
+  }
+};
+
+void PutFixed64(std::string* out, double v) {
+  uint64_t bits;
+  std::memcpy(&bits, &v, 8);
+  for (int i = 0; i < 8; ++i) out->push_back(static_cast<char>(bits >> (8 * i)));
+}
+
+bool SameBits(double a, double b) { return std::memcmp(&a, &b, sizeof(double)) == 0; }
+
+}  // namespace
+
+Result<std::unique_ptr<Head>> Head::Open(const std::string& dir, HeadOptions options,
+                                         WalReplayStats* replay_stats) {
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) return Status::IoError("cannot create " + dir + ": " + ec.message());
+  std::unique_ptr<Head> head(new Head(options));
+  auto wal = Wal::Open(
+      dir + "/wal", options.wal,
+      [&](uint8_t type, std::string_view payload) { head->Replay(type, payload); }, replay_stats);
+  if (!wal.ok()) return wal.status();
+  head->wal_ = std::move(wal).value();
+  if (head->replay_bad_records_ > 0)
+    GW_LOG_WARN("store: {} WAL records with a valid CRC could not be decoded and were skipped",
+                head->replay_bad_records_);
+  head->replay_refs_.clear();
+  head->replay_refs_.shrink_to_fit();
+  return head;
+}
+
+Head::~Head() = default;
+
+Head::MemSeries& Head::SeriesFor(SeriesRef ref) {
+  std::lock_guard<std::mutex> lock(series_mu_);
+  while (series_.size() <= ref) series_.push_back(std::make_unique<MemSeries>());
+  return *series_[ref];
+}
+
+void Head::ApplySample(MemSeries& s, int64_t t_ms, double v) {
+  if (!s.open.empty() && (t_ms - s.open.first_t_ms() >= options_.chunk_span_ms ||
+                          s.open.num_samples() >= options_.chunk_max_samples)) {
+    SealedChunk c;
+    c.min_t_ms = s.open.first_t_ms();
+    c.max_t_ms = s.open.last_t_ms();
+    c.bytes = s.open.Finish();
+    s.sealed.push_back(std::move(c));
+  }
+  // Cannot fail: the caller checked t_ms > last and the chunk is below its size limit.
+  s.open.Append(t_ms, v).IgnoreError();
+  s.has_last = true;
+  s.last_t_ms = t_ms;
+  s.last_value = v;
+  ++s.samples;
+}
+
+void Head::Replay(uint8_t type, std::string_view payload) {
+  if (type != kBatchRecord) {
+    ++replay_bad_records_;
+    return;
+  }
+  Cursor c{payload};
+  const uint64_t new_series = c.Varint();
+  for (uint64_t i = 0; c.ok && i < new_series; ++i) {
+    const uint64_t logged_ref = c.Varint();
+    const uint64_t nlabels = c.Varint();
+    if (!c.ok || nlabels > kMaxLabels) break;
+    std::vector<Label> labels(nlabels);
+    for (auto& l : labels) {
+      l.name = std::string(c.Bytes());
+      l.value = std::string(c.Bytes());
+    }
+    auto made = MakeLabels(std::move(labels));
+    if (!c.ok || !made.ok() || logged_ref > (1u << 30)) {
+      c.ok = false;
+      break;
+    }
+    const SeriesRef ref = index_.GetOrCreate(*made);
+    if (replay_refs_.size() <= logged_ref) replay_refs_.resize(logged_ref + 1, ~SeriesRef{0});
+    replay_refs_[logged_ref] = ref;
+    SeriesFor(ref).logged = true;
+  }
+  const uint64_t n = c.Varint();
+  for (uint64_t i = 0; c.ok && i < n; ++i) {
+    const uint64_t logged_ref = c.Varint();
+    const int64_t t = UnZigZag(c.Varint());
+    const double v = c.Fixed64();
+    if (!c.ok || logged_ref >= replay_refs_.size() || replay_refs_[logged_ref] == ~SeriesRef{0}) {
+      c.ok = false;
+      break;
+    }
+    MemSeries& s = SeriesFor(replay_refs_[logged_ref]);
+    std::lock_guard<std::mutex> lock(s.mu);
+    if (!s.has_last || t > s.last_t_ms) ApplySample(s, t, v);
+  }
+  if (!c.ok) ++replay_bad_records_;
+}
+
+Result<AppendResult> Head::Append(const std::vector<Input>& batch) {
+  AppendResult result;
+  std::lock_guard<std::mutex> lock(append_mu_);
+  struct Pending {
+    MemSeries* series;
+    int64_t t_ms;
+    double value;
+  };
+  std::vector<Pending> pending;
+  std::vector<MemSeries*> newly_logged;
+  std::string series_part, samples_part;
+  uint64_t new_series = 0, n_samples = 0;
+  // Newest accepted timestamp per series within this batch, on top of what the head has.
+  std::vector<std::pair<MemSeries*, std::pair<int64_t, double>>> batch_last;
+
+  for (const auto& in : batch) {
+    auto labels = MakeLabels(in.labels);
+    if (!labels.ok()) {
+      result.invalid += in.samples.size();
+      if (result.first_error.empty()) result.first_error = labels.status().message();
+      continue;
+    }
+    const SeriesRef ref = index_.GetOrCreate(*labels);
+    MemSeries& s = SeriesFor(ref);
+    if (!s.logged &&
+        std::find(newly_logged.begin(), newly_logged.end(), &s) == newly_logged.end()) {
+      newly_logged.push_back(&s);
+      ++new_series;
+      PutVarint(&series_part, ref);
+      PutVarint(&series_part, labels->size());
+      for (const auto& l : *labels) {
+        PutVarint(&series_part, l.name.size());
+        series_part += l.name;
+        PutVarint(&series_part, l.value.size());
+        series_part += l.value;
+      }
+    }
+    bool has_last;
+    int64_t last_t;
+    double last_v;
+    auto it = std::find_if(batch_last.begin(), batch_last.end(),
+                           [&](const auto& p) { return p.first == &s; });
+    if (it != batch_last.end()) {
+      has_last = true;
+      last_t = it->second.first;
+      last_v = it->second.second;
+    } else {
+      std::lock_guard<std::mutex> sl(s.mu);
+      has_last = s.has_last;
+      last_t = s.last_t_ms;
+      last_v = s.last_value;
+    }
+    for (const auto& x : in.samples) {
+      if (has_last && x.t_ms == last_t && SameBits(x.value, last_v)) {
+        ++result.duplicates;
+        continue;
+      }
+      if (has_last && x.t_ms <= last_t) {
+        ++result.out_of_order;
+        if (result.first_error.empty())
+          result.first_error = "out of order sample for " + LabelsToString(*labels) +
+                               ": t=" + std::to_string(x.t_ms) + " ms is not after " +
+                               std::to_string(last_t) + " ms";
+        continue;
+      }
+      has_last = true;
+      last_t = x.t_ms;
+      last_v = x.value;
+      pending.push_back({&s, x.t_ms, x.value});
+      PutVarint(&samples_part, ref);
+      PutVarint(&samples_part, ZigZag(x.t_ms));
+      PutFixed64(&samples_part, x.value);
+      ++n_samples;
+    }
+    if (it != batch_last.end())
+      it->second = {last_t, last_v};
+    else if (has_last)
+      batch_last.push_back({&s, {last_t, last_v}});
+  }
+  if (n_samples == 0 && new_series == 0) return result;
+
+  std::string record;
+  PutVarint(&record, new_series);
+  record += series_part;
+  PutVarint(&record, n_samples);
+  record += samples_part;
+  if (record.size() > kMaxWalRecordBytes)
+    return Status::InvalidArgument("batch too large for one WAL record (" +
+                                   std::to_string(record.size()) + " bytes): send smaller batches");
+  GW_RETURN_IF_ERROR(wal_->Append(kBatchRecord, record));
+  for (MemSeries* s : newly_logged) s->logged = true;
+  for (const auto& p : pending) {
+    std::lock_guard<std::mutex> sl(p.series->mu);
+    ApplySample(*p.series, p.t_ms, p.value);
+  }
+  result.accepted = n_samples;
+  return result;
+}
+
+std::vector<SeriesSamples> Head::Query(const std::vector<Matcher>& matchers, int64_t mint_ms,
+                                       int64_t maxt_ms) const {
+  std::vector<SeriesSamples> out;
+  for (SeriesRef ref : index_.Select(matchers)) {
+    const MemSeries* s;
+    {
+      std::lock_guard<std::mutex> lock(series_mu_);
+      if (ref >= series_.size()) continue;
+      s = series_[ref].get();
+    }
+    SeriesSamples ss;
+    std::lock_guard<std::mutex> lock(s->mu);
+    auto take = [&](std::string_view chunk) {
+      auto dec = ChunkDecoder::Open(chunk);
+      if (!dec.ok()) return;
+      int64_t t;
+      double v;
+      while (dec->Next(&t, &v)) {
+        if (t > maxt_ms) break;
+        if (t >= mint_ms) ss.samples.push_back({t, v});
+      }
+    };
+    for (const auto& c : s->sealed)
+      if (c.max_t_ms >= mint_ms && c.min_t_ms <= maxt_ms) take(c.bytes);
+    if (!s->open.empty() && s->open.last_t_ms() >= mint_ms && s->open.first_t_ms() <= maxt_ms)
+      take(s->open.Snapshot());
+    if (ss.samples.empty()) continue;
+    ss.labels = index_.LabelsOf(ref);
+    out.push_back(std::move(ss));
+  }
+  return out;
+}
+
+uint64_t Head::num_samples() const {
+  std::lock_guard<std::mutex> lock(series_mu_);
+  uint64_t n = 0;
+  for (const auto& s : series_) {
+    std::lock_guard<std::mutex> sl(s->mu);
+    n += s->samples;
+  }
+  return n;
+}
+
+uint64_t Head::chunk_bytes() const {
+  std::lock_guard<std::mutex> lock(series_mu_);
+  uint64_t n = 0;
+  for (const auto& s : series_) {
+    std::lock_guard<std::mutex> sl(s->mu);
+    for (const auto& c : s->sealed) n += c.bytes.size();
+    if (!s->open.empty()) n += s->open.Snapshot().size();
+  }
+  return n;
+}
+
+}  // namespace gpuwatch::store

@@ -1,0 +1,108 @@
+// Head: the store's in-memory, write-ahead-logged recent data. Series are interned in a
+// SeriesIndex; each series keeps sealed chunks and one open ChunkEncoder. Every append is in
+// the WAL before it is acknowledged; Open replays the WAL, so after a crash the head holds
+// exactly what was acknowledged (per the sync policy).
+//
+// WAL records (docs/format/wal.md, "Head records"): a series record the first time a label
+// set is seen, then sample batches that refer to it by ref. One batch = one WAL record = one
+// fsync, so remote-write requests and agent ticks cost one sync each.
+//
+// Thread-safety: Append* may run concurrently with queries; appends are serialized by one
+// mutex (the WAL orders them anyway), queries take per-series locks.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "store/chunkenc.h"
+#include "store/labels.h"
+#include "store/series_index.h"
+#include "store/wal.h"
+
+namespace gpuwatch::store {
+
+struct HeadOptions {
+  WalOptions wal;
+  // A series' open chunk is sealed when it spans this much time or holds this many samples.
+  int64_t chunk_span_ms = 2 * 3600 * 1000;
+  size_t chunk_max_samples = 7200;
+};
+
+// What happened to the samples of one batch; rejected samples are counted with the reason of
+// the first one (returned to remote-write clients as a 400 when nothing was accepted).
+struct AppendResult {
+  uint64_t accepted = 0;
+  uint64_t duplicates = 0;    // same timestamp and bit-identical value as the last one: a retry
+  uint64_t out_of_order = 0;  // older than the series' newest sample
+  uint64_t invalid = 0;       // bad label set
+  std::string first_error;
+};
+
+struct SeriesSamples {
+  Labels labels;
+  std::vector<Sample> samples;
+};
+
+class Head {
+ public:
+  static Result<std::unique_ptr<Head>> Open(const std::string& dir, HeadOptions options,
+                                            WalReplayStats* replay_stats = nullptr);
+  ~Head();
+
+  struct Input {
+    std::vector<Label> labels;  // unsorted is fine
+    std::vector<Sample> samples;
+  };
+  // Validates, logs and applies one batch. An I/O error from the WAL fails the whole batch
+  // (nothing applied, nothing acknowledged).
+  Result<AppendResult> Append(const std::vector<Input>& batch);
+
+  // Samples of every series the matchers select, within [mint_ms, maxt_ms].
+  std::vector<SeriesSamples> Query(const std::vector<Matcher>& matchers, int64_t mint_ms,
+                                   int64_t maxt_ms) const;
+
+  const SeriesIndex& index() const { return index_; }
+  uint64_t num_samples() const;
+  // Bytes of sealed chunks plus the open chunks' encoded blocks.
+  uint64_t chunk_bytes() const;
+  Status Sync() { return wal_->Sync(); }
+
+ private:
+  struct SealedChunk {
+    int64_t min_t_ms = 0, max_t_ms = 0;
+    std::string bytes;
+  };
+  struct MemSeries {
+    mutable std::mutex mu;
+    bool logged = false;  // its series record is in the WAL (append_mu_)
+    std::vector<SealedChunk> sealed;
+    ChunkEncoder open;
+    bool has_last = false;
+    int64_t last_t_ms = 0;
+    double last_value = 0;
+    uint64_t samples = 0;
+  };
+  // WAL record types. On-disk: never renumber.
+  enum RecordType : uint8_t { kBatchRecord = 1 };
+
+  explicit Head(HeadOptions options) : options_(options) {}
+  void Replay(uint8_t type, std::string_view payload);
+  // Applies one sample already in the WAL. REQUIRES: s.mu held.
+  void ApplySample(MemSeries& s, int64_t t_ms, double v);
+  MemSeries& SeriesFor(SeriesRef ref);  // REQUIRES: append_mu_ held
+
+  HeadOptions options_;
+  std::unique_ptr<Wal> wal_;
+  SeriesIndex index_;
+  std::mutex append_mu_;
+  mutable std::mutex series_mu_;  // guards the series_ vector itself (growth)
+  std::vector<std::unique_ptr<MemSeries>> series_;
+  std::vector<SeriesRef> replay_refs_;  // logged ref -> index ref, during replay only
+  uint64_t replay_bad_records_ = 0;
+};
+
+}  // namespace gpuwatch::store

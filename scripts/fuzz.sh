@@ -16,5 +16,12 @@ COMMON="../../src/common/*.cc ../../src/model/*.cc"
 clang++ $FLAGS -o attribution_fuzz ../../src/collect/attribution_fuzz.cc ../../src/collect/attribution.cc $COMMON -lfmt
 clang++ $FLAGS -o cli_fuzz ../../src/cli/cli_fuzz.cc ../../src/cli/config_file.cc \
   ../../src/server/listen_address.cc $COMMON -lfmt
+STORE="../../src/store/chunkenc.cc ../../src/store/labels.cc ../../src/store/remote_write.cc"
+clang++ $FLAGS -o chunkenc_fuzz ../../src/store/chunkenc_fuzz.cc $STORE $COMMON -lfmt -lz -lre2 -lsnappy
+clang++ $FLAGS -o selector_fuzz ../../src/store/selector_fuzz.cc $STORE $COMMON -lfmt -lz -lre2 -lsnappy
+clang++ $FLAGS -o remote_write_fuzz ../../src/store/remote_write_fuzz.cc $STORE $COMMON -lfmt -lz -lre2 -lsnappy
+./chunkenc_fuzz -max_total_time="$SECS" ../../tests/fixtures/chunks
+./selector_fuzz -max_total_time="$SECS" ../../tests/fixtures/selectors
+./remote_write_fuzz -max_total_time="$SECS" ../../tests/fixtures/remote_write
 ./attribution_fuzz -max_total_time="$SECS" ../../tests/fixtures/root/proc ../../tests/fixtures/root-corrupt/proc
 ./cli_fuzz -max_total_time="$SECS" ../../tests/fixtures/config

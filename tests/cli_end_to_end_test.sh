@@ -84,6 +84,26 @@ p = json.load(sys.stdin)["processes"]
 assert any(x["gpu"] == 0 for x in p), p
 ' || fail "processes from the scenario not attributed"
 
+# Remote-write into --data-dir survives a restart (SIGTERM closes the store cleanly).
+PORT=$(free_port)
+"$GPUWATCH" up --listen "127.0.0.1:$PORT" --nvml-lib /nonexistent --data-dir "$TMP/store" >"$TMP/rw1.log" 2>&1 &
+RW_PID=$!
+wait_http "http://127.0.0.1:$PORT/healthz" 20 || fail "agent with a data dir did not start"
+code=$(curl -s -o "$TMP/rw.out" -w '%{http_code}' -H 'Content-Encoding: snappy' \
+  -H 'Content-Type: application/x-protobuf' --data-binary @"$FIXTURES/remote_write/two_series.snappy" \
+  "http://127.0.0.1:$PORT/api/v1/write")
+[ "$code" = 204 ] || fail "remote-write answered $code: $(cat "$TMP/rw.out")"
+code=$(curl -s -o "$TMP/rw.out" -w '%{http_code}' -H 'Content-Encoding: snappy' --data-binary 'not snappy' \
+  "http://127.0.0.1:$PORT/api/v1/write")
+[ "$code" = 400 ] && grep -q 'remote-write' "$TMP/rw.out" || fail "bad remote-write body: $code $(cat "$TMP/rw.out")"
+kill -TERM "$RW_PID"
+wait "$RW_PID" || fail "agent did not exit cleanly on SIGTERM"
+PORT=$(free_port)
+"$GPUWATCH" up --listen "127.0.0.1:$PORT" --nvml-lib /nonexistent --data-dir "$TMP/store" >"$TMP/rw2.log" 2>&1 &
+PIDS+=($!)
+wait_http "http://127.0.0.1:$PORT/healthz" 20 || fail "agent did not restart on its data dir"
+grep -q 'store: 2 series, 3 samples replayed' "$TMP/rw2.log" || { cat "$TMP/rw2.log"; fail "remote-written samples not kept across a restart"; }
+
 # Bad input names what was wrong.
 set +e
 out=$("$GPUWATCH" up --listen nonsense 2>&1); rc=$?

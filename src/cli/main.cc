@@ -17,6 +17,7 @@
 #include "server/agent.h"
 #include "server/api.h"
 #include "server/http_server.h"
+#include "store/head.h"
 
 #ifndef GPUWATCH_VERSION
 #define GPUWATCH_VERSION "0.0.0"
@@ -163,7 +164,20 @@ int RunAgent(CLI::App* app, AgentFlags* flags) {
 
   server::Agent agent(*opts, MakeGpuSource(flags->nvml_lib));
   if (Status st = agent.Init(); !st.ok()) return Fail(st);
-  server::HttpServer http(&agent);
+  // The store keeps its WAL under the data dir; every acknowledged remote-write is in it.
+  std::unique_ptr<store::Head> head;
+  if (!flags->data_dir.empty()) {
+    store::WalReplayStats replay;
+    auto h = store::Head::Open(flags->data_dir, {}, &replay);
+    if (!h.ok()) return Fail(h.status());
+    head = std::move(h).value();
+    for (const auto& d : replay.damage)
+      GW_LOG_WARN("store: {} {} at offset {}: {} ({} bytes)", d.segment,
+                  d.torn_tail ? "torn tail" : "damage", d.offset, d.reason, d.bytes_lost);
+    GW_LOG_INFO("store: {} series, {} samples replayed from {}", head->index().size(),
+                head->num_samples(), flags->data_dir);
+  }
+  server::HttpServer http(&agent, head.get());
   if (Status st = http.Start(*addr); !st.ok()) return Fail(st);
   agent.Start();
   GW_LOG_INFO("gpuwatch {} agent on {} serving http://{}:{}/metrics", GPUWATCH_VERSION,

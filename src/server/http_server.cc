@@ -6,6 +6,7 @@
 #include "server/api.h"
 #include "server/exposition.h"
 #include "server/gzip.h"
+#include "server/remote_write_handler.h"
 
 namespace gpuwatch::server {
 namespace {
@@ -13,8 +14,8 @@ namespace {
 constexpr char kGzipAccepted[] = "X-Gpuwatch-Gzip-Accepted";
 }  // namespace
 
-HttpServer::HttpServer(const Agent* agent)
-    : agent_(agent), server_(std::make_unique<httplib::Server>()) {}
+HttpServer::HttpServer(const Agent* agent, store::Head* head)
+    : agent_(agent), head_(head), server_(std::make_unique<httplib::Server>()) {}
 
 HttpServer::~HttpServer() { Stop(); }
 
@@ -62,6 +63,16 @@ Status HttpServer::Start(const ListenAddress& addr) {
   json_route("/api/v1/capabilities", &CapabilitiesJson);
   json_route("/api/v1/events", &EventsJson);
   json_route("/api/v1/host", &HostJson);
+  if (head_) {
+    // Bodies are bounded by the decoder's limits; httplib reads the body before the handler.
+    srv.set_payload_max_length(64u << 20);
+    srv.Post("/api/v1/write", [this](const httplib::Request& req, httplib::Response& res) {
+      const HttpReply r =
+          HandleRemoteWrite(head_, req.body, req.get_header_value("Content-Encoding"));
+      res.status = r.status;
+      if (!r.body.empty()) res.set_content(r.body, "text/plain");
+    });
+  }
   srv.Get("/healthz", [](const httplib::Request&, httplib::Response& res) {
     res.set_content("ok\n", "text/plain");
   });

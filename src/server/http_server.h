@@ -12,6 +12,7 @@
 #include "common/status.h"
 #include "server/agent.h"
 #include "server/listen_address.h"
+#include "store/head.h"
 
 namespace httplib {
 class Server;
@@ -21,7 +22,8 @@ namespace gpuwatch::server {
 
 class HttpServer {
  public:
-  explicit HttpServer(const Agent* agent);
+  // `head` may be null: no store, no /api/v1/write.
+  explicit HttpServer(const Agent* agent, store::Head* head = nullptr);
   ~HttpServer();
   // Binds (port 0 picks a free one) and serves on a background thread.
   Status Start(const ListenAddress& addr);
@@ -30,6 +32,7 @@ class HttpServer {
 
  private:
   const Agent* agent_;
+  store::Head* head_;
   std::unique_ptr<httplib::Server> server_;
   std::thread thread_;
   std::atomic<bool> listening_done_{false};

@@ -97,6 +97,12 @@ Head::MemSeries& Head::SeriesFor(SeriesRef ref) {
   return *series_[ref];
 }
 
+bool Head::MemSeries::IsRecentDuplicate(int64_t t_ms, double v) const {
+  for (const auto& x : recent)
+    if (x.t_ms == t_ms && SameBits(x.value, v) && samples > 0) return true;
+  return false;
+}
+
 void Head::ApplySample(MemSeries& s, int64_t t_ms, double v) {
   if (!s.open.empty() && (t_ms - s.open.first_t_ms() >= options_.chunk_span_ms ||
                           s.open.num_samples() >= options_.chunk_max_samples)) {
@@ -111,6 +117,8 @@ void Head::ApplySample(MemSeries& s, int64_t t_ms, double v) {
   s.has_last = true;
   s.last_t_ms = t_ms;
   s.last_value = v;
+  s.recent[s.recent_next] = {t_ms, v};
+  s.recent_next = (s.recent_next + 1) % MemSeries::kRecent;
   ++s.samples;
 }
 
@@ -213,6 +221,13 @@ Result<AppendResult> Head::Append(const std::vector<Input>& batch) {
         ++result.duplicates;
         continue;
       }
+      if (has_last && x.t_ms < last_t) {
+        std::lock_guard<std::mutex> sl(s.mu);
+        if (s.IsRecentDuplicate(x.t_ms, x.value)) {
+          ++result.duplicates;
+          continue;
+        }
+      }
       if (has_last && x.t_ms <= last_t) {
         ++result.out_of_order;
         if (result.first_error.empty())
@@ -304,7 +319,7 @@ uint64_t Head::chunk_bytes() const {
   for (const auto& s : series_) {
     std::lock_guard<std::mutex> sl(s->mu);
     for (const auto& c : s->sealed) n += c.bytes.size();
-    if (!s->open.empty()) n += s->open.Snapshot().size();
+    n += s->open.encoded_bytes();
   }
   return n;
 }

@@ -11,6 +11,7 @@
 // mutex (the WAL orders them anyway), queries take per-series locks.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -67,7 +68,7 @@ class Head {
 
   const SeriesIndex& index() const { return index_; }
   uint64_t num_samples() const;
-  // Bytes of sealed chunks plus the open chunks' encoded blocks.
+  // Bytes of sealed chunks plus the open chunks' encoded blocks (not their buffered samples).
   uint64_t chunk_bytes() const;
   Status Sync() { return wal_->Sync(); }
 
@@ -84,6 +85,12 @@ class Head {
     bool has_last = false;
     int64_t last_t_ms = 0;
     double last_value = 0;
+    // The newest samples, so a sender's retry of a whole request (older samples included) is
+    // recognized as duplicates rather than rejected as out of order.
+    static constexpr size_t kRecent = 32;
+    std::array<Sample, kRecent> recent{};
+    size_t recent_next = 0;
+    bool IsRecentDuplicate(int64_t t_ms, double v) const;
     uint64_t samples = 0;
   };
   // WAL record types. On-disk: never renumber.

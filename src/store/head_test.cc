@@ -61,6 +61,18 @@ TEST_F(HeadTest, AppendQueryAndRejects) {
   EXPECT_EQ(head->Query(Sel("DCGM_FI_DEV_GPU_UTIL"), 1500, 2500)[0].samples.size(), 1u);
 }
 
+TEST_F(HeadTest, RetriedRequestIsDuplicatesNotOutOfOrder) {
+  auto head = OpenHead();
+  ASSERT_TRUE(head->Append({In("0", {{1000, 1}, {2000, 2}, {3000, 3}})}).ok());
+  auto r = head->Append({In("0", {{1000, 1}, {2000, 2}, {3000, 3}})});
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->duplicates, 3u);
+  EXPECT_EQ(r->out_of_order, 0u);
+  r = head->Append({In("0", {{2000, 2.5}})});  // same time, another value: a real conflict
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->out_of_order, 1u);
+}
+
 TEST_F(HeadTest, SealsChunksAndQueriesAcrossThem) {
   HeadOptions o;
   o.chunk_span_ms = 600 * 1000;

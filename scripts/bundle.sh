@@ -5,10 +5,7 @@
 # must match the target's kernel interface. scripts/device-check.sh sets LD_LIBRARY_PATH.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-scripts/deps.sh build
-cmake -S . -B build/release -G Ninja -DCMAKE_BUILD_TYPE=Release -DGPUWATCH_BUILD_TESTS=OFF \
-  -DGPUWATCH_BUILD_BENCH=OFF >/dev/null
-cmake --build build/release --target gpuwatch
+GPUWATCH_BUILD_ONLY=1 scripts/up.sh
 mkdir -p build/release/lib
 ldd build/release/gpuwatch | awk '/=> \// {print $3}' | while read -r lib; do
   case "$(basename "$lib")" in

@@ -1,8 +1,10 @@
 // The agent against the mock NVML, loaded through the production dlopen path.
 #include <gtest/gtest.h>
 #include <stdlib.h>
+#include <unistd.h>
 
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <thread>
 
@@ -11,6 +13,7 @@
 #include "server/agent.h"
 #include "server/api.h"
 #include "server/exposition.h"
+#include "store/head.h"
 
 namespace gpuwatch {
 namespace {
@@ -154,6 +157,35 @@ TEST(AgentMockTest, GpuLostMidRunAndXidEvents) {
     EXPECT_EQ(lost_events, 1) << "a lost GPU is one event, not one per tick";
     return 0;
   });
+}
+
+// With a store, every hardware tick is kept under the /metrics names and labels (R20).
+TEST(AgentMockTest, TicksAreKeptInTheStore) {
+  const std::string dir = ::testing::TempDir() + "/agent_store_" + std::to_string(getpid());
+  std::filesystem::remove_all(dir);
+  {
+    auto head = store::Head::Open(dir, {});
+    ASSERT_TRUE(head.ok());
+    auto agent = MakeAgent("8xH100");
+    agent->SetStore(head->get());
+    agent->TickHost();
+    agent->TickGpu();
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    agent->TickGpu();
+    auto q = (*head)->Query(*store::ParseSelector("DCGM_FI_DEV_GPU_UTIL{Hostname=\"test-node\"}"),
+                            0, INT64_MAX);
+    ASSERT_EQ(q.size(), 8u);
+    EXPECT_EQ(q[0].samples.size(), 2u);
+    EXPECT_FALSE(store::LabelValue(q[0].labels, "UUID").empty());
+    EXPECT_EQ((*head)
+                  ->Query(*store::ParseSelector("gpuwatch_host_memory_used_bytes"), 0, INT64_MAX)
+                  .size(),
+              1u);
+  }
+  auto reopened = store::Head::Open(dir, {});
+  ASSERT_TRUE(reopened.ok());
+  EXPECT_EQ((*reopened)->Query(*store::ParseSelector("gpuwatch_gpu_up"), 0, INT64_MAX).size(), 8u);
+  std::filesystem::remove_all(dir);
 }
 
 // An XID storm is counted in full but kept and logged once per second.

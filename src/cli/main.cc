@@ -177,6 +177,7 @@ int RunAgent(CLI::App* app, AgentFlags* flags) {
     GW_LOG_INFO("store: {} series, {} samples replayed from {}", head->index().size(),
                 head->num_samples(), flags->data_dir);
   }
+  if (head) agent.SetStore(head.get());
   server::HttpServer http(&agent, head.get());
   if (Status st = http.Start(*addr); !st.ok()) return Fail(st);
   agent.Start();

@@ -8,6 +8,7 @@
 
 #include "common/log.h"
 #include "server/api.h"
+#include "server/store_sink.h"
 
 namespace gpuwatch::server {
 
@@ -117,12 +118,32 @@ void Agent::TickGpu() {
     }
   }
   const double secs = std::chrono::duration<double>(Clock::now() - start).count();
-  std::lock_guard<std::mutex> lock(mu_);
-  for (auto& e : events) RecordEvent(std::move(e));
-  state_.gpu_samples = std::move(samples);
-  state_.caps = std::move(caps);
-  state_.tick_seconds["gpu"] = secs;
-  ++state_.tick_counts["gpu"];
+  std::vector<store::Head::Input> to_store;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto& e : events) RecordEvent(std::move(e));
+    state_.gpu_samples = std::move(samples);
+    state_.caps = std::move(caps);
+    state_.tick_seconds["gpu"] = secs;
+    ++state_.tick_counts["gpu"];
+    if (store_) {
+      to_store = SeriesForStore(state_, stored_host_ms_);
+      if (state_.host) stored_host_ms_ = std::max(stored_host_ms_, state_.host->time_ms);
+    }
+  }
+  // Outside the state lock: the append waits for the WAL's sync, and scrapes must not.
+  if (!to_store.empty()) StoreTick(to_store);
+}
+
+void Agent::StoreTick(const std::vector<store::Head::Input>& inputs) {
+  auto r = store_->Append(inputs);
+  if (!r.ok()) {
+    // Collection goes on; the next tick tries again (the head logs nothing it did not keep).
+    if (store_errors_++ % 60 == 0)
+      GW_LOG_ERROR("store: cannot keep this tick: {}", r.status().ToString());
+  } else if (r->out_of_order > 0 && store_errors_++ % 60 == 0) {
+    GW_LOG_WARN("store: {}", r->first_error);
+  }
 }
 
 void Agent::TickHost() {
@@ -130,10 +151,19 @@ void Agent::TickHost() {
   model::HostSample h;
   Status st = host_.Collect(clock_.NowMs(), &h);
   const double secs = std::chrono::duration<double>(Clock::now() - start).count();
-  std::lock_guard<std::mutex> lock(mu_);
-  if (st.ok()) state_.host = std::move(h);
-  state_.tick_seconds["host"] = secs;
-  ++state_.tick_counts["host"];
+  std::vector<store::Head::Input> to_store;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (st.ok()) state_.host = std::move(h);
+    state_.tick_seconds["host"] = secs;
+    ++state_.tick_counts["host"];
+    // With GPUs the hardware tick stores the host sample beside its own; without, it is here.
+    if (store_ && !gpu_ready_ && state_.host) {
+      to_store = SeriesForStore(state_, stored_host_ms_);
+      stored_host_ms_ = std::max(stored_host_ms_, state_.host->time_ms);
+    }
+  }
+  if (!to_store.empty()) StoreTick(to_store);
 }
 
 void Agent::TickProcesses() {

@@ -89,7 +89,8 @@ std::string RenderStatusTable(const server::AgentState& s) {
     for (const auto& p : s.processes) {
       out += fmt::format(
           "{:<3} {:>8} {:<12} {:<14} {:<12} {:>7} {:>9} {}\n", p.gpu_index, p.pid,
-          p.user.empty() ? "?" : Short(p.user, 12), p.container_id.empty() ? "-" : p.container_id.substr(0, 12),
+          p.user.empty() ? "?" : Short(p.user, 12),
+          p.container_id.empty() ? "-" : p.container_id.substr(0, 12),
           p.job_id.empty() ? "-" : Short(p.job_id, 12),
           p.visible_index ? std::to_string(*p.visible_index) : "?",
           p.used_memory_bytes ? fmt::format("{:.0f}", *p.used_memory_bytes / 1048576.0) : "n/a",

@@ -12,7 +12,7 @@ for p in clang libclang-rt-14-dev; do
 done
 mkdir -p build/fuzz && cd build/fuzz
 FLAGS="-std=c++20 -g -O1 -fsanitize=fuzzer,address,undefined -I../../src"
-COMMON="../../src/common/*.cc ../../src/model/*.cc"
+COMMON=$(ls ../../src/common/*.cc ../../src/model/*.cc | grep -v -e _test.cc -e _fuzz.cc -e _bench.cc)
 clang++ $FLAGS -o attribution_fuzz ../../src/collect/attribution_fuzz.cc ../../src/collect/attribution.cc $COMMON -lfmt
 clang++ $FLAGS -o cli_fuzz ../../src/cli/cli_fuzz.cc ../../src/cli/config_file.cc \
   ../../src/server/listen_address.cc $COMMON -lfmt

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Builds the fuzz targets with clang's libFuzzer (+ASan/UBSan) and runs each for SECONDS
-# (default 60). Seeds are the parser fixtures. Crashes land in build/fuzz/crash-*.
+# (default 60). Seeds are the parser fixtures (read only: libFuzzer writes what it finds into
+# build/fuzz/corpus/<target>, its first corpus directory). Crashes land in build/fuzz/crash-*.
 #   scripts/fuzz.sh [SECONDS]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -20,8 +21,8 @@ STORE="../../src/store/chunkenc.cc ../../src/store/labels.cc ../../src/store/rem
 clang++ $FLAGS -o chunkenc_fuzz ../../src/store/chunkenc_fuzz.cc $STORE $COMMON -lfmt -lz -lre2 -lsnappy
 clang++ $FLAGS -o selector_fuzz ../../src/store/selector_fuzz.cc $STORE $COMMON -lfmt -lz -lre2 -lsnappy
 clang++ $FLAGS -o remote_write_fuzz ../../src/store/remote_write_fuzz.cc $STORE $COMMON -lfmt -lz -lre2 -lsnappy
-./chunkenc_fuzz -max_total_time="$SECS" ../../tests/fixtures/chunks
-./selector_fuzz -max_total_time="$SECS" ../../tests/fixtures/selectors
-./remote_write_fuzz -max_total_time="$SECS" ../../tests/fixtures/remote_write
-./attribution_fuzz -max_total_time="$SECS" ../../tests/fixtures/root/proc ../../tests/fixtures/root-corrupt/proc
-./cli_fuzz -max_total_time="$SECS" ../../tests/fixtures/config
+mkdir -p corpus/chunkenc && ./chunkenc_fuzz -max_total_time="$SECS" corpus/chunkenc ../../tests/fixtures/chunks
+mkdir -p corpus/selector && ./selector_fuzz -max_total_time="$SECS" corpus/selector ../../tests/fixtures/selectors
+mkdir -p corpus/remote_write && ./remote_write_fuzz -max_total_time="$SECS" corpus/remote_write ../../tests/fixtures/remote_write
+mkdir -p corpus/attribution && ./attribution_fuzz -max_total_time="$SECS" corpus/attribution ../../tests/fixtures/root/proc ../../tests/fixtures/root-corrupt/proc
+mkdir -p corpus/cli && ./cli_fuzz -max_total_time="$SECS" corpus/cli ../../tests/fixtures/config

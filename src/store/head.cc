@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 #include <filesystem>
+#include <unordered_map>
 
 #include "common/log.h"
 
@@ -176,8 +177,14 @@ Result<AppendResult> Head::Append(const std::vector<Input>& batch) {
   std::vector<MemSeries*> newly_logged;
   std::string series_part, samples_part;
   uint64_t new_series = 0, n_samples = 0;
-  // Newest accepted timestamp per series within this batch, on top of what the head has.
-  std::vector<std::pair<MemSeries*, std::pair<int64_t, double>>> batch_last;
+  // Each series' newest sample as this batch goes on (the head's, then the batch's accepted
+  // ones). A hash map: remote-write batches carry thousands of series.
+  struct Newest {
+    bool has = false;
+    int64_t t_ms = 0;
+    double value = 0;
+  };
+  std::unordered_map<MemSeries*, Newest> newest;
 
   for (const auto& in : batch) {
     auto labels = MakeLabels(in.labels);
@@ -188,67 +195,53 @@ Result<AppendResult> Head::Append(const std::vector<Input>& batch) {
     }
     const SeriesRef ref = index_.GetOrCreate(*labels);
     MemSeries& s = SeriesFor(ref);
-    if (!s.logged &&
-        std::find(newly_logged.begin(), newly_logged.end(), &s) == newly_logged.end()) {
-      newly_logged.push_back(&s);
-      ++new_series;
-      PutVarint(&series_part, ref);
-      PutVarint(&series_part, labels->size());
-      for (const auto& l : *labels) {
-        PutVarint(&series_part, l.name.size());
-        series_part += l.name;
-        PutVarint(&series_part, l.value.size());
-        series_part += l.value;
+    auto [it, first_in_batch] = newest.try_emplace(&s);
+    Newest& last = it->second;
+    if (first_in_batch) {
+      {
+        std::lock_guard<std::mutex> sl(s.mu);
+        last = {s.has_last, s.last_t_ms, s.last_value};
+      }
+      if (!s.logged) {
+        newly_logged.push_back(&s);
+        ++new_series;
+        PutVarint(&series_part, ref);
+        PutVarint(&series_part, labels->size());
+        for (const auto& l : *labels) {
+          PutVarint(&series_part, l.name.size());
+          series_part += l.name;
+          PutVarint(&series_part, l.value.size());
+          series_part += l.value;
+        }
       }
     }
-    bool has_last;
-    int64_t last_t;
-    double last_v;
-    auto it = std::find_if(batch_last.begin(), batch_last.end(),
-                           [&](const auto& p) { return p.first == &s; });
-    if (it != batch_last.end()) {
-      has_last = true;
-      last_t = it->second.first;
-      last_v = it->second.second;
-    } else {
-      std::lock_guard<std::mutex> sl(s.mu);
-      has_last = s.has_last;
-      last_t = s.last_t_ms;
-      last_v = s.last_value;
-    }
     for (const auto& x : in.samples) {
-      if (has_last && x.t_ms == last_t && SameBits(x.value, last_v)) {
+      if (last.has && x.t_ms == last.t_ms && SameBits(x.value, last.value)) {
         ++result.duplicates;
         continue;
       }
-      if (has_last && x.t_ms < last_t) {
+      if (last.has && x.t_ms < last.t_ms) {
         std::lock_guard<std::mutex> sl(s.mu);
         if (s.IsRecentDuplicate(x.t_ms, x.value)) {
           ++result.duplicates;
           continue;
         }
       }
-      if (has_last && x.t_ms <= last_t) {
+      if (last.has && x.t_ms <= last.t_ms) {
         ++result.out_of_order;
         if (result.first_error.empty())
           result.first_error = "out of order sample for " + LabelsToString(*labels) +
                                ": t=" + std::to_string(x.t_ms) + " ms is not after " +
-                               std::to_string(last_t) + " ms";
+                               std::to_string(last.t_ms) + " ms";
         continue;
       }
-      has_last = true;
-      last_t = x.t_ms;
-      last_v = x.value;
+      last = {true, x.t_ms, x.value};
       pending.push_back({&s, x.t_ms, x.value});
       PutVarint(&samples_part, ref);
       PutVarint(&samples_part, ZigZag(x.t_ms));
       PutFixed64(&samples_part, x.value);
       ++n_samples;
     }
-    if (it != batch_last.end())
-      it->second = {last_t, last_v};
-    else if (has_last)
-      batch_last.push_back({&s, {last_t, last_v}});
   }
   if (n_samples == 0 && new_series == 0) return result;
 

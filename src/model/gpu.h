@@ -80,6 +80,19 @@ struct NvLinkSample {
   std::optional<uint64_t> tx_bytes, rx_bytes;  // counters since driver load
 };
 
+// The per-link NVLink error counters by name: the exposition's `counter` label, and with
+// "_errors" appended, the JSON key.
+struct NvLinkErrorCounter {
+  std::string_view name;
+  std::optional<uint64_t> NvLinkSample::*field;
+};
+inline constexpr NvLinkErrorCounter kNvLinkErrorCounters[] = {
+    {"crc_flit", &NvLinkSample::crc_flit_errors},
+    {"crc_data", &NvLinkSample::crc_data_errors},
+    {"replay", &NvLinkSample::replay_errors},
+    {"recovery", &NvLinkSample::recovery_errors},
+};
+
 struct MigSample {
   unsigned gpu_instance_id = 0;
   unsigned compute_instance_id = 0;

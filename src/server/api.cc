@@ -60,13 +60,11 @@ json GpusJson(const AgentState& s) {
       json links = json::array();
       for (const auto& l : smp.nvlinks) {
         json lj = {{"link", l.link}, {"active", l.active}};
-        auto put = [&](const char* k, const std::optional<uint64_t>& v) {
+        auto put = [&](const std::string& k, const std::optional<uint64_t>& v) {
           if (v) lj[k] = *v;
         };
-        put("replay_errors", l.replay_errors);
-        put("recovery_errors", l.recovery_errors);
-        put("crc_flit_errors", l.crc_flit_errors);
-        put("crc_data_errors", l.crc_data_errors);
+        for (const auto& c : model::kNvLinkErrorCounters)
+          put(std::string(c.name) + "_errors", l.*c.field);
         put("tx_bytes", l.tx_bytes);
         put("rx_bytes", l.rx_bytes);
         links.push_back(std::move(lj));

@@ -174,16 +174,11 @@ void RenderPrometheus(const AgentState& s, std::string* out) {
       HeaderOther(b, "gpuwatch_nvlink_link_errors_total");
       for (size_t i = 0; i < n; ++i) {
         for (const auto& l : s.gpu_samples[i].nvlinks) {
-          const std::pair<const char*, const std::optional<uint64_t>*> cs[] = {
-              {"crc_flit", &l.crc_flit_errors},
-              {"crc_data", &l.crc_data_errors},
-              {"replay", &l.replay_errors},
-              {"recovery", &l.recovery_errors}};
-          for (const auto& [name, v] : cs)
-            if (*v)
+          for (const auto& c : model::kNvLinkErrorCounters)
+            if (const auto& v = l.*c.field)
               Line(b, "gpuwatch_nvlink_link_errors_total", labels[i],
-                   fmt::format("link=\"{}\",counter=\"{}\"", l.link, name),
-                   static_cast<double>(**v));
+                   fmt::format("link=\"{}\",counter=\"{}\"", l.link, c.name),
+                   static_cast<double>(*v));
         }
       }
       using LinkCounter = std::optional<uint64_t> model::NvLinkSample::*;

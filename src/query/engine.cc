@@ -1,0 +1,1322 @@
+#include "query/engine.h"
+
+#include <re2/re2.h>
+
+#include <algorithm>
+#include <cctype>
+#include <charconv>
+#include <cmath>
+#include <limits>
+#include <memory>
+#include <optional>
+#include <unordered_map>
+#include <utility>
+
+namespace gpuwatch::query {
+namespace {
+
+using store::Labels;
+using store::RollupPoint;
+using store::Tier;
+
+constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+
+// Bucket widths; kept here rather than calling store::TierWidthMs so the engine does not
+// depend on which store file defines it.
+int64_t WidthMs(Tier tier) {
+  switch (tier) {
+    case Tier::kRaw:
+      return 0;
+    case Tier::k1m:
+      return 60'000;
+    case Tier::k1h:
+      return 3'600'000;
+  }
+  return 0;
+}
+
+std::string FormatDuration(int64_t ms) {
+  if (ms % (int64_t{365} * 24 * 3600 * 1000) == 0)
+    return std::to_string(ms / (int64_t{365} * 24 * 3600 * 1000)) + "y";
+  if (ms % 1000 == 0) return std::to_string(ms / 1000) + "s";
+  return std::to_string(ms) + "ms";
+}
+
+// ---------------------------------------------------------------------------------------------
+// Label helpers.
+
+Labels DropName(Labels l) {
+  l.erase(std::remove_if(l.begin(), l.end(),
+                         [](const store::Label& x) { return x.name == store::kMetricNameLabel; }),
+          l.end());
+  return l;
+}
+
+bool Contains(const std::vector<std::string>& names, std::string_view n) {
+  return std::find(names.begin(), names.end(), n) != names.end();
+}
+
+void AppendKeyPart(std::string* key, std::string_view s) {
+  const uint32_t n = static_cast<uint32_t>(s.size());
+  key->append(reinterpret_cast<const char*>(&n), sizeof(n));
+  key->append(s);
+}
+
+// An exact key for a whole label set (length-prefixed, so no value can forge a separator).
+std::string LabelsKey(const Labels& l) {
+  std::string key;
+  for (const auto& x : l) {
+    AppendKeyPart(&key, x.name);
+    AppendKeyPart(&key, x.value);
+  }
+  return key;
+}
+
+// The matching key: `on` keeps only `names`; otherwise all labels but `names` and __name__.
+std::string SignatureKey(const Labels& l, bool on, const std::vector<std::string>& names) {
+  std::string key;
+  if (on) {
+    // By name, so the order the query lists them in does not matter.
+    std::vector<std::string> sorted = names;
+    std::sort(sorted.begin(), sorted.end());
+    sorted.erase(std::unique(sorted.begin(), sorted.end()), sorted.end());
+    for (const auto& n : sorted) {
+      AppendKeyPart(&key, n);
+      AppendKeyPart(&key, store::LabelValue(l, n));
+    }
+    return key;
+  }
+  for (const auto& x : l) {
+    if (x.name == store::kMetricNameLabel || Contains(names, x.name)) continue;
+    AppendKeyPart(&key, x.name);
+    AppendKeyPart(&key, x.value);
+  }
+  return key;
+}
+
+Labels KeepOnly(const Labels& l, const std::vector<std::string>& names) {
+  Labels out;
+  for (const auto& x : l)
+    if (Contains(names, x.name)) out.push_back(x);
+  return out;
+}
+
+Labels Delete(Labels l, const std::vector<std::string>& names) {
+  l.erase(std::remove_if(l.begin(), l.end(),
+                         [&](const store::Label& x) { return Contains(names, x.name); }),
+          l.end());
+  return l;
+}
+
+Labels Without(const Labels& l, const std::vector<std::string>& names) {
+  Labels out;
+  for (const auto& x : l)
+    if (!Contains(names, x.name) && x.name != store::kMetricNameLabel) out.push_back(x);
+  return out;
+}
+
+void SetLabel(Labels* l, const std::string& name, const std::string& value) {
+  auto it =
+      std::lower_bound(l->begin(), l->end(), name,
+                       [](const store::Label& x, const std::string& n) { return x.name < n; });
+  if (it != l->end() && it->name == name) {
+    if (value.empty())
+      l->erase(it);
+    else
+      it->value = value;
+  } else if (!value.empty()) {
+    l->insert(it, store::Label{name, value});
+  }
+}
+
+// Prometheus's API number formatting, also used for count_values labels.
+std::string FormatValue(double v) {
+  if (std::isnan(v)) return "NaN";
+  if (std::isinf(v)) return v > 0 ? "+Inf" : "-Inf";
+  char buf[512];
+  const double a = std::fabs(v);
+  const auto fmt = (a != 0 && (a < 1e-6 || a >= 1e21)) ? std::chars_format::scientific
+                                                       : std::chars_format::fixed;
+  auto r = std::to_chars(buf, buf + sizeof(buf), v, fmt);
+  return std::string(buf, r.ptr);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Numeric helpers.
+
+// Kahan–Babuška summation, as Prometheus uses for sum and avg.
+struct KahanSum {
+  double sum = 0, c = 0;
+  void Add(double v) {
+    const double t = sum + v;
+    if (std::fabs(sum) >= std::fabs(v))
+      c += (sum - t) + v;
+    else
+      c += (v - t) + sum;
+    sum = t;
+  }
+  double Value() const { return std::isinf(sum) ? sum : sum + c; }
+};
+
+// Prometheus's quantile: linear interpolation between the closest ranks.
+double Quantile(double q, std::vector<double> v) {
+  if (v.empty() || std::isnan(q)) return kNaN;
+  if (q < 0) return -std::numeric_limits<double>::infinity();
+  if (q > 1) return std::numeric_limits<double>::infinity();
+  std::sort(v.begin(), v.end());
+  const double rank = q * static_cast<double>(v.size() - 1);
+  const size_t lo = static_cast<size_t>(std::max(0.0, std::floor(rank)));
+  const size_t hi = std::min(v.size() - 1, lo + 1);
+  const double w = rank - std::floor(rank);
+  return v[lo] * (1 - w) + v[hi] * w;
+}
+
+double Variance(const std::vector<double>& v) {
+  if (v.empty()) return kNaN;
+  KahanSum s;
+  for (double x : v) s.Add(x);
+  const double mean = s.Value() / static_cast<double>(v.size());
+  KahanSum d;
+  for (double x : v) d.Add((x - mean) * (x - mean));
+  return d.Value() / static_cast<double>(v.size());
+}
+
+bool Compare(BinOp op, double l, double r) {
+  switch (op) {
+    case BinOp::kEq:
+      return l == r;
+    case BinOp::kNe:
+      return l != r;
+    case BinOp::kGt:
+      return l > r;
+    case BinOp::kLt:
+      return l < r;
+    case BinOp::kGe:
+      return l >= r;
+    case BinOp::kLe:
+      return l <= r;
+    default:
+      return false;
+  }
+}
+
+double Arith(BinOp op, double l, double r) {
+  switch (op) {
+    case BinOp::kAdd:
+      return l + r;
+    case BinOp::kSub:
+      return l - r;
+    case BinOp::kMul:
+      return l * r;
+    case BinOp::kDiv:
+      return l / r;
+    case BinOp::kMod:
+      return std::fmod(l, r);
+    case BinOp::kPow:
+      return std::pow(l, r);
+    default:
+      return kNaN;
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Loaded data and windows.
+
+// One series as a selector read it. For a rollup tier `samples` holds each bucket's
+// (last_t_ms, last), parallel to `buckets`, so functions that only need values treat both
+// tiers alike.
+struct LoadedSeries {
+  Labels labels;
+  std::vector<store::Sample> samples;
+  std::vector<RollupPoint> buckets;  // empty for raw
+};
+
+struct Loaded {
+  Tier tier = Tier::kRaw;
+  int64_t width_ms = 0;
+  std::vector<LoadedSeries> series;
+};
+
+// The part of one series inside a range window at one step.
+struct Window {
+  const store::Sample* s = nullptr;
+  const RollupPoint* b = nullptr;  // null for raw
+  size_t n = 0;
+  int64_t start_ms = 0, end_ms = 0;  // the window (start, end]
+  int64_t range_ms = 0;
+};
+
+Window WindowAt(const Loaded& d, const LoadedSeries& ls, int64_t ts, int64_t range_ms) {
+  Window w;
+  w.start_ms = ts - range_ms;
+  w.end_ms = ts;
+  w.range_ms = range_ms;
+  if (d.tier == Tier::kRaw) {
+    const auto& s = ls.samples;
+    auto lo = std::upper_bound(s.begin(), s.end(), w.start_ms,
+                               [](int64_t t, const store::Sample& x) { return t < x.t_ms; });
+    auto hi = std::upper_bound(lo, s.end(), ts,
+                               [](int64_t t, const store::Sample& x) { return t < x.t_ms; });
+    w.s = s.data() + (lo - s.begin());
+    w.n = static_cast<size_t>(hi - lo);
+    return w;
+  }
+  // Whole buckets inside [ts - range, ts).
+  const auto& b = ls.buckets;
+  auto lo = std::lower_bound(b.begin(), b.end(), w.start_ms,
+                             [](const RollupPoint& x, int64_t t) { return x.t_ms < t; });
+  auto hi = std::upper_bound(lo, b.end(), ts - d.width_ms,
+                             [](int64_t t, const RollupPoint& x) { return t < x.t_ms; });
+  const size_t off = static_cast<size_t>(lo - b.begin());
+  w.s = ls.samples.data() + off;
+  w.b = b.data() + off;
+  w.n = static_cast<size_t>(hi - lo);
+  return w;
+}
+
+// Prometheus's extrapolatedRate: the change over the window, counter resets added back,
+// extrapolated to the window edges unless the series seems to start or end inside it.
+std::optional<double> ExtrapolatedRate(const Window& w, bool is_counter, bool is_rate) {
+  if (w.n < 2) return std::nullopt;
+  const store::Sample& first = w.s[0];
+  const store::Sample& last = w.s[w.n - 1];
+  double result = last.value - first.value;
+  if (is_counter) {
+    for (size_t i = 1; i < w.n; ++i) {
+      const double prev = w.s[i - 1].value;
+      // A rollup bucket whose minimum is below the previous bucket's last value held a reset
+      // even when its own last value climbed back above it.
+      const bool reset = w.s[i].value < prev || (w.b && w.b[i].min < prev);
+      if (reset) result += prev;
+    }
+  }
+  const double to_start = static_cast<double>(first.t_ms - w.start_ms) / 1000;
+  const double to_end = static_cast<double>(w.end_ms - last.t_ms) / 1000;
+  const double sampled = static_cast<double>(last.t_ms - first.t_ms) / 1000;
+  if (sampled <= 0) return std::nullopt;
+  const double avg_interval = sampled / static_cast<double>(w.n - 1);
+  double duration_to_start = to_start;
+  if (is_counter && result > 0 && first.value >= 0) {
+    // A counter cannot be negative: do not extrapolate back past its zero point.
+    const double to_zero = sampled * (first.value / result);
+    if (to_zero < duration_to_start) duration_to_start = to_zero;
+  }
+  const double threshold = avg_interval * 1.1;
+  double interval = sampled;
+  interval += duration_to_start < threshold ? duration_to_start : avg_interval / 2;
+  interval += to_end < threshold ? to_end : avg_interval / 2;
+  result = result * (interval / sampled);
+  if (is_rate) result /= static_cast<double>(w.range_ms) / 1000;
+  return result;
+}
+
+std::optional<double> InstantDelta(const Window& w, bool is_rate) {
+  if (w.n < 2) return std::nullopt;
+  const store::Sample& last = w.s[w.n - 1];
+  const store::Sample& prev = w.s[w.n - 2];
+  double result = last.value - prev.value;
+  if (is_rate && last.value < prev.value) result = last.value;  // counter reset
+  if (!is_rate) return result;
+  const double dt = static_cast<double>(last.t_ms - prev.t_ms) / 1000;
+  if (dt == 0) return std::nullopt;
+  return result / dt;
+}
+
+// Least-squares slope per second, like Prometheus's deriv.
+std::optional<double> Deriv(const Window& w) {
+  if (w.n < 2) return std::nullopt;
+  const int64_t t0 = w.s[0].t_ms;
+  double n = 0, sx = 0, sy = 0, sxy = 0, sxx = 0;
+  for (size_t i = 0; i < w.n; ++i) {
+    const double x = static_cast<double>(w.s[i].t_ms - t0) / 1000;
+    const double y = w.s[i].value;
+    n += 1;
+    sx += x;
+    sy += y;
+    sxy += x * y;
+    sxx += x * x;
+  }
+  const double cov = sxy - sx * sy / n;
+  const double var = sxx - sx * sx / n;
+  if (var == 0) return std::nullopt;
+  return cov / var;
+}
+
+std::vector<double> Values(const Window& w) {
+  std::vector<double> v(w.n);
+  for (size_t i = 0; i < w.n; ++i) v[i] = w.s[i].value;
+  return v;
+}
+
+std::optional<double> OverTime(Func f, const Window& w, double param) {
+  if (w.n == 0) return std::nullopt;
+  switch (f) {
+    case Func::kRate:
+      return ExtrapolatedRate(w, true, true);
+    case Func::kIncrease:
+      return ExtrapolatedRate(w, true, false);
+    case Func::kDelta:
+      return ExtrapolatedRate(w, false, false);
+    case Func::kIrate:
+      return InstantDelta(w, true);
+    case Func::kIdelta:
+      return InstantDelta(w, false);
+    case Func::kDeriv:
+      return Deriv(w);
+    case Func::kLastOverTime:
+      return w.s[w.n - 1].value;
+    case Func::kCountOverTime: {
+      if (!w.b) return static_cast<double>(w.n);
+      double c = 0;
+      for (size_t i = 0; i < w.n; ++i) c += w.b[i].count;
+      return c;
+    }
+    case Func::kSumOverTime:
+    case Func::kAvgOverTime: {
+      KahanSum s;
+      double count = 0;
+      for (size_t i = 0; i < w.n; ++i) {
+        s.Add(w.b ? w.b[i].sum : w.s[i].value);
+        count += w.b ? w.b[i].count : 1;
+      }
+      if (f == Func::kSumOverTime) return s.Value();
+      if (count == 0) return std::nullopt;
+      return s.Value() / count;
+    }
+    case Func::kMinOverTime:
+    case Func::kMaxOverTime: {
+      const bool is_min = f == Func::kMinOverTime;
+      double r = kNaN;
+      for (size_t i = 0; i < w.n; ++i) {
+        const double v = w.b ? (is_min ? w.b[i].min : w.b[i].max) : w.s[i].value;
+        if (std::isnan(r) || (is_min ? v < r : v > r)) r = v;
+      }
+      return r;
+    }
+    case Func::kStddevOverTime:
+      return std::sqrt(Variance(Values(w)));
+    case Func::kStdvarOverTime:
+      return Variance(Values(w));
+    case Func::kQuantileOverTime:
+      return Quantile(param, Values(w));
+    case Func::kChanges:
+    case Func::kResets: {
+      double c = 0;
+      for (size_t i = 1; i < w.n; ++i) {
+        const double p = w.s[i - 1].value, v = w.s[i].value;
+        if (f == Func::kChanges) {
+          if (v != p && !(std::isnan(v) && std::isnan(p))) ++c;
+        } else if (v < p || (w.b && w.b[i].min < p)) {
+          ++c;
+        }
+      }
+      return c;
+    }
+    default:
+      return std::nullopt;
+  }
+}
+
+bool IsRangeFunc(Func f) {
+  switch (f) {
+    case Func::kRate:
+    case Func::kIncrease:
+    case Func::kDelta:
+    case Func::kIrate:
+    case Func::kIdelta:
+    case Func::kDeriv:
+    case Func::kLastOverTime:
+    case Func::kCountOverTime:
+    case Func::kSumOverTime:
+    case Func::kAvgOverTime:
+    case Func::kMinOverTime:
+    case Func::kMaxOverTime:
+    case Func::kStddevOverTime:
+    case Func::kStdvarOverTime:
+    case Func::kQuantileOverTime:
+    case Func::kChanges:
+    case Func::kResets:
+      return true;
+    default:
+      return false;
+  }
+}
+
+// Functions a rollup bucket cannot answer exactly (it holds no sum of squares and no
+// distribution): their selectors read raw data whenever raw reaches back far enough.
+bool PrefersRaw(Func f) {
+  return f == Func::kStddevOverTime || f == Func::kStdvarOverTime || f == Func::kQuantileOverTime;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Evaluation.
+
+struct Value {
+  ValueType type = ValueType::kVector;
+  double scalar = 0;
+  std::string str;
+  Vector vec;
+  Matrix mat;
+};
+
+Value ScalarValue(double v) {
+  Value out;
+  out.type = ValueType::kScalar;
+  out.scalar = v;
+  return out;
+}
+
+Status Exhausted(const std::string& what) { return Status::ResourceExhausted(what); }
+
+class Evaluator {
+ public:
+  Evaluator(const store::Querier& q, const EngineOptions& o, int64_t start_ms, int64_t end_ms,
+            int64_t step_ms)
+      : q_(q), o_(o), start_ms_(start_ms), end_ms_(end_ms), step_ms_(step_ms) {
+    for (int i = 0; i < store::kNumTiers; ++i) coverage_[i] = q_.Coverage(static_cast<Tier>(i));
+  }
+
+  // Reads every selector's data once, for all steps.
+  Status Load(const Expr& e, const Expr* parent) {
+    if (e.kind == Expr::Kind::kVectorSelector || e.kind == Expr::Kind::kMatrixSelector)
+      return LoadSelector(e, parent);
+    for (const Expr* c : {e.lhs.get(), e.rhs.get(), e.param.get()})
+      if (c) GW_RETURN_IF_ERROR(Load(*c, &e));
+    for (const auto& a : e.args) GW_RETURN_IF_ERROR(Load(*a, &e));
+    return Status::Ok();
+  }
+
+  const std::vector<Tier>& tiers() const { return tiers_; }
+  Status AddSamples(int64_t n) {
+    samples_ += n;
+    if (samples_ > o_.max_samples)
+      return Exhausted(
+          "query processing would load too many samples into memory in query execution "
+          "(limit " +
+          std::to_string(o_.max_samples) + "); narrow the time range or the selectors");
+    return Status::Ok();
+  }
+
+  Result<Value> Eval(const Expr& e, int64_t t) {
+    switch (e.kind) {
+      case Expr::Kind::kNumber:
+        return ScalarValue(e.number);
+      case Expr::Kind::kString: {
+        Value v;
+        v.type = ValueType::kString;
+        v.str = e.str;
+        return v;
+      }
+      case Expr::Kind::kVectorSelector:
+        return InstantSelector(e, t);
+      case Expr::Kind::kMatrixSelector:
+        return MatrixSelector(e, t);
+      case Expr::Kind::kUnaryMinus: {
+        auto v = Eval(*e.lhs, t);
+        if (!v.ok()) return v;
+        if (v->type == ValueType::kScalar) {
+          v->scalar = -v->scalar;
+        } else {
+          for (auto& s : v->vec) {
+            s.value = -s.value;
+            s.metric = DropName(std::move(s.metric));
+            s.t_ms = t;
+          }
+        }
+        return v;
+      }
+      case Expr::Kind::kBinary:
+        return Binary(e, t);
+      case Expr::Kind::kCall:
+        return Call(e, t);
+      case Expr::Kind::kAggregate:
+        return Aggregate(e, t);
+    }
+    return Status::Internal("unknown expression kind");
+  }
+
+ private:
+  // ----- tiers and loading -----
+
+  // Where a tier's data certainly starts: a rollup tier's first bucket may hold data only
+  // near its end, so its start is counted from the bucket's end. Without this a coarse tier
+  // would seem to reach further back than raw merely because its bucket starts are rounded
+  // down.
+  int64_t StartBound(Tier tier) const {
+    const auto& c = coverage_[static_cast<int>(tier)];
+    return c.empty() ? std::numeric_limits<int64_t>::max() : c.min_t_ms + WidthMs(tier);
+  }
+
+  bool Reaches(Tier tier, int64_t need_min_ms) const { return StartBound(tier) <= need_min_ms; }
+
+  Tier ChooseTier(int64_t need_min_ms, int64_t range_ms, bool prefers_raw) const {
+    if (o_.force_tier) return *o_.force_tier;
+    if (!o_.use_rollups) return Tier::kRaw;
+    const auto allowed = [&](Tier tier) {
+      if (tier == Tier::kRaw) return true;
+      const int64_t w = WidthMs(tier);
+      // A range needs at least three bucket widths to hold two whole buckets at any step
+      // alignment (rate needs two points).
+      return !prefers_raw && step_ms_ >= w && (range_ms == 0 || range_ms >= 3 * w);
+    };
+    constexpr Tier kCoarseToFine[] = {Tier::k1h, Tier::k1m, Tier::kRaw};
+    constexpr Tier kFineToCoarse[] = {Tier::kRaw, Tier::k1m, Tier::k1h};
+    for (Tier tier : kCoarseToFine)
+      if (allowed(tier) && Reaches(tier, need_min_ms)) return tier;
+    // The step allows only tiers that retention has trimmed: a coarser tier that still holds
+    // the data answers at a lower resolution rather than not at all.
+    for (Tier tier : kFineToCoarse)
+      if (Reaches(tier, need_min_ms)) return tier;
+    // The store is younger than the query. Tiers whose data start within an hour of the
+    // oldest data are equivalent (they were filled from the same samples); among them take
+    // what the step allows, else the finest.
+    int64_t oldest = std::numeric_limits<int64_t>::max();
+    for (Tier tier : kFineToCoarse) oldest = std::min(oldest, StartBound(tier));
+    if (oldest == std::numeric_limits<int64_t>::max()) return Tier::kRaw;
+    const auto candidate = [&](Tier tier) {
+      return !coverage_[static_cast<int>(tier)].empty() &&
+             StartBound(tier) - oldest <= WidthMs(Tier::k1h);
+    };
+    for (Tier tier : kCoarseToFine)
+      if (allowed(tier) && candidate(tier)) return tier;
+    for (Tier tier : kFineToCoarse)
+      if (candidate(tier)) return tier;
+    return Tier::kRaw;
+  }
+
+  Status LoadSelector(const Expr& e, const Expr* parent) {
+    const bool matrix = e.kind == Expr::Kind::kMatrixSelector;
+    const bool prefers_raw =
+        parent && parent->kind == Expr::Kind::kCall && PrefersRaw(parent->func);
+    const int64_t lookback = o_.lookback.count();
+    const int64_t need_min = start_ms_ - e.offset_ms - (matrix ? e.range_ms : lookback);
+    const Tier tier = ChooseTier(need_min, matrix ? e.range_ms : 0, prefers_raw);
+    tiers_.push_back(tier);
+    Loaded d;
+    d.tier = tier;
+    d.width_ms = WidthMs(tier);
+    const int64_t maxt = end_ms_ - e.offset_ms;
+    int64_t count = 0;
+    if (tier == Tier::kRaw) {
+      auto r = q_.SelectRaw(e.matchers, need_min, maxt);
+      if (!r.ok()) return r.status();
+      GW_RETURN_IF_ERROR(AddSeries(r->size()));
+      d.series.reserve(r->size());
+      for (auto& s : *r) {
+        count += static_cast<int64_t>(s.samples.size());
+        d.series.push_back(LoadedSeries{std::move(s.labels), std::move(s.samples), {}});
+      }
+    } else {
+      const int64_t w = d.width_ms;
+      // Matrix: whole buckets in [t - range, t). Instant: the newest bucket ending within the
+      // lookback, which is at least one bucket width so the 1h tier is never empty between
+      // bucket ends.
+      const int64_t mint = matrix ? need_min : start_ms_ - e.offset_ms - InstantLookback(w) - w;
+      auto r = q_.SelectRollups(tier, e.matchers, mint, maxt - w);
+      if (!r.ok()) return r.status();
+      GW_RETURN_IF_ERROR(AddSeries(r->size()));
+      d.series.reserve(r->size());
+      for (auto& s : *r) {
+        count += static_cast<int64_t>(s.points.size());
+        LoadedSeries ls;
+        ls.labels = std::move(s.labels);
+        ls.samples.reserve(s.points.size());
+        for (const auto& p : s.points) ls.samples.push_back({p.last_t_ms, p.last});
+        ls.buckets = std::move(s.points);
+        d.series.push_back(std::move(ls));
+      }
+    }
+    GW_RETURN_IF_ERROR(AddSamples(count));
+    data_[&e] = std::move(d);
+    return Status::Ok();
+  }
+
+  int64_t InstantLookback(int64_t width_ms) const {
+    return std::max<int64_t>(o_.lookback.count(), width_ms);
+  }
+
+  Status AddSeries(size_t n) {
+    series_ += static_cast<int64_t>(n);
+    if (series_ > o_.max_series)
+      return Exhausted("query selects too many series: " + std::to_string(series_) + " (limit " +
+                       std::to_string(o_.max_series) +
+                       "); add label matchers to narrow the selectors");
+    return Status::Ok();
+  }
+
+  const Loaded& Data(const Expr& e) const { return data_.at(&e); }
+
+  // ----- selectors -----
+
+  Result<Value> InstantSelector(const Expr& e, int64_t t) {
+    const Loaded& d = Data(e);
+    const int64_t ts = t - e.offset_ms;
+    Value out;
+    out.type = ValueType::kVector;
+    for (const auto& ls : d.series) {
+      if (d.tier == Tier::kRaw) {
+        const auto& s = ls.samples;
+        auto it = std::upper_bound(s.begin(), s.end(), ts,
+                                   [](int64_t x, const store::Sample& y) { return x < y.t_ms; });
+        if (it == s.begin()) continue;
+        --it;
+        if (it->t_ms <= ts - o_.lookback.count()) continue;
+        out.vec.push_back({ls.labels, it->value, it->t_ms});
+      } else {
+        const auto& b = ls.buckets;
+        auto it = std::upper_bound(b.begin(), b.end(), ts - d.width_ms,
+                                   [](int64_t x, const RollupPoint& y) { return x < y.t_ms; });
+        if (it == b.begin()) continue;
+        --it;
+        if (it->t_ms + d.width_ms <= ts - InstantLookback(d.width_ms)) continue;
+        out.vec.push_back({ls.labels, it->last, it->last_t_ms});
+      }
+    }
+    return out;
+  }
+
+  Result<Value> MatrixSelector(const Expr& e, int64_t t) {
+    const Loaded& d = Data(e);
+    Value out;
+    out.type = ValueType::kMatrix;
+    for (const auto& ls : d.series) {
+      const Window w = WindowAt(d, ls, t - e.offset_ms, e.range_ms);
+      if (w.n == 0) continue;
+      Series s;
+      s.metric = ls.labels;
+      for (size_t i = 0; i < w.n; ++i) s.points.push_back({w.s[i].t_ms, w.s[i].value});
+      GW_RETURN_IF_ERROR(AddSamples(static_cast<int64_t>(w.n)));
+      out.mat.push_back(std::move(s));
+    }
+    return out;
+  }
+
+  // ----- functions -----
+
+  Result<double> ScalarArg(const Expr& e, int64_t t) {
+    auto v = Eval(e, t);
+    if (!v.ok()) return v.status();
+    return v->scalar;
+  }
+
+  Result<Value> Call(const Expr& e, int64_t t) {
+    const Func f = e.func;
+    Value out;
+    out.type = e.type;
+    if (IsRangeFunc(f)) {
+      const Expr& sel = *e.args.back();
+      double param = 0;
+      if (f == Func::kQuantileOverTime) {
+        auto p = ScalarArg(*e.args[0], t);
+        if (!p.ok()) return p.status();
+        param = *p;
+      }
+      const Loaded& d = Data(sel);
+      for (const auto& ls : d.series) {
+        const Window w = WindowAt(d, ls, t - sel.offset_ms, sel.range_ms);
+        auto v = OverTime(f, w, param);
+        if (!v) continue;
+        out.vec.push_back({f == Func::kLastOverTime ? ls.labels : DropName(ls.labels), *v, t});
+      }
+      return out;
+    }
+    switch (f) {
+      case Func::kTime:
+        return ScalarValue(static_cast<double>(t) / 1000);
+      case Func::kVector: {
+        auto s = ScalarArg(*e.args[0], t);
+        if (!s.ok()) return s.status();
+        out.vec.push_back({{}, *s, t});
+        return out;
+      }
+      case Func::kScalar: {
+        auto v = Eval(*e.args[0], t);
+        if (!v.ok()) return v;
+        return ScalarValue(v->vec.size() == 1 ? v->vec[0].value : kNaN);
+      }
+      case Func::kAbsent:
+      case Func::kAbsentOverTime:
+        return Absent(e, t);
+      default:
+        break;
+    }
+    auto arg = Eval(*e.args[0], t);
+    if (!arg.ok()) return arg;
+    out.vec = std::move(arg->vec);
+    std::vector<double> params;
+    for (size_t i = 1; i < e.args.size(); ++i) {
+      if (e.args[i]->type != ValueType::kScalar) continue;
+      auto p = ScalarArg(*e.args[i], t);
+      if (!p.ok()) return p.status();
+      params.push_back(*p);
+    }
+    switch (f) {
+      case Func::kSort:
+      case Func::kSortDesc: {
+        const bool desc = f == Func::kSortDesc;
+        // NaN last either way, as Prometheus.
+        std::stable_sort(out.vec.begin(), out.vec.end(),
+                         [desc](const InstantSample& a, const InstantSample& b) {
+                           if (std::isnan(a.value)) return false;
+                           if (std::isnan(b.value)) return true;
+                           return desc ? a.value > b.value : a.value < b.value;
+                         });
+        return out;
+      }
+      case Func::kLabelReplace:
+        return LabelReplace(e, std::move(out));
+      case Func::kClamp:
+        if (params[1] < params[0]) {
+          out.vec.clear();
+          return out;
+        }
+        break;
+      default:
+        break;
+    }
+    for (auto& s : out.vec) {
+      const double v = s.value;
+      double r = v;
+      switch (f) {
+        case Func::kAbs:
+          r = std::fabs(v);
+          break;
+        case Func::kCeil:
+          r = std::ceil(v);
+          break;
+        case Func::kFloor:
+          r = std::floor(v);
+          break;
+        case Func::kExp:
+          r = std::exp(v);
+          break;
+        case Func::kLn:
+          r = std::log(v);
+          break;
+        case Func::kLog2:
+          r = std::log2(v);
+          break;
+        case Func::kLog10:
+          r = std::log10(v);
+          break;
+        case Func::kSqrt:
+          r = std::sqrt(v);
+          break;
+        case Func::kSgn:
+          r = v > 0 ? 1 : v < 0 ? -1 : v;
+          break;
+        case Func::kRound: {
+          const double to = params.empty() ? 1 : params[0];
+          const double inv = 1 / to;
+          r = std::floor(v * inv + 0.5) / inv;
+          break;
+        }
+        case Func::kClamp:
+          r = std::max(params[0], std::min(params[1], v));
+          break;
+        case Func::kClampMin:
+          r = std::max(params[0], v);
+          break;
+        case Func::kClampMax:
+          r = std::min(params[0], v);
+          break;
+        case Func::kTimestamp:
+          r = static_cast<double>(s.t_ms) / 1000;
+          break;
+        default:
+          return Status::Internal("function " + std::string(FuncName(f)) + " not evaluated");
+      }
+      s.value = r;
+      s.metric = DropName(std::move(s.metric));
+      s.t_ms = t;
+    }
+    return out;
+  }
+
+  Result<Value> Absent(const Expr& e, int64_t t) {
+    const Expr& arg = *e.args[0];
+    Value out;
+    out.type = ValueType::kVector;
+    bool present = false;
+    if (e.func == Func::kAbsentOverTime) {
+      const Loaded& d = Data(arg);
+      for (const auto& ls : d.series)
+        if (WindowAt(d, ls, t - arg.offset_ms, arg.range_ms).n > 0) present = true;
+    } else {
+      auto v = Eval(arg, t);
+      if (!v.ok()) return v;
+      present = !v->vec.empty();
+    }
+    if (present) return out;
+    // Labels from the selector's equality matchers; a label matched more than once or by
+    // another operator is left out, as Prometheus does.
+    Labels l;
+    if (arg.kind == Expr::Kind::kVectorSelector || arg.kind == Expr::Kind::kMatrixSelector) {
+      std::vector<std::string> dropped;
+      for (const auto& m : arg.matchers) {
+        if (m.name() == store::kMetricNameLabel) continue;
+        const bool seen = !store::LabelValue(l, m.name()).empty() || Contains(dropped, m.name());
+        if (m.op() == store::MatchOp::kEqual && !seen) {
+          SetLabel(&l, m.name(), m.value());
+        } else {
+          SetLabel(&l, m.name(), "");
+          dropped.push_back(m.name());
+        }
+      }
+    }
+    out.vec.push_back({std::move(l), 1, t});
+    return out;
+  }
+
+  // Go's regexp Expand syntax: $1, ${1}, $name, ${name}, $$.
+  static std::string Expand(std::string_view tmpl, const re2::RE2& re,
+                            const std::vector<re2::StringPiece>& groups) {
+    std::string out;
+    for (size_t i = 0; i < tmpl.size(); ++i) {
+      if (tmpl[i] != '$' || i + 1 >= tmpl.size()) {
+        out += tmpl[i];
+        continue;
+      }
+      if (tmpl[i + 1] == '$') {
+        out += '$';
+        ++i;
+        continue;
+      }
+      std::string name;
+      size_t j = i + 1;
+      if (tmpl[j] == '{') {
+        const size_t close = tmpl.find('}', j);
+        if (close == std::string_view::npos) {
+          out += tmpl[i];
+          continue;
+        }
+        name = std::string(tmpl.substr(j + 1, close - j - 1));
+        j = close + 1;
+      } else {
+        while (j < tmpl.size() &&
+               (std::isalnum(static_cast<unsigned char>(tmpl[j])) || tmpl[j] == '_'))
+          ++j;
+        name = std::string(tmpl.substr(i + 1, j - i - 1));
+      }
+      if (name.empty()) {
+        out += tmpl[i];
+        continue;
+      }
+      int idx = -1;
+      if (std::all_of(name.begin(), name.end(), [](char c) { return c >= '0' && c <= '9'; })) {
+        idx = name.size() < 4 ? std::stoi(name) : -1;
+      } else {
+        const auto& named = re.NamedCapturingGroups();
+        auto it = named.find(name);
+        if (it != named.end()) idx = it->second;
+      }
+      if (idx >= 0 && static_cast<size_t>(idx) < groups.size())
+        out.append(groups[idx].data(), groups[idx].size());
+      i = j - 1;
+    }
+    return out;
+  }
+
+  Result<Value> LabelReplace(const Expr& e, Value in) {
+    const std::string& dst = e.args[1]->str;
+    const std::string& repl = e.args[2]->str;
+    const std::string& src = e.args[3]->str;
+    auto& re = regex_cache_[&e];
+    if (!re) {
+      re2::RE2::Options opts;
+      opts.set_log_errors(false);
+      opts.set_max_mem(8 << 20);
+      re = std::make_unique<re2::RE2>("^(?:" + e.args[4]->str + ")$", opts);
+      if (!re->ok())
+        return Status::InvalidArgument("invalid regular expression in label_replace(): " +
+                                       e.args[4]->str);
+    }
+    std::vector<re2::StringPiece> groups(static_cast<size_t>(re->NumberOfCapturingGroups()) + 1);
+    for (auto& s : in.vec) {
+      const std::string_view v = store::LabelValue(s.metric, src);
+      if (!re->Match(re2::StringPiece(v.data(), v.size()), 0, v.size(), re2::RE2::UNANCHORED,
+                     groups.data(), static_cast<int>(groups.size())))
+        continue;
+      std::string value = Expand(repl, *re, groups);
+      if (value.size() > store::kMaxLabelValueBytes)
+        return Status::InvalidArgument("label_replace(): value of \"" + dst + "\" is too long");
+      SetLabel(&s.metric, dst, value);
+    }
+    return in;
+  }
+
+  // ----- binary operators -----
+
+  Result<Value> Binary(const Expr& e, int64_t t) {
+    auto l = Eval(*e.lhs, t);
+    if (!l.ok()) return l;
+    auto r = Eval(*e.rhs, t);
+    if (!r.ok()) return r;
+    const BinOp op = e.bin_op;
+    const bool cmp = IsComparison(op);
+    if (l->type == ValueType::kScalar && r->type == ValueType::kScalar) {
+      if (cmp) return ScalarValue(Compare(op, l->scalar, r->scalar) ? 1 : 0);
+      return ScalarValue(Arith(op, l->scalar, r->scalar));
+    }
+    Value out;
+    out.type = ValueType::kVector;
+    if (l->type == ValueType::kScalar || r->type == ValueType::kScalar) {
+      const bool scalar_left = l->type == ValueType::kScalar;
+      Vector& vec = scalar_left ? r->vec : l->vec;
+      const double sv = scalar_left ? l->scalar : r->scalar;
+      for (auto& s : vec) {
+        const double lv = scalar_left ? sv : s.value;
+        const double rv = scalar_left ? s.value : sv;
+        if (cmp) {
+          const bool keep = Compare(op, lv, rv);
+          if (e.return_bool) {
+            s.value = keep ? 1 : 0;
+            s.metric = DropName(std::move(s.metric));
+          } else if (!keep) {
+            continue;  // a filter keeps the vector's own value and name
+          }
+        } else {
+          s.value = Arith(op, lv, rv);
+          s.metric = DropName(std::move(s.metric));
+        }
+        s.t_ms = t;
+        out.vec.push_back(std::move(s));
+      }
+      return out;
+    }
+    if (IsSetOperator(op)) return SetOp(e, std::move(l).value(), std::move(r).value(), t);
+    return VectorVector(e, std::move(l).value(), std::move(r).value(), t);
+  }
+
+  Result<Value> SetOp(const Expr& e, Value l, Value r, int64_t t) {
+    Value out;
+    out.type = ValueType::kVector;
+    std::unordered_map<std::string, bool> right;
+    for (const auto& s : r.vec)
+      right[SignatureKey(s.metric, e.matching_on, e.matching_labels)] = true;
+    switch (e.bin_op) {
+      case BinOp::kAnd:
+      case BinOp::kUnless: {
+        const bool want = e.bin_op == BinOp::kAnd;
+        for (auto& s : l.vec)
+          if (right.count(SignatureKey(s.metric, e.matching_on, e.matching_labels)) == want)
+            out.vec.push_back(std::move(s));
+        break;
+      }
+      case BinOp::kOr: {
+        std::unordered_map<std::string, bool> left;
+        for (auto& s : l.vec) {
+          left[SignatureKey(s.metric, e.matching_on, e.matching_labels)] = true;
+          out.vec.push_back(std::move(s));
+        }
+        for (auto& s : r.vec)
+          if (!left.count(SignatureKey(s.metric, e.matching_on, e.matching_labels)))
+            out.vec.push_back(std::move(s));
+        break;
+      }
+      default:
+        break;
+    }
+    return out;
+  }
+
+  Result<Value> VectorVector(const Expr& e, Value l, Value r, int64_t t) {
+    const BinOp op = e.bin_op;
+    const bool cmp = IsComparison(op);
+    std::unordered_map<std::string, size_t> right;
+    for (size_t i = 0; i < r.vec.size(); ++i) {
+      auto [it, inserted] =
+          right.emplace(SignatureKey(r.vec[i].metric, e.matching_on, e.matching_labels), i);
+      if (!inserted)
+        return Status::InvalidArgument(
+            "found duplicate series for the match group on the right hand-side of the "
+            "operation: [" +
+            store::LabelsToString(r.vec[it->second].metric) + ", " +
+            store::LabelsToString(r.vec[i].metric) +
+            "];many-to-many matching not allowed: matching labels must be unique on one side");
+    }
+    std::unordered_map<std::string, size_t> matched;  // signature → lhs index
+    std::unordered_map<std::string, bool> results;
+    Value out;
+    out.type = ValueType::kVector;
+    for (size_t i = 0; i < l.vec.size(); ++i) {
+      auto& s = l.vec[i];
+      const std::string sig = SignatureKey(s.metric, e.matching_on, e.matching_labels);
+      auto it = right.find(sig);
+      if (it == right.end()) continue;
+      auto [m, first] = matched.emplace(sig, i);
+      if (!first)
+        return Status::InvalidArgument(
+            "multiple matches for labels: many-to-one matching must be explicit "
+            "(group_left/group_right, which gpuwatch does not support): " +
+            store::LabelsToString(l.vec[m->second].metric) + " and " +
+            store::LabelsToString(s.metric));
+      const double rv = r.vec[it->second].value;
+      double value;
+      if (cmp) {
+        const bool keep = Compare(op, s.value, rv);
+        if (!e.return_bool && !keep) continue;
+        value = e.return_bool ? (keep ? 1 : 0) : s.value;
+      } else {
+        value = Arith(op, s.value, rv);
+      }
+      Labels metric = std::move(s.metric);
+      if (!cmp || e.return_bool) metric = DropName(std::move(metric));
+      if (e.has_matching) {
+        // Prometheus: on() keeps only its labels (so __name__ goes unless listed); ignoring()
+        // removes its labels and leaves __name__ to the rule above.
+        if (e.matching_on)
+          metric = KeepOnly(metric, e.matching_labels);
+        else
+          metric = Delete(std::move(metric), e.matching_labels);
+      }
+      if (!results.emplace(LabelsKey(metric), true).second)
+        return Status::InvalidArgument(
+            "multiple matches for labels: grouping labels must ensure unique matches");
+      out.vec.push_back({std::move(metric), value, t});
+    }
+    return out;
+  }
+
+  // ----- aggregation -----
+
+  Result<Value> Aggregate(const Expr& e, int64_t t) {
+    auto in = Eval(*e.lhs, t);
+    if (!in.ok()) return in;
+    double param = 0;
+    if (e.param && e.param->type == ValueType::kScalar) {
+      auto p = ScalarArg(*e.param, t);
+      if (!p.ok()) return p.status();
+      param = *p;
+    }
+    const AggOp op = e.agg_op;
+    std::vector<std::string> grouping = e.grouping;
+    if (op == AggOp::kCountValues && !e.without) grouping.push_back(e.param->str);
+
+    struct Group {
+      Labels metric;
+      std::vector<size_t> members;
+    };
+    std::vector<Group> groups;
+    std::unordered_map<std::string, size_t> index;
+    Vector& vec = in->vec;
+    if (op == AggOp::kCountValues) {
+      // The value becomes a label first, so it takes part in grouping.
+      for (auto& s : vec) SetLabel(&s.metric, e.param->str, FormatValue(s.value));
+    }
+    for (size_t i = 0; i < vec.size(); ++i) {
+      const Labels& m = vec[i].metric;
+      Labels key_labels;
+      if (e.without) {
+        std::vector<std::string> drop = e.grouping;
+        key_labels = Without(m, drop);
+      } else {
+        key_labels = KeepOnly(m, grouping);
+      }
+      std::string key = LabelsKey(key_labels);
+      auto [it, inserted] = index.emplace(std::move(key), groups.size());
+      if (inserted) groups.push_back({std::move(key_labels), {}});
+      groups[it->second].members.push_back(i);
+    }
+    Value out;
+    out.type = ValueType::kVector;
+    for (auto& g : groups) {
+      const auto values = [&] {
+        std::vector<double> v;
+        v.reserve(g.members.size());
+        for (size_t i : g.members) v.push_back(vec[i].value);
+        return v;
+      };
+      double r = 0;
+      switch (op) {
+        case AggOp::kSum:
+        case AggOp::kAvg: {
+          KahanSum s;
+          for (size_t i : g.members) s.Add(vec[i].value);
+          r = op == AggOp::kSum ? s.Value() : s.Value() / static_cast<double>(g.members.size());
+          break;
+        }
+        case AggOp::kCount:
+        case AggOp::kCountValues:
+          r = static_cast<double>(g.members.size());
+          break;
+        case AggOp::kGroup:
+          r = 1;
+          break;
+        case AggOp::kMin:
+        case AggOp::kMax: {
+          r = kNaN;
+          for (size_t i : g.members) {
+            const double v = vec[i].value;
+            if (std::isnan(r) || (op == AggOp::kMin ? v < r : v > r)) r = v;
+          }
+          break;
+        }
+        case AggOp::kStddev:
+          r = std::sqrt(Variance(values()));
+          break;
+        case AggOp::kStdvar:
+          r = Variance(values());
+          break;
+        case AggOp::kQuantile:
+          r = Quantile(param, values());
+          break;
+        case AggOp::kTopk:
+        case AggOp::kBottomk: {
+          if (!(param >= 1)) continue;  // also NaN
+          const size_t k = param >= static_cast<double>(g.members.size())
+                               ? g.members.size()
+                               : static_cast<size_t>(param);
+          const bool top = op == AggOp::kTopk;
+          std::vector<size_t> m = g.members;
+          // NaN ranks below every number for both, as Prometheus.
+          std::stable_sort(m.begin(), m.end(), [&](size_t a, size_t b) {
+            const double x = vec[a].value, y = vec[b].value;
+            if (std::isnan(x)) return false;
+            if (std::isnan(y)) return true;
+            return top ? x > y : x < y;
+          });
+          for (size_t i = 0; i < k; ++i) {
+            InstantSample s = std::move(vec[m[i]]);
+            s.t_ms = t;
+            out.vec.push_back(std::move(s));
+          }
+          continue;
+        }
+      }
+      out.vec.push_back({std::move(g.metric), r, t});
+    }
+    return out;
+  }
+
+  const store::Querier& q_;
+  const EngineOptions& o_;
+  const int64_t start_ms_, end_ms_, step_ms_;
+  store::TierCoverage coverage_[store::kNumTiers];
+  std::unordered_map<const Expr*, Loaded> data_;
+  std::unordered_map<const Expr*, std::unique_ptr<re2::RE2>> regex_cache_;
+  std::vector<Tier> tiers_;
+  int64_t samples_ = 0;
+  int64_t series_ = 0;
+};
+
+Status CheckUniqueLabels(Vector* v) {
+  std::vector<const InstantSample*> p;
+  p.reserve(v->size());
+  for (const auto& s : *v) p.push_back(&s);
+  std::sort(p.begin(), p.end(),
+            [](const InstantSample* a, const InstantSample* b) { return a->metric < b->metric; });
+  for (size_t i = 1; i < p.size(); ++i)
+    if (p[i]->metric == p[i - 1]->metric)
+      return Status::InvalidArgument("vector cannot contain metrics with the same labelset: " +
+                                     store::LabelsToString(p[i]->metric));
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status ValidateTimestamp(int64_t t_ms, std::string_view what) {
+  if (t_ms < kMinTimeMs || t_ms > kMaxTimeMs)
+    return Status::InvalidArgument(std::string(what) +
+                                   " is outside the supported range (1970-01-01 to 2262-04-11)");
+  return Status::Ok();
+}
+
+Status ValidateRange(const EngineOptions& o, int64_t start_ms, int64_t end_ms, int64_t step_ms) {
+  GW_RETURN_IF_ERROR(ValidateTimestamp(start_ms, "start"));
+  GW_RETURN_IF_ERROR(ValidateTimestamp(end_ms, "end"));
+  if (end_ms < start_ms)
+    return Status::InvalidArgument("end timestamp must not be before start time");
+  if (step_ms <= 0)
+    return Status::InvalidArgument(
+        "zero or negative query resolution step widths are not accepted. Try a positive integer");
+  if (end_ms - start_ms > o.max_range.count())
+    return Status::InvalidArgument("query time range of " + FormatDuration(end_ms - start_ms) +
+                                   " exceeds the limit of " + FormatDuration(o.max_range.count()));
+  if ((end_ms - start_ms) / step_ms > o.max_points_per_series) {
+    std::string limit = std::to_string(o.max_points_per_series);
+    if (limit.size() > 3) limit.insert(limit.size() - 3, ",");
+    return Status::InvalidArgument("exceeded maximum resolution of " + limit +
+                                   " points per timeseries. Try decreasing the query resolution "
+                                   "(?step=XX)");
+  }
+  return Status::Ok();
+}
+
+Result<QueryResult> InstantQuery(const store::Querier& querier, const EngineOptions& options,
+                                 const Expr& expr, int64_t t_ms) {
+  GW_RETURN_IF_ERROR(ValidateTimestamp(t_ms, "time"));
+  Evaluator ev(querier, options, t_ms, t_ms, 0);
+  GW_RETURN_IF_ERROR(ev.Load(expr, nullptr));
+  auto v = ev.Eval(expr, t_ms);
+  if (!v.ok()) return v.status();
+  QueryResult out;
+  out.type = v->type;
+  out.t_ms = t_ms;
+  out.scalar = v->scalar;
+  out.string = std::move(v->str);
+  out.vector = std::move(v->vec);
+  out.matrix = std::move(v->mat);
+  out.tiers = ev.tiers();
+  if (out.type == ValueType::kVector) GW_RETURN_IF_ERROR(CheckUniqueLabels(&out.vector));
+  return out;
+}
+
+Result<QueryResult> RangeQuery(const store::Querier& querier, const EngineOptions& options,
+                               const Expr& expr, int64_t start_ms, int64_t end_ms,
+                               int64_t step_ms) {
+  GW_RETURN_IF_ERROR(ValidateRange(options, start_ms, end_ms, step_ms));
+  if (expr.type != ValueType::kScalar && expr.type != ValueType::kVector)
+    return Status::InvalidArgument(
+        "invalid expression type \"" +
+        std::string(expr.type == ValueType::kMatrix ? "range vector" : "string") +
+        "\" for range query, must be Scalar or instant Vector");
+  Evaluator ev(querier, options, start_ms, end_ms, step_ms);
+  GW_RETURN_IF_ERROR(ev.Load(expr, nullptr));
+  QueryResult out;
+  out.type = ValueType::kMatrix;
+  std::unordered_map<std::string, size_t> index;
+  const int64_t steps = (end_ms - start_ms) / step_ms;  // bounded by ValidateRange
+  for (int64_t i = 0; i <= steps; ++i) {
+    const int64_t t = start_ms + i * step_ms;
+    auto v = ev.Eval(expr, t);
+    if (!v.ok()) return v.status();
+    if (v->type == ValueType::kScalar) {
+      if (out.matrix.empty()) out.matrix.emplace_back();
+      out.matrix[0].points.push_back({t, v->scalar});
+      GW_RETURN_IF_ERROR(ev.AddSamples(1));
+      continue;
+    }
+    for (auto& s : v->vec) {
+      auto [it, inserted] = index.emplace(LabelsKey(s.metric), out.matrix.size());
+      if (inserted) out.matrix.push_back({std::move(s.metric), {}});
+      auto& points = out.matrix[it->second].points;
+      if (!points.empty() && points.back().t_ms == t)
+        return Status::InvalidArgument("vector cannot contain metrics with the same labelset: " +
+                                       store::LabelsToString(out.matrix[it->second].metric));
+      points.push_back({t, s.value});
+    }
+    GW_RETURN_IF_ERROR(ev.AddSamples(static_cast<int64_t>(v->vec.size())));
+  }
+  std::sort(out.matrix.begin(), out.matrix.end(),
+            [](const Series& a, const Series& b) { return a.metric < b.metric; });
+  out.tiers = ev.tiers();
+  return out;
+}
+
+Result<QueryResult> InstantQuery(const store::Querier& querier, const EngineOptions& options,
+                                 std::string_view query, int64_t t_ms) {
+  auto e = ParseExpr(query, options.parse);
+  if (!e.ok()) return e.status();
+  return InstantQuery(querier, options, **e, t_ms);
+}
+
+Result<QueryResult> RangeQuery(const store::Querier& querier, const EngineOptions& options,
+                               std::string_view query, int64_t start_ms, int64_t end_ms,
+                               int64_t step_ms) {
+  auto e = ParseExpr(query, options.parse);
+  if (!e.ok()) return e.status();
+  return RangeQuery(querier, options, **e, start_ms, end_ms, step_ms);
+}
+
+}  // namespace gpuwatch::query

@@ -1,0 +1,510 @@
+#include "query/engine.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <map>
+#include <string>
+
+#include "query/testing/memory_querier.h"
+
+namespace gpuwatch::query {
+namespace {
+
+using store::Labels;
+using store::Sample;
+using store::Tier;
+using testing::MemoryQuerier;
+
+constexpr int64_t kT0 = 1'699'999'200'000;  // a whole hour, so buckets align with it
+constexpr int64_t kMin = 60'000;
+
+Labels L(std::initializer_list<std::pair<const char*, const char*>> l) {
+  std::vector<store::Label> v;
+  for (const auto& [n, x] : l) v.push_back({n, x});
+  return *store::MakeLabels(v);
+}
+
+// Samples every `every_ms` from `from` (inclusive) to `to` (exclusive), value f(t seconds
+// since kT0).
+template <typename F>
+std::vector<Sample> Gen(int64_t from, int64_t to, int64_t every_ms, F f) {
+  std::vector<Sample> out;
+  for (int64_t t = from; t < to; t += every_ms)
+    out.push_back({t, f(static_cast<double>(t - kT0) / 1000)});
+  return out;
+}
+
+// "name{a="b"} => v" per sample, sorted, for compact comparisons.
+std::map<std::string, double> AsMap(const QueryResult& r) {
+  std::map<std::string, double> out;
+  for (const auto& s : r.vector) out[store::LabelsToString(s.metric)] = s.value;
+  return out;
+}
+
+class EngineTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    // Two GPUs' utilization at 15 s, and an energy counter rising 1 unit/s with one reset.
+    for (int gpu = 0; gpu < 2; ++gpu) {
+      const std::string g = std::to_string(gpu);
+      q_.Add(L({{"__name__", "util"}, {"gpu", g.c_str()}, {"host", "a"}}),
+             Gen(kT0, kT0 + 60 * kMin, 15'000,
+                 [gpu](double s) { return gpu ? 80.0 : 20.0 + s / 60; }));
+    }
+    q_.Add(L({{"__name__", "energy_total"}, {"gpu", "0"}, {"host", "a"}}),
+           Gen(kT0, kT0 + 60 * kMin, 15'000, [](double s) { return s < 1800 ? s : s - 1800; }));
+  }
+
+  Result<QueryResult> Instant(const std::string& q, int64_t t) {
+    return InstantQuery(q_, opts_, q, t);
+  }
+  std::map<std::string, double> InstantMap(const std::string& q, int64_t t) {
+    auto r = Instant(q, t);
+    EXPECT_TRUE(r.ok()) << q << ": " << r.status().message();
+    if (!r.ok()) return {};
+    return AsMap(*r);
+  }
+
+  MemoryQuerier q_;
+  EngineOptions opts_;
+};
+
+TEST_F(EngineTest, InstantSelectorLooksBackFiveMinutes) {
+  const int64_t last = kT0 + 60 * kMin - 15'000;
+  EXPECT_EQ(InstantMap("util{gpu=\"1\"}", last + 4 * kMin),
+            (std::map<std::string, double>{{"util{gpu=\"1\", host=\"a\"}", 80}}));
+  // Exactly 5 minutes later the sample has left the (left-open) lookback window.
+  EXPECT_TRUE(InstantMap("util{gpu=\"1\"}", last + 5 * kMin).empty());
+  EXPECT_TRUE(InstantMap("util", kT0 - 1).empty());
+  auto r = Instant("util{gpu=\"0\"}", kT0 + 61'000);
+  ASSERT_TRUE(r.ok());
+  ASSERT_EQ(r->vector.size(), 1u);
+  EXPECT_EQ(r->vector[0].t_ms, kT0 + 60'000);
+  EXPECT_DOUBLE_EQ(r->vector[0].value, 21);
+  EXPECT_EQ(r->tiers, std::vector<Tier>{Tier::kRaw});
+}
+
+TEST_F(EngineTest, OffsetShiftsTheEvaluationTime) {
+  EXPECT_EQ(InstantMap("util{gpu=\"0\"} offset 10m", kT0 + 20 * kMin),
+            (std::map<std::string, double>{{"util{gpu=\"0\", host=\"a\"}", 30}}));
+}
+
+TEST_F(EngineTest, RateAndIncreaseExtrapolateLikePrometheus) {
+  // Window (t-1m, t] holds 4 samples 15 s apart spanning 45 s; extrapolated to 60 s.
+  EXPECT_EQ(InstantMap("rate(energy_total[1m])", kT0 + 2 * kMin),
+            (std::map<std::string, double>{{"{gpu=\"0\", host=\"a\"}", 1}}));
+  EXPECT_EQ(InstantMap("increase(energy_total[5m])", kT0 + 10 * kMin),
+            (std::map<std::string, double>{{"{gpu=\"0\", host=\"a\"}", 300}}));
+  // Across the reset at 30 min (1785 → 0) the increase still counts 1/s.
+  EXPECT_EQ(InstantMap("increase(energy_total[5m])", kT0 + 32 * kMin),
+            (std::map<std::string, double>{{"{gpu=\"0\", host=\"a\"}", 300 - 15.0 * 300 / 285}}));
+  // delta does not know about resets.
+  auto d = InstantMap("delta(energy_total[5m])", kT0 + 32 * kMin);
+  EXPECT_LT(d.begin()->second, 0);
+  EXPECT_EQ(InstantMap("resets(energy_total[5m])", kT0 + 32 * kMin).begin()->second, 1);
+  EXPECT_EQ(InstantMap("irate(energy_total[1m])", kT0 + 10 * kMin).begin()->second, 1);
+  EXPECT_EQ(InstantMap("idelta(energy_total[1m])", kT0 + 10 * kMin).begin()->second, 15);
+  EXPECT_NEAR(InstantMap("deriv(util{gpu=\"0\"}[10m])", kT0 + 20 * kMin).begin()->second, 1.0 / 60,
+              1e-12);
+}
+
+TEST_F(EngineTest, ExactExtrapolationWithResetAndZeroPoint) {
+  MemoryQuerier q;
+  q.Add(L({{"__name__", "c"}}), {{kT0 + 0, 0},
+                                 {kT0 + 15'000, 10},
+                                 {kT0 + 30'000, 20},
+                                 {kT0 + 45'000, 5},
+                                 {kT0 + 60'000, 15}});
+  auto r = InstantQuery(q, opts_, "increase(c[1m])", kT0 + 60'000);
+  ASSERT_TRUE(r.ok());
+  // 15-10 + 20 (reset) = 25 over 45 s sampled, extrapolated 15 s to the window start.
+  EXPECT_DOUBLE_EQ(r->vector.at(0).value, 25.0 * 60 / 45);
+  // A counter starting near zero is extrapolated back only to its zero point.
+  MemoryQuerier z;
+  z.Add(L({{"__name__", "c"}}), {{kT0 + 40'000, 1}, {kT0 + 50'000, 11}, {kT0 + 60'000, 21}});
+  r = InstantQuery(z, opts_, "increase(c[1m])", kT0 + 60'000);
+  ASSERT_TRUE(r.ok());
+  EXPECT_DOUBLE_EQ(r->vector.at(0).value, 20.0 * (20 + 1) / 20);
+}
+
+TEST_F(EngineTest, OverTimeFunctions) {
+  const int64_t t = kT0 + 10 * kMin;  // util{gpu=0} in (5m, 10m]: 20+5.25 … 20+10, 20 samples
+  const auto one = [&](const std::string& q) {
+    auto m = InstantMap(q, t);
+    EXPECT_EQ(m.size(), 1u) << q;
+    return m.empty() ? NAN : m.begin()->second;
+  };
+  EXPECT_DOUBLE_EQ(one("count_over_time(util{gpu=\"0\"}[5m])"), 20);
+  EXPECT_DOUBLE_EQ(one("min_over_time(util{gpu=\"0\"}[5m])"), 25.25);
+  EXPECT_DOUBLE_EQ(one("max_over_time(util{gpu=\"0\"}[5m])"), 30);
+  EXPECT_NEAR(one("avg_over_time(util{gpu=\"0\"}[5m])"), 27.625, 1e-12);
+  EXPECT_NEAR(one("sum_over_time(util{gpu=\"0\"}[5m])"), 27.625 * 20, 1e-9);
+  EXPECT_DOUBLE_EQ(one("last_over_time(util{gpu=\"0\"}[5m])"), 30);
+  EXPECT_NEAR(one("quantile_over_time(0.5, util{gpu=\"0\"}[5m])"), 27.625, 1e-12);
+  EXPECT_NEAR(one("stddev_over_time(util{gpu=\"0\"}[5m])"), 0.25 * std::sqrt((400.0 - 1) / 12),
+              1e-9);
+  EXPECT_NEAR(one("stdvar_over_time(util{gpu=\"0\"}[5m])"), 0.0625 * (400.0 - 1) / 12, 1e-9);
+  EXPECT_DOUBLE_EQ(one("changes(util{gpu=\"0\"}[5m])"), 19);
+  // last_over_time keeps the metric name; the others drop it.
+  EXPECT_EQ(InstantMap("last_over_time(util{gpu=\"1\"}[5m])", t).begin()->first,
+            "util{gpu=\"1\", host=\"a\"}");
+  EXPECT_EQ(InstantMap("max_over_time(util{gpu=\"1\"}[5m])", t).begin()->first,
+            "{gpu=\"1\", host=\"a\"}");
+}
+
+TEST_F(EngineTest, AggregationsByAndWithout) {
+  const int64_t t = kT0 + 10 * kMin;
+  EXPECT_EQ(InstantMap("sum(util)", t), (std::map<std::string, double>{{"{}", 110}}));
+  EXPECT_EQ(InstantMap("sum by (gpu) (util)", t),
+            (std::map<std::string, double>{{"{gpu=\"0\"}", 30}, {"{gpu=\"1\"}", 80}}));
+  EXPECT_EQ(InstantMap("avg(util) without (gpu)", t),
+            (std::map<std::string, double>{{"{host=\"a\"}", 55}}));
+  EXPECT_EQ(InstantMap("max by (host) (util)", t),
+            (std::map<std::string, double>{{"{host=\"a\"}", 80}}));
+  EXPECT_EQ(InstantMap("min(util)", t), (std::map<std::string, double>{{"{}", 30}}));
+  EXPECT_EQ(InstantMap("count(util)", t), (std::map<std::string, double>{{"{}", 2}}));
+  EXPECT_EQ(InstantMap("group by (host) (util)", t),
+            (std::map<std::string, double>{{"{host=\"a\"}", 1}}));
+  EXPECT_EQ(InstantMap("stddev(util)", t), (std::map<std::string, double>{{"{}", 25}}));
+  EXPECT_EQ(InstantMap("stdvar(util)", t), (std::map<std::string, double>{{"{}", 625}}));
+  EXPECT_EQ(InstantMap("quantile(0.25, util)", t), (std::map<std::string, double>{{"{}", 42.5}}));
+  EXPECT_EQ(InstantMap("topk(1, util)", t),
+            (std::map<std::string, double>{{"util{gpu=\"1\", host=\"a\"}", 80}}));
+  EXPECT_EQ(InstantMap("bottomk(1, util)", t),
+            (std::map<std::string, double>{{"util{gpu=\"0\", host=\"a\"}", 30}}));
+  EXPECT_TRUE(InstantMap("topk(0, util)", t).empty());
+  EXPECT_EQ(InstantMap("count_values(\"v\", util)", t),
+            (std::map<std::string, double>{{"{v=\"30\"}", 1}, {"{v=\"80\"}", 1}}));
+  auto sorted = Instant("sort_desc(util)", t);
+  ASSERT_TRUE(sorted.ok());
+  ASSERT_EQ(sorted->vector.size(), 2u);
+  EXPECT_EQ(sorted->vector[0].value, 80);
+  sorted = Instant("sort(util)", t);
+  ASSERT_TRUE(sorted.ok());
+  EXPECT_EQ(sorted->vector[0].value, 30);
+}
+
+TEST_F(EngineTest, ArithmeticAndComparisons) {
+  const int64_t t = kT0 + 10 * kMin;
+  EXPECT_EQ(InstantMap("util * 2 - 1", t),
+            (std::map<std::string, double>{{"{gpu=\"0\", host=\"a\"}", 59},
+                                           {"{gpu=\"1\", host=\"a\"}", 159}}));
+  EXPECT_EQ(InstantMap("util > 50", t),
+            (std::map<std::string, double>{{"util{gpu=\"1\", host=\"a\"}", 80}}));
+  EXPECT_EQ(InstantMap("50 < util", t),
+            (std::map<std::string, double>{{"util{gpu=\"1\", host=\"a\"}", 80}}));
+  EXPECT_EQ(InstantMap("util > bool 50", t),
+            (std::map<std::string, double>{{"{gpu=\"0\", host=\"a\"}", 0},
+                                           {"{gpu=\"1\", host=\"a\"}", 1}}));
+  EXPECT_EQ(InstantMap("-util{gpu=\"1\"} % 7 ^ 2", t),
+            (std::map<std::string, double>{{"{gpu=\"1\", host=\"a\"}", std::fmod(-80, 49)}}));
+  auto s = Instant("2 ^ 3 ^ 2 + time() * 0", t);
+  ASSERT_TRUE(s.ok());
+  EXPECT_EQ(s->type, ValueType::kScalar);
+  EXPECT_EQ(s->scalar, 512);
+  s = Instant("1 / 0 == bool Inf", t);
+  ASSERT_TRUE(s.ok());
+  EXPECT_EQ(s->scalar, 1);
+}
+
+TEST_F(EngineTest, VectorMatching) {
+  const int64_t t = kT0 + 10 * kMin;
+  // One-to-one on all labels but the name.
+  EXPECT_EQ(InstantMap("energy_total / util", t),
+            (std::map<std::string, double>{{"{gpu=\"0\", host=\"a\"}", 600.0 / 30}}));
+  EXPECT_EQ(InstantMap("energy_total / on(gpu) util", t),
+            (std::map<std::string, double>{{"{gpu=\"0\"}", 20}}));
+  EXPECT_EQ(InstantMap("util{gpu=\"1\"} / ignoring(gpu) sum by (host) (util)", t),
+            (std::map<std::string, double>{{"{host=\"a\"}", 80.0 / 110}}));
+  EXPECT_EQ(InstantMap("util{gpu=\"0\"} >= ignoring(kind) energy_total", t),
+            (std::map<std::string, double>{}));
+  EXPECT_EQ(InstantMap("energy_total >= ignoring(kind) util", t),
+            (std::map<std::string, double>{{"energy_total{gpu=\"0\", host=\"a\"}", 600}}));
+  EXPECT_EQ(InstantMap("util and util > 50", t),
+            (std::map<std::string, double>{{"util{gpu=\"1\", host=\"a\"}", 80}}));
+  EXPECT_EQ(InstantMap("util unless on(gpu) energy_total", t),
+            (std::map<std::string, double>{{"util{gpu=\"1\", host=\"a\"}", 80}}));
+  EXPECT_EQ(InstantMap("energy_total or on(gpu) util", t),
+            (std::map<std::string, double>{{"energy_total{gpu=\"0\", host=\"a\"}", 600},
+                                           {"util{gpu=\"1\", host=\"a\"}", 80}}));
+  // Many-to-one without group_left is an error naming both series.
+  auto r = Instant("util * on(host) sum by (host) (util)", t);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("many-to-one matching must be explicit"), std::string::npos);
+  r = Instant("sum by (host) (util) * on(host) util", t);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("many-to-many matching not allowed"), std::string::npos);
+}
+
+TEST_F(EngineTest, SameLabelsetAfterDroppingNameIsAnError) {
+  MemoryQuerier q;
+  q.Add(L({{"__name__", "a"}, {"gpu", "0"}}), {{kT0, 1}});
+  q.Add(L({{"__name__", "b"}, {"gpu", "0"}}), {{kT0, 2}});
+  auto r = InstantQuery(q, opts_, "abs({gpu=\"0\"})", kT0);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("vector cannot contain metrics with the same labelset"),
+            std::string::npos);
+  r = RangeQuery(q, opts_, "abs({gpu=\"0\"})", kT0, kT0 + kMin, 15'000);
+  ASSERT_FALSE(r.ok());
+}
+
+TEST_F(EngineTest, ScalarAndVectorFunctions) {
+  const int64_t t = kT0 + 10 * kMin + 7'000;
+  EXPECT_EQ(InstantMap("vector(1.5)", t), (std::map<std::string, double>{{"{}", 1.5}}));
+  EXPECT_EQ(InstantMap("vector(scalar(util{gpu=\"1\"}))", t),
+            (std::map<std::string, double>{{"{}", 80}}));
+  auto s = Instant("scalar(util)", t);  // two elements → NaN
+  ASSERT_TRUE(s.ok());
+  EXPECT_TRUE(std::isnan(s->scalar));
+  EXPECT_EQ(
+      InstantMap("timestamp(util{gpu=\"1\"})", t),
+      (std::map<std::string, double>{{"{gpu=\"1\", host=\"a\"}", (kT0 + 10 * kMin) / 1000.0}}));
+  s = Instant("time()", t);
+  ASSERT_TRUE(s.ok());
+  EXPECT_DOUBLE_EQ(s->scalar, t / 1000.0);
+  EXPECT_EQ(InstantMap("clamp(util, 40, 60)", t),
+            (std::map<std::string, double>{{"{gpu=\"0\", host=\"a\"}", 40},
+                                           {"{gpu=\"1\", host=\"a\"}", 60}}));
+  EXPECT_TRUE(InstantMap("clamp(util, 60, 40)", t).empty());
+  EXPECT_EQ(InstantMap("clamp_min(util{gpu=\"0\"}, 35)", t).begin()->second, 35);
+  EXPECT_EQ(InstantMap("clamp_max(util{gpu=\"1\"}, 35)", t).begin()->second, 35);
+  EXPECT_EQ(InstantMap("round(util{gpu=\"0\"} + 0.4)", t).begin()->second, 30);
+  EXPECT_EQ(InstantMap("round(util{gpu=\"0\"} + 2.6, 5)", t).begin()->second, 35);
+  EXPECT_EQ(InstantMap("ceil(util{gpu=\"0\"} + 0.1)", t).begin()->second, 31);
+  EXPECT_EQ(InstantMap("floor(util{gpu=\"0\"} + 0.9)", t).begin()->second, 30);
+  EXPECT_EQ(InstantMap("abs(-util{gpu=\"0\"})", t).begin()->second, 30);
+  EXPECT_EQ(InstantMap("sqrt(util{gpu=\"0\"} - 14)", t).begin()->second, 4);
+  EXPECT_EQ(InstantMap("absent(util)", t), (std::map<std::string, double>{}));
+  EXPECT_EQ(InstantMap("absent(nope{job=\"x\", gpu=~\"1\", a=\"1\", a=\"2\"})", t),
+            (std::map<std::string, double>{{"{job=\"x\"}", 1}}));
+  EXPECT_EQ(InstantMap("absent(sum(nope))", t), (std::map<std::string, double>{{"{}", 1}}));
+  EXPECT_EQ(InstantMap("absent_over_time(nope{job=\"x\"}[5m])", t),
+            (std::map<std::string, double>{{"{job=\"x\"}", 1}}));
+  EXPECT_EQ(
+      InstantMap("label_replace(util{gpu=\"1\"}, \"dev\", \"nvidia$1\", \"gpu\", \"(.*)\")", t),
+      (std::map<std::string, double>{{"util{dev=\"nvidia1\", gpu=\"1\", host=\"a\"}", 80}}));
+  EXPECT_EQ(InstantMap("label_replace(util{gpu=\"1\"}, \"host\", \"\", \"gpu\", \".*\")", t),
+            (std::map<std::string, double>{{"util{gpu=\"1\"}", 80}}));
+  EXPECT_EQ(
+      InstantMap("label_replace(util{gpu=\"1\"}, \"x\", \"${g}y\", \"host\", \"(?P<g>a)\")", t),
+      (std::map<std::string, double>{{"util{gpu=\"1\", host=\"a\", x=\"ay\"}", 80}}));
+}
+
+TEST_F(EngineTest, InstantQueryResultTypes) {
+  auto r = Instant("util{gpu=\"1\"}[1m]", kT0 + 10 * kMin);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->type, ValueType::kMatrix);
+  ASSERT_EQ(r->matrix.size(), 1u);
+  EXPECT_EQ(r->matrix[0].points.size(), 4u);
+  r = Instant("\"hello\"", kT0);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->type, ValueType::kString);
+  EXPECT_EQ(r->string, "hello");
+}
+
+TEST_F(EngineTest, RangeQuerySteps) {
+  auto r = RangeQuery(q_, opts_, "sum by (gpu) (util)", kT0 + 10 * kMin, kT0 + 12 * kMin, 30'000);
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  EXPECT_EQ(r->type, ValueType::kMatrix);
+  ASSERT_EQ(r->matrix.size(), 2u);
+  EXPECT_EQ(store::LabelsToString(r->matrix[0].metric), "{gpu=\"0\"}");
+  ASSERT_EQ(r->matrix[0].points.size(), 5u);
+  EXPECT_EQ(r->matrix[0].points[4].t_ms, kT0 + 12 * kMin);
+  EXPECT_DOUBLE_EQ(r->matrix[0].points[4].value, 32);
+  // Scalars become one series without labels.
+  r = RangeQuery(q_, opts_, "time()", kT0, kT0 + 2 * kMin, kMin);
+  ASSERT_TRUE(r.ok());
+  ASSERT_EQ(r->matrix.size(), 1u);
+  EXPECT_TRUE(r->matrix[0].metric.empty());
+  EXPECT_EQ(r->matrix[0].points.size(), 3u);
+  // A series appears only at the steps where it has a value.
+  r = RangeQuery(q_, opts_, "util > 30.5", kT0 + 10 * kMin, kT0 + 11 * kMin, 15'000);
+  ASSERT_TRUE(r.ok());
+  ASSERT_EQ(r->matrix.size(), 2u);
+  EXPECT_EQ(r->matrix[0].points.size(), 2u);  // 30.75 and 31 at the last two steps
+  EXPECT_EQ(r->matrix[1].points.size(), 5u);
+}
+
+TEST_F(EngineTest, RangeQueryReadsEachSelectorOnce) {
+  const int before = q_.selects();
+  auto r = RangeQuery(q_, opts_, "rate(energy_total[5m]) / on(gpu, host) util or util * 0",
+                      kT0 + 10 * kMin, kT0 + 50 * kMin, 15'000);
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  EXPECT_EQ(q_.selects() - before, 3);
+  EXPECT_EQ(r->matrix.size(), 2u);
+}
+
+TEST_F(EngineTest, RangeQueryRejectsBadParameters) {
+  const auto err = [&](int64_t start, int64_t end, int64_t step) {
+    auto r = RangeQuery(q_, opts_, "util", start, end, step);
+    return r.ok() ? std::string("(ok)") : r.status().message();
+  };
+  EXPECT_EQ(err(kT0, kT0 + kMin, 0),
+            "zero or negative query resolution step widths are not accepted. Try a positive "
+            "integer");
+  EXPECT_EQ(err(kT0 + 1, kT0, 1'000), "end timestamp must not be before start time");
+  EXPECT_EQ(err(kT0, kT0 + 11'001 * 1'000, 1'000),
+            "exceeded maximum resolution of 11,000 points per timeseries. Try decreasing the "
+            "query resolution (?step=XX)");
+  EXPECT_EQ(err(kT0, kT0 + 11'000 * 1'000, 1'000), "(ok)");
+  EXPECT_EQ(err(0, int64_t{11} * 365 * 24 * 3600 * 1000, int64_t{24} * 3600 * 1000),
+            "query time range of 11y exceeds the limit of 10y");
+  EXPECT_EQ(err(-1, kT0, kMin), "start is outside the supported range (1970-01-01 to 2262-04-11)");
+  auto r = RangeQuery(q_, opts_, "util[5m]", kT0, kT0, 1000);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().message(),
+            "invalid expression type \"range vector\" for range query, must be Scalar or "
+            "instant Vector");
+}
+
+TEST_F(EngineTest, LimitsOnSamplesAndSeries) {
+  EngineOptions small = opts_;
+  small.max_samples = 100;
+  auto r = RangeQuery(q_, small, "util", kT0, kT0 + 60 * kMin, kMin);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kResourceExhausted);
+  EXPECT_NE(r.status().message().find("too many samples"), std::string::npos);
+  small = opts_;
+  small.max_series = 2;
+  r = InstantQuery(q_, small, "util + on(gpu) energy_total", kT0 + 10 * kMin);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kResourceExhausted);
+  EXPECT_EQ(r.status().message(),
+            "query selects too many series: 3 (limit 2); add label matchers to narrow the "
+            "selectors");
+}
+
+// --- rollup tiers ---------------------------------------------------------------------------
+
+class TierTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    // 6 hours at 10 s, offset 5 s so no sample sits on a minute boundary: raw windows
+    // (t - r, t] and whole-bucket windows [t - r, t) then hold the same samples.
+    q_.Add(L({{"__name__", "temp"}, {"gpu", "0"}}),
+           Gen(kT0 + 5'000, kT0 + 360 * kMin, 10'000,
+               [](double s) { return 50 + 10 * std::sin(s / 300) + std::fmod(s, 70) / 7; }));
+    // A counter growing 2/s that resets every 47 minutes (inside a bucket).
+    q_.Add(L({{"__name__", "bytes_total"}, {"gpu", "0"}}),
+           Gen(kT0 + 5'000, kT0 + 360 * kMin, 10'000,
+               [](double s) { return 2 * std::fmod(s, 47 * 60); }));
+  }
+
+  QueryResult Range(const std::string& q, std::optional<Tier> tier, int64_t step,
+                    int64_t start = kT0 + 60 * kMin, int64_t end = kT0 + 300 * kMin) {
+    EngineOptions o;
+    o.force_tier = tier;
+    auto r = RangeQuery(q_, o, q, start, end, step);
+    EXPECT_TRUE(r.ok()) << q << ": " << r.status().message();
+    return r.ok() ? std::move(r).value() : QueryResult{};
+  }
+
+  void ExpectSame(const QueryResult& a, const QueryResult& b, double tolerance) {
+    ASSERT_EQ(a.matrix.size(), b.matrix.size());
+    for (size_t i = 0; i < a.matrix.size(); ++i) {
+      EXPECT_EQ(a.matrix[i].metric, b.matrix[i].metric);
+      ASSERT_EQ(a.matrix[i].points.size(), b.matrix[i].points.size());
+      for (size_t j = 0; j < a.matrix[i].points.size(); ++j) {
+        EXPECT_EQ(a.matrix[i].points[j].t_ms, b.matrix[i].points[j].t_ms);
+        EXPECT_NEAR(a.matrix[i].points[j].value, b.matrix[i].points[j].value, tolerance)
+            << "at step " << j;
+      }
+    }
+  }
+
+  MemoryQuerier q_;
+};
+
+TEST_F(TierTest, OneMinuteTierAgreesWithRawWhenBucketsAlign) {
+  for (const char* q :
+       {"avg_over_time(temp[5m])", "max_over_time(temp[5m])", "min_over_time(temp[5m])",
+        "sum_over_time(temp[5m])", "count_over_time(temp[5m])", "max(avg_over_time(temp[5m]))",
+        "last_over_time(temp[5m])"}) {
+    SCOPED_TRACE(q);
+    const auto raw = Range(q, Tier::kRaw, 5 * kMin);
+    const auto rolled = Range(q, Tier::k1m, 5 * kMin);
+    ASSERT_EQ(raw.matrix.size(), 1u);
+    EXPECT_EQ(raw.matrix[0].points.size(), 49u);
+    ExpectSame(raw, rolled, 1e-9);
+  }
+}
+
+TEST_F(TierTest, RateFromBucketsMatchesRawAndSeesResetsInsideBuckets) {
+  // The counter is linear between resets, so extrapolation gives the same rate either way;
+  // steps whose window holds a reset differ only by what happened inside the reset bucket.
+  const auto raw = Range("rate(bytes_total[10m])", Tier::kRaw, 5 * kMin);
+  const auto rolled = Range("rate(bytes_total[10m])", Tier::k1m, 5 * kMin);
+  ASSERT_EQ(raw.matrix.size(), 1u);
+  ASSERT_EQ(rolled.matrix.size(), 1u);
+  ASSERT_EQ(raw.matrix[0].points.size(), rolled.matrix[0].points.size());
+  for (size_t j = 0; j < raw.matrix[0].points.size(); ++j) {
+    EXPECT_NEAR(raw.matrix[0].points[j].value, 2, 0.25) << j;
+    EXPECT_NEAR(rolled.matrix[0].points[j].value, 2, 0.25) << j;
+  }
+  const auto raw_inc = Range("increase(bytes_total[30m])", Tier::kRaw, 30 * kMin);
+  const auto rolled_inc = Range("increase(bytes_total[30m])", Tier::k1m, 30 * kMin);
+  ExpectSame(raw_inc, rolled_inc, 3600 * 0.1);
+}
+
+TEST_F(TierTest, StepChoosesTheCoarsestTier) {
+  EXPECT_EQ(Range("avg_over_time(temp[5m])", std::nullopt, 15'000, kT0 + 60 * kMin, kT0 + 70 * kMin)
+                .tiers,
+            std::vector<Tier>{Tier::kRaw});
+  EXPECT_EQ(Range("avg_over_time(temp[5m])", std::nullopt, 5 * kMin).tiers,
+            std::vector<Tier>{Tier::k1m});
+  // A range shorter than three buckets stays on raw (rate needs two whole buckets).
+  EXPECT_EQ(Range("rate(temp[2m])", std::nullopt, 5 * kMin).tiers, std::vector<Tier>{Tier::kRaw});
+  // stddev cannot be computed from buckets: raw while raw has the data.
+  EXPECT_EQ(Range("stddev_over_time(temp[5m])", std::nullopt, 5 * kMin).tiers,
+            std::vector<Tier>{Tier::kRaw});
+  EXPECT_EQ(
+      Range("max_over_time(temp[3h])", std::nullopt, 60 * kMin, kT0 + 180 * kMin, kT0 + 300 * kMin)
+          .tiers,
+      std::vector<Tier>{Tier::k1h});
+  // Instant selector on the 1m tier: the last of the newest bucket ending by t.
+  auto r = Range("temp", std::nullopt, 5 * kMin);
+  EXPECT_EQ(r.tiers, std::vector<Tier>{Tier::k1m});
+  const auto raw = Range("temp", Tier::kRaw, 5 * kMin);
+  ASSERT_EQ(r.matrix.size(), 1u);
+  // Raw takes the sample at t-5s, the bucket's last sample is at t-5s too.
+  ExpectSame(raw, r, 1e-12);
+}
+
+TEST_F(TierTest, FallsBackToACoarserTierWhenRawIsTrimmed) {
+  q_.Retain(Tier::kRaw, kT0 + 200 * kMin);
+  // Step 15 s allows only raw, but raw no longer reaches back: 1m answers.
+  const auto r =
+      Range("avg_over_time(temp[5m])", std::nullopt, 30'000, kT0 + 100 * kMin, kT0 + 110 * kMin);
+  EXPECT_EQ(r.tiers, std::vector<Tier>{Tier::k1m});
+  ASSERT_EQ(r.matrix.size(), 1u);
+  EXPECT_EQ(r.matrix[0].points.size(), 21u);
+  // An instant query as well.
+  EngineOptions o;
+  auto i = InstantQuery(q_, o, "temp", kT0 + 100 * kMin);
+  ASSERT_TRUE(i.ok());
+  EXPECT_EQ(i->tiers, std::vector<Tier>{Tier::k1m});
+  EXPECT_EQ(i->vector.size(), 1u);
+  // When 1m is trimmed too, 1h.
+  q_.Retain(Tier::k1m, kT0 + 200 * kMin);
+  i = InstantQuery(q_, o, "max_over_time(temp[3h])", kT0 + 190 * kMin);
+  ASSERT_TRUE(i.ok());
+  EXPECT_EQ(i->tiers, std::vector<Tier>{Tier::k1h});
+  EXPECT_EQ(i->vector.size(), 1u);
+  // Queries within raw's reach stay on raw.
+  i = InstantQuery(q_, o, "temp", kT0 + 300 * kMin);
+  ASSERT_TRUE(i.ok());
+  EXPECT_EQ(i->tiers, std::vector<Tier>{Tier::kRaw});
+}
+
+TEST_F(TierTest, YoungStoreUsesWhatTheStepAllows) {
+  // Nothing reaches a week back; every tier starts with the data.
+  const auto r = Range("avg_over_time(temp[5m])", std::nullopt, 5 * kMin, kT0 - 7 * 24 * 60 * kMin,
+                       kT0 + 60 * kMin);
+  EXPECT_EQ(r.tiers, std::vector<Tier>{Tier::k1m});
+  const auto fine = Range("avg_over_time(temp[5m])", std::nullopt, 15'000, kT0, kT0 + 60 * kMin);
+  EXPECT_EQ(fine.tiers, std::vector<Tier>{Tier::kRaw});
+}
+
+}  // namespace
+}  // namespace gpuwatch::query

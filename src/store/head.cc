@@ -6,66 +6,16 @@
 #include <unordered_map>
 
 #include "common/log.h"
+#include "store/internal/coding.h"
 
 namespace gpuwatch::store {
 namespace {
 
-void PutVarint(std::string* out, uint64_t v) {
-  while (v >= 0x80) {
-    out->push_back(static_cast<char>(v | 0x80));
-    v >>= 7;
-  }
-  out->push_back(static_cast<char>(v));
-}
-uint64_t ZigZag(int64_t v) {
-  return (static_cast<uint64_t>(v) << 1) ^ static_cast<uint64_t>(v >> 63);
-}
-int64_t UnZigZag(uint64_t v) { return static_cast<int64_t>(v >> 1) ^ -static_cast<int64_t>(v & 1); }
-
-struct Cursor {
-  std::string_view d;
-  size_t pos = 0;
-  bool ok = true;
-  uint64_t Varint() {
-    uint64_t out = 0;
-    for (int shift = 0; shift < 64 && pos < d.size(); shift += 7) {
-      const auto b = static_cast<uint8_t>(d[pos++]);
-      out |= static_cast<uint64_t>(b & 0x7f) << shift;
-      if (!(b & 0x80)) return out;
-    }
-    ok = false;
-    return 0;
-  }
-  std::string_view Bytes() {
-    const uint64_t n = Varint();
-    if (!ok || n > d.size() - pos) {
-      ok = false;
-      return {};
-    }
-    auto s = d.substr(pos, n);
-    pos += n;
-    return s;
-  }
-  double Fixed64() {
-    if (d.size() - pos < 8) {
-      ok = false;
-      return 0;
-    }
-    uint64_t bits = 0;
-    for (int i = 0; i < 8; ++i)
-      bits |= static_cast<uint64_t>(static_cast<uint8_t>(d[pos + i])) << (8 * i);
-    pos += 8;
-    double v;
-    std::memcpy(&v, &bits, 8);
-    return v;
-  }
-};
-
-void PutFixed64(std::string* out, double v) {
-  uint64_t bits;
-  std::memcpy(&bits, &v, 8);
-  for (int i = 0; i < 8; ++i) out->push_back(static_cast<char>(bits >> (8 * i)));
-}
+using internal::Cursor;
+using internal::PutDouble;
+using internal::PutVarint;
+using internal::UnZigZag;
+using internal::ZigZag;
 
 bool SameBits(double a, double b) { return std::memcmp(&a, &b, sizeof(double)) == 0; }
 
@@ -82,15 +32,134 @@ Result<std::unique_ptr<Head>> Head::Open(const std::string& dir, HeadOptions opt
       [&](uint8_t type, std::string_view payload) { head->Replay(type, payload); }, replay_stats);
   if (!wal.ok()) return wal.status();
   head->wal_ = std::move(wal).value();
+  head->dir_ = dir;
+  head->FinishReplay();
   if (head->replay_bad_records_ > 0)
     GW_LOG_WARN("store: {} WAL records with a valid CRC could not be decoded and were skipped",
                 head->replay_bad_records_);
-  head->replay_refs_.clear();
-  head->replay_refs_.shrink_to_fit();
   return head;
 }
 
+Result<std::unique_ptr<Head>> Head::OpenReadOnly(const std::string& dir, HeadOptions options,
+                                                 uint64_t first_segment,
+                                                 WalReplayStats* replay_stats) {
+  std::unique_ptr<Head> head(new Head(options));
+  head->dir_ = dir;
+  std::error_code ec;
+  if (std::filesystem::exists(dir + "/wal", ec)) {
+    auto st = Wal::Check(
+        dir + "/wal", [&](uint8_t type, std::string_view payload) { head->Replay(type, payload); },
+        first_segment);
+    if (!st.ok()) return st.status();
+    if (replay_stats) *replay_stats = *st;
+  }
+  head->FinishReplay();
+  return head;
+}
+
+void Head::FinishReplay() {
+  // Refs are this process's: every series is logged again (with its current ref) before its
+  // first sample in this process, since the numbering of an earlier process may differ.
+  for (auto& s : series_) s->logged = false;
+  replay_refs_.clear();
+  replay_refs_.shrink_to_fit();
+}
+
 Head::~Head() = default;
+
+void Head::NoteUnflushed(int64_t t_ms) {
+  std::lock_guard<std::mutex> lock(range_mu_);
+  if (!has_unflushed_) {
+    has_unflushed_ = true;
+    unflushed_min_t_ms_ = unflushed_max_t_ms_ = t_ms;
+    return;
+  }
+  unflushed_min_t_ms_ = std::min(unflushed_min_t_ms_, t_ms);
+  unflushed_max_t_ms_ = std::max(unflushed_max_t_ms_, t_ms);
+}
+
+bool Head::UnflushedRange(int64_t* min_t_ms, int64_t* max_t_ms) const {
+  std::lock_guard<std::mutex> lock(range_mu_);
+  *min_t_ms = unflushed_min_t_ms_;
+  *max_t_ms = unflushed_max_t_ms_;
+  return has_unflushed_;
+}
+
+uint64_t Head::wal_bytes() const {
+  uint64_t n = 0;
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator(dir_ + "/wal", ec))
+    if (e.is_regular_file(ec)) n += e.file_size(ec);
+  return n;
+}
+
+void Head::Seal(MemSeries& s) {
+  SealedChunk c;
+  c.min_t_ms = s.open.first_t_ms();
+  c.max_t_ms = s.open.last_t_ms();
+  c.num_samples = static_cast<uint32_t>(s.open.num_samples());
+  c.bytes = s.open.Finish();
+  s.sealed.push_back(std::move(c));
+}
+
+Result<HeadFlush> Head::CutForFlush() {
+  if (!wal_) return Status::Unavailable("the store is open read-only");
+  HeadFlush flush;
+  std::lock_guard<std::mutex> lock(append_mu_);
+  auto first_kept = wal_->Rotate();
+  if (!first_kept.ok()) return first_kept.status();
+  flush.wal_first_kept = *first_kept;
+  std::vector<MemSeries*> all;
+  {
+    std::lock_guard<std::mutex> sl(series_mu_);
+    for (auto& s : series_) all.push_back(s.get());
+  }
+  for (SeriesRef ref = 0; ref < all.size(); ++ref) {
+    MemSeries& s = *all[ref];
+    // The new segment must define every series it refers to: the old ones will be deleted.
+    s.logged = false;
+    std::lock_guard<std::mutex> sl(s.mu);
+    if (!s.open.empty()) Seal(s);
+    if (s.sealed.empty()) continue;
+    HeadFlushSeries fs;
+    fs.series_ref = ref;
+    fs.labels = index_.LabelsOf(ref);
+    for (const auto& c : s.sealed) {
+      fs.chunks.push_back({c.min_t_ms, c.max_t_ms, c.num_samples, c.bytes});
+      flush.samples += c.num_samples;
+    }
+    flush.series.push_back(std::move(fs));
+  }
+  std::lock_guard<std::mutex> rl(range_mu_);
+  has_unflushed_ = false;
+  return flush;
+}
+
+void Head::DropFlushed(const HeadFlush& flush) {
+  for (const auto& fs : flush.series) {
+    MemSeries* s;
+    {
+      std::lock_guard<std::mutex> lock(series_mu_);
+      s = series_[fs.series_ref].get();
+    }
+    std::lock_guard<std::mutex> sl(s->mu);
+    const size_t n = std::min(fs.chunks.size(), s->sealed.size());
+    for (size_t i = 0; i < n; ++i) s->samples -= s->sealed[i].num_samples;
+    s->sealed.erase(s->sealed.begin(), s->sealed.begin() + static_cast<std::ptrdiff_t>(n));
+  }
+}
+
+void Head::SeedLast(const Labels& labels, int64_t t_ms, double value) {
+  std::lock_guard<std::mutex> lock(append_mu_);
+  MemSeries& s = SeriesFor(index_.GetOrCreate(labels));
+  std::lock_guard<std::mutex> sl(s.mu);
+  if (s.has_last && s.last_t_ms >= t_ms) return;
+  s.has_last = true;
+  s.last_t_ms = t_ms;
+  s.last_value = value;
+  s.recent[s.recent_next] = {t_ms, value};
+  s.recent_next = (s.recent_next + 1) % MemSeries::kRecent;
+}
 
 Head::MemSeries& Head::SeriesFor(SeriesRef ref) {
   std::lock_guard<std::mutex> lock(series_mu_);
@@ -106,13 +175,8 @@ bool Head::MemSeries::IsRecentDuplicate(int64_t t_ms, double v) const {
 
 void Head::ApplySample(MemSeries& s, int64_t t_ms, double v) {
   if (!s.open.empty() && (t_ms - s.open.first_t_ms() >= options_.chunk_span_ms ||
-                          s.open.num_samples() >= options_.chunk_max_samples)) {
-    SealedChunk c;
-    c.min_t_ms = s.open.first_t_ms();
-    c.max_t_ms = s.open.last_t_ms();
-    c.bytes = s.open.Finish();
-    s.sealed.push_back(std::move(c));
-  }
+                          s.open.num_samples() >= options_.chunk_max_samples))
+    Seal(s);
   // Cannot fail: the caller checked t_ms > last and the chunk is below its size limit.
   s.open.Append(t_ms, v).IgnoreError();
   s.has_last = true;
@@ -153,14 +217,17 @@ void Head::Replay(uint8_t type, std::string_view payload) {
   for (uint64_t i = 0; c.ok && i < n; ++i) {
     const uint64_t logged_ref = c.Varint();
     const int64_t t = UnZigZag(c.Varint());
-    const double v = c.Fixed64();
+    const double v = c.Double();
     if (!c.ok || logged_ref >= replay_refs_.size() || replay_refs_[logged_ref] == ~SeriesRef{0}) {
       c.ok = false;
       break;
     }
     MemSeries& s = SeriesFor(replay_refs_[logged_ref]);
     std::lock_guard<std::mutex> lock(s.mu);
-    if (!s.has_last || t > s.last_t_ms) ApplySample(s, t, v);
+    if (!s.has_last || t > s.last_t_ms) {
+      ApplySample(s, t, v);
+      NoteUnflushed(t);
+    }
   }
   if (!c.ok) ++replay_bad_records_;
 }
@@ -239,7 +306,7 @@ Result<AppendResult> Head::Append(const std::vector<Input>& batch) {
       pending.push_back({&s, x.t_ms, x.value});
       PutVarint(&samples_part, ref);
       PutVarint(&samples_part, ZigZag(x.t_ms));
-      PutFixed64(&samples_part, x.value);
+      PutDouble(&samples_part, x.value);
       ++n_samples;
     }
   }
@@ -253,11 +320,23 @@ Result<AppendResult> Head::Append(const std::vector<Input>& batch) {
   if (record.size() > kMaxWalRecordBytes)
     return Status::InvalidArgument("batch too large for one WAL record (" +
                                    std::to_string(record.size()) + " bytes): send smaller batches");
+  if (!wal_) return Status::Unavailable("the store is open read-only");
   GW_RETURN_IF_ERROR(wal_->Append(kBatchRecord, record));
   for (MemSeries* s : newly_logged) s->logged = true;
   for (const auto& p : pending) {
     std::lock_guard<std::mutex> sl(p.series->mu);
     ApplySample(*p.series, p.t_ms, p.value);
+  }
+  {
+    std::lock_guard<std::mutex> rl(range_mu_);
+    for (const auto& p : pending) {
+      if (!has_unflushed_) {
+        has_unflushed_ = true;
+        unflushed_min_t_ms_ = unflushed_max_t_ms_ = p.t_ms;
+      }
+      unflushed_min_t_ms_ = std::min(unflushed_min_t_ms_, p.t_ms);
+      unflushed_max_t_ms_ = std::max(unflushed_max_t_ms_, p.t_ms);
+    }
   }
   result.accepted = n_samples;
   return result;
@@ -292,6 +371,28 @@ std::vector<SeriesSamples> Head::Query(const std::vector<Matcher>& matchers, int
     if (ss.samples.empty()) continue;
     ss.labels = index_.LabelsOf(ref);
     out.push_back(std::move(ss));
+  }
+  return out;
+}
+
+std::vector<Labels> Head::SeriesInRange(const std::vector<Matcher>& matchers, int64_t mint_ms,
+                                        int64_t maxt_ms) const {
+  std::vector<Labels> out;
+  for (SeriesRef ref : index_.Select(matchers)) {
+    const MemSeries* s;
+    {
+      std::lock_guard<std::mutex> lock(series_mu_);
+      if (ref >= series_.size()) continue;
+      s = series_[ref].get();
+    }
+    bool hit = false;
+    {
+      std::lock_guard<std::mutex> lock(s->mu);
+      for (const auto& c : s->sealed) hit |= c.max_t_ms >= mint_ms && c.min_t_ms <= maxt_ms;
+      if (!s->open.empty())
+        hit |= s->open.last_t_ms() >= mint_ms && s->open.first_t_ms() <= maxt_ms;
+    }
+    if (hit) out.push_back(index_.LabelsOf(ref));
   }
   return out;
 }

@@ -48,10 +48,34 @@ struct SeriesSamples {
   std::vector<Sample> samples;
 };
 
+// What a flush takes from the head: every sealed chunk, i.e. everything in the WAL segments
+// numbered below wal_first_kept.
+struct HeadFlushChunk {
+  int64_t min_t_ms = 0, max_t_ms = 0;
+  uint32_t num_samples = 0;
+  std::string bytes;
+};
+struct HeadFlushSeries {
+  Labels labels;
+  std::vector<HeadFlushChunk> chunks;
+  uint32_t series_ref = 0;  // the head's, for DropFlushed
+};
+struct HeadFlush {
+  uint64_t wal_first_kept = 0;
+  std::vector<HeadFlushSeries> series;
+  uint64_t samples = 0;
+};
+
 class Head {
  public:
   static Result<std::unique_ptr<Head>> Open(const std::string& dir, HeadOptions options,
                                             WalReplayStats* replay_stats = nullptr);
+  // Replays the WAL without changing it (no torn-tail truncation, no new segment): for the
+  // admin commands, which may run beside a live agent. Append fails on such a head.
+  // Segments below `first_segment` are skipped (see Wal::Check).
+  static Result<std::unique_ptr<Head>> OpenReadOnly(const std::string& dir, HeadOptions options,
+                                                    uint64_t first_segment,
+                                                    WalReplayStats* replay_stats = nullptr);
   ~Head();
 
   struct Input {
@@ -62,19 +86,40 @@ class Head {
   // (nothing applied, nothing acknowledged).
   Result<AppendResult> Append(const std::vector<Input>& batch);
 
+  // Label sets of the selected series with a chunk overlapping [mint_ms, maxt_ms] (by chunk
+  // bounds, without decoding).
+  std::vector<Labels> SeriesInRange(const std::vector<Matcher>& matchers, int64_t mint_ms,
+                                    int64_t maxt_ms) const;
   // Samples of every series the matchers select, within [mint_ms, maxt_ms].
   std::vector<SeriesSamples> Query(const std::vector<Matcher>& matchers, int64_t mint_ms,
                                    int64_t maxt_ms) const;
+
+  // Flushing to a block (store.h): CutForFlush starts a new WAL segment, seals every open chunk
+  // and returns copies of all sealed chunks; they stay queryable here until DropFlushed, which
+  // the caller calls once the block holding them is in place. Then TruncateWal(wal_first_kept).
+  // Appends may continue throughout. One flush at a time.
+  Result<HeadFlush> CutForFlush();
+  void DropFlushed(const HeadFlush& flush);
+  Status TruncateWal(uint64_t first_kept) { return wal_->TruncateBefore(first_kept); }
+
+  // Makes `labels`' newest persisted sample known, so older samples are still rejected as out
+  // of order after the head's own copy was flushed and the process restarted.
+  void SeedLast(const Labels& labels, int64_t t_ms, double value);
+
+  // Time range of the samples not yet flushed; false when there are none.
+  bool UnflushedRange(int64_t* min_t_ms, int64_t* max_t_ms) const;
+  uint64_t wal_bytes() const;
 
   const SeriesIndex& index() const { return index_; }
   uint64_t num_samples() const;
   // Bytes of sealed chunks plus the open chunks' encoded blocks (not their buffered samples).
   uint64_t chunk_bytes() const;
-  Status Sync() { return wal_->Sync(); }
+  Status Sync() { return wal_ ? wal_->Sync() : Status::Ok(); }
 
  private:
   struct SealedChunk {
     int64_t min_t_ms = 0, max_t_ms = 0;
+    uint32_t num_samples = 0;
     std::string bytes;
   };
   struct MemSeries {
@@ -98,6 +143,7 @@ class Head {
 
   explicit Head(HeadOptions options) : options_(options) {}
   void Replay(uint8_t type, std::string_view payload);
+  void FinishReplay();
   // Applies one sample already in the WAL. REQUIRES: s.mu held.
   void ApplySample(MemSeries& s, int64_t t_ms, double v);
   MemSeries& SeriesFor(SeriesRef ref);  // REQUIRES: append_mu_ held
@@ -110,6 +156,14 @@ class Head {
   std::vector<std::unique_ptr<MemSeries>> series_;
   std::vector<SeriesRef> replay_refs_;  // logged ref -> index ref, during replay only
   uint64_t replay_bad_records_ = 0;
+  std::string dir_;
+  // Unflushed time range (append_mu_ for writers; read racily by UnflushedRange via mu).
+  mutable std::mutex range_mu_;
+  bool has_unflushed_ = false;
+  int64_t unflushed_min_t_ms_ = 0, unflushed_max_t_ms_ = 0;
+  void NoteUnflushed(int64_t t_ms);
+  // Seals s.open. REQUIRES: s.mu held.
+  void Seal(MemSeries& s);
 };
 
 }  // namespace gpuwatch::store

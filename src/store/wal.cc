@@ -65,16 +65,17 @@ Status SyncDir(const std::string& dir) {
   return rc == 0 ? Status::Ok() : Errno("fsync " + dir);
 }
 
-// Reads one segment; calls fn for each intact record. Returns the offset of the end of the
-// last intact record and fills `damage` if the segment does not end there.
+// Reads one segment; calls fn for each intact record and counts it in `seg`. Returns the offset
+// of the end of the last intact record and fills `damage` if the segment does not end there.
 uint64_t ScanSegment(const std::string& path, const std::string& name, const Wal::RecordFn& fn,
-                     uint64_t* records, std::optional<WalDamage>* damage) {
+                     WalSegmentStats* seg, std::optional<WalDamage>* damage) {
   auto file = ReadSmallFile(path, size_t{1} << 40);
   if (!file.ok) {
     *damage = WalDamage{name, 0, 0, std::string("cannot read: ") + std::strerror(file.err), false};
     return 0;
   }
   const std::string& d = file.data;
+  seg->bytes = d.size();
   uint64_t off = 0;
   while (off < d.size()) {
     if (d.size() - off < kHeaderBytes) {
@@ -98,7 +99,7 @@ uint64_t ScanSegment(const std::string& path, const std::string& name, const Wal
       return off;
     }
     if (fn) fn(type, payload);
-    ++*records;
+    ++seg->records;
     off += kHeaderBytes + len;
   }
   return off;
@@ -140,33 +141,45 @@ Result<std::unique_ptr<Wal>> Wal::Open(const std::string& dir, WalOptions option
     const uint64_t n = (*segments)[i];
     const std::string path = wal->SegmentPath(n);
     std::optional<WalDamage> damage;
-    const uint64_t good = ScanSegment(path, SegmentName(n), fn, &st.records, &damage);
+    WalSegmentStats seg{n, 0, 0};
+    const uint64_t good = ScanSegment(path, SegmentName(n), fn, &seg, &damage);
     ++st.segments;
-    if (!damage) continue;
-    const bool newest = i + 1 == segments->size();
-    if (newest) {
-      // The tail of the write a crash interrupted: never acknowledged, cut it off so appends
-      // continue on a record boundary.
-      damage->torn_tail = true;
-      if (::truncate(path.c_str(), static_cast<off_t>(good)) != 0) return Errno("truncate " + path);
+    st.records += seg.records;
+    if (damage) {
+      const bool newest = i + 1 == segments->size();
+      if (newest) {
+        // The tail of the write a crash interrupted: never acknowledged, cut it off so appends
+        // continue on a record boundary.
+        damage->torn_tail = true;
+        if (::truncate(path.c_str(), static_cast<off_t>(good)) != 0)
+          return Errno("truncate " + path);
+        seg.bytes = good;
+      }
+      st.damage.push_back(*damage);
     }
-    st.damage.push_back(*damage);
+    st.segment_stats.push_back(seg);
   }
   std::lock_guard<std::mutex> lock(wal->mu_);
-  const uint64_t next = segments->empty() ? 1 : segments->back();
+  const uint64_t next =
+      std::max<uint64_t>(segments->empty() ? 1 : segments->back(), options.first_segment);
   GW_RETURN_IF_ERROR(wal->OpenSegment(next));
   return wal;
 }
 
-Result<WalReplayStats> Wal::Check(const std::string& dir) {
+Result<WalReplayStats> Wal::Check(const std::string& dir, const RecordFn& fn,
+                                  uint64_t first_segment) {
   auto segments = ListWalSegments(dir);
   if (!segments.ok()) return segments.status();
+  std::erase_if(*segments, [&](uint64_t n) { return n < first_segment; });
   WalReplayStats st;
   for (size_t i = 0; i < segments->size(); ++i) {
     std::optional<WalDamage> damage;
-    ScanSegment(dir + "/" + SegmentName((*segments)[i]), SegmentName((*segments)[i]), nullptr,
-                &st.records, &damage);
+    WalSegmentStats seg{(*segments)[i], 0, 0};
+    ScanSegment(dir + "/" + SegmentName((*segments)[i]), SegmentName((*segments)[i]), fn, &seg,
+                &damage);
     ++st.segments;
+    st.records += seg.records;
+    st.segment_stats.push_back(seg);
     if (damage) {
       damage->torn_tail = i + 1 == segments->size() && damage->reason != "CRC mismatch";
       st.damage.push_back(*damage);

@@ -36,6 +36,9 @@ enum class SyncPolicy {
 struct WalOptions {
   SyncPolicy sync = SyncPolicy::kAlways;
   uint64_t segment_bytes = 64ull << 20;  // a new segment once one reaches this size
+  // The number of the first segment when the log is empty: the store keeps numbering above the
+  // segments its blocks cover, so a new segment is never mistaken for a flushed one.
+  uint64_t first_segment = 1;
 };
 
 struct WalDamage {
@@ -46,10 +49,20 @@ struct WalDamage {
   bool torn_tail = false;  // the newest segment's unacknowledged tail (truncated, not an error)
 };
 
+// One segment as replay (or Check) found it. Records are handed to the callback in segment
+// order, so a caller that needs to know which segment a record came from (to drop whole
+// segments by age) counts `records` off in order.
+struct WalSegmentStats {
+  uint64_t number = 0;
+  uint64_t bytes = 0;    // file size after replay (a torn tail already cut off by Open)
+  uint64_t records = 0;  // intact records, the ones handed to the callback
+};
+
 struct WalReplayStats {
   uint64_t records = 0;
   uint64_t segments = 0;
   std::vector<WalDamage> damage;
+  std::vector<WalSegmentStats> segment_stats;  // ascending by number
 };
 
 inline constexpr uint32_t kMaxWalRecordBytes = 16u << 20;
@@ -76,8 +89,11 @@ class Wal {
   Status TruncateBefore(uint64_t first_kept);
 
   uint64_t current_segment() const;
-  // Reads a log without changing it (for `store check`).
-  static Result<WalReplayStats> Check(const std::string& dir);
+  // Reads a log without changing it (for `store check`); `fn`, when given, sees each intact
+  // record as replay would.
+  // Segments numbered below `first_segment` are left out (a flushed block already holds them).
+  static Result<WalReplayStats> Check(const std::string& dir, const RecordFn& fn = nullptr,
+                                      uint64_t first_segment = 0);
 
  private:
   Wal(std::string dir, WalOptions options) : dir_(std::move(dir)), options_(options) {}

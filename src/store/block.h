@@ -1,0 +1,155 @@
+// Block files: the store's persisted, immutable data. A block holds every chunk the head had
+// when it was flushed (or several blocks' chunks after compaction): raw chunks and the 1m/1h
+// rollup chunks computed from them, with an index of series (label sets over a symbol table)
+// and where each chunk lies. Layout: docs/format/block.md.
+//
+// Crash safety: a block is written to `<seq>.gwb.tmp`, fsynced, renamed to `<seq>.gwb` and the
+// directory fsynced, so a block file either exists whole or not at all. A block names the WAL
+// segments it makes redundant (`wal_covers_before`) and the blocks it replaces (compaction,
+// retention), so a crash between writing a block and deleting what it supersedes is repaired
+// on the next open instead of double-counting data.
+//
+// Every chunk carries its own CRC-32 (docs/format/chunk.md) and the index has one, so damage is
+// found per chunk: a damaged chunk is skipped and reported, the rest of the block still serves.
+//
+// Thread-safety: a Block is immutable after Open and safe to read from any number of threads
+// (chunks are read with pread). BlockWriter is single-threaded.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "common/status.h"
+#include "store/labels.h"
+#include "store/querier.h"
+#include "store/series_index.h"
+
+namespace gpuwatch::store {
+
+// What a chunk holds: kind = tier << 4 | field. On-disk: never renumber.
+enum class RollupField : uint8_t {
+  kMin = 0,
+  kMax = 1,
+  kSum = 2,
+  kCount = 3,
+  kLast = 4,
+  kLastOffset = 5,  // last_t_ms - bucket start, in ms
+};
+inline constexpr int kNumRollupFields = 6;
+inline constexpr uint8_t kRawChunkKind = 0;
+inline uint8_t RollupChunkKind(Tier tier, RollupField field) {
+  return static_cast<uint8_t>(static_cast<uint8_t>(tier) << 4 | static_cast<uint8_t>(field));
+}
+inline Tier ChunkKindTier(uint8_t kind) { return static_cast<Tier>(kind >> 4); }
+inline RollupField ChunkKindField(uint8_t kind) { return static_cast<RollupField>(kind & 0xf); }
+bool IsValidChunkKind(uint8_t kind);
+
+struct ChunkMeta {
+  uint8_t kind = kRawChunkKind;
+  int64_t min_t_ms = 0;
+  int64_t max_t_ms = 0;
+  uint32_t num_samples = 0;
+  uint64_t offset = 0;  // in the block file
+  uint32_t length = 0;
+};
+
+struct BlockMeta {
+  uint64_t seq = 0;  // unique, increasing: the file is <seq>.gwb
+  int64_t min_t_ms = 0;
+  int64_t max_t_ms = 0;
+  // Every WAL record in segments numbered below this is in this block or an older one.
+  uint64_t wal_covers_before = 0;
+  std::vector<uint64_t> replaces;  // seqs of blocks whose data this one holds
+};
+
+struct TierStats {
+  uint64_t samples = 0;  // raw samples, or rollup points (buckets) for 1m/1h
+  uint64_t chunk_bytes = 0;
+  uint64_t chunks = 0;
+  int64_t min_t_ms = 0, max_t_ms = 0;  // 0/0 when the tier has no data
+};
+
+std::string BlockFileName(uint64_t seq);  // "00000042.gwb"
+
+class BlockWriter {
+ public:
+  // Creates <dir>/<seq>.gwb.tmp. The destructor removes it unless Finish succeeded.
+  static Result<std::unique_ptr<BlockWriter>> Create(const std::string& dir, uint64_t seq);
+  ~BlockWriter();
+
+  // Starts the next series; its chunks follow with AddChunk. A label set may appear once.
+  void BeginSeries(const Labels& labels);
+  // REQUIRES: BeginSeries was called. `meta.offset` and `meta.length` are filled in here.
+  Status AddChunk(ChunkMeta meta, std::string_view bytes);
+  // Writes the index and footer, syncs, renames into place and syncs the directory.
+  // `meta.seq` is the writer's; min/max time come from the chunks. Returns the final path.
+  Result<std::string> Finish(BlockMeta meta);
+  uint64_t bytes_written() const { return offset_; }
+
+ private:
+  BlockWriter(std::string dir, uint64_t seq) : dir_(std::move(dir)), seq_(seq) {}
+  Status Flush();
+
+  struct SeriesEntry {
+    Labels labels;
+    std::vector<ChunkMeta> chunks;
+  };
+  std::string dir_;
+  uint64_t seq_;
+  int fd_ = -1;
+  bool finished_ = false;
+  std::string buffer_;  // written out in ~1 MiB pieces
+  uint64_t offset_ = 0;
+  std::vector<SeriesEntry> series_;
+};
+
+class Block {
+ public:
+  // Reads the footer and index (CRC-checked); chunks are read on demand.
+  static Result<std::unique_ptr<Block>> Open(const std::string& path);
+  ~Block();
+
+  const std::string& path() const { return path_; }
+  const BlockMeta& meta() const { return meta_; }
+  uint64_t file_bytes() const { return file_bytes_; }
+  const TierStats& tier_stats(Tier tier) const { return tiers_[static_cast<int>(tier)]; }
+
+  size_t num_series() const { return series_.size(); }
+  const Labels& labels(uint32_t i) const { return index_labels_[i]; }
+  const std::vector<ChunkMeta>& chunks(uint32_t i) const { return series_[i]; }
+  // Positions of the series the matchers select, ascending.
+  std::vector<SeriesRef> Select(const std::vector<Matcher>& matchers) const {
+    return index_.Select(matchers);
+  }
+  const SeriesIndex& index() const { return index_; }
+  // The chunk's bytes (its CRC is checked when it is decoded).
+  Result<std::string> ReadChunk(const ChunkMeta& chunk) const;
+
+ private:
+  explicit Block(std::string path) : path_(std::move(path)) {}
+  Status ParseIndex(std::string_view index, uint64_t index_offset);
+
+  std::string path_;
+  int fd_ = -1;
+  uint64_t file_bytes_ = 0;
+  BlockMeta meta_;
+  std::vector<Labels> index_labels_;
+  std::vector<std::vector<ChunkMeta>> series_;
+  SeriesIndex index_;
+  TierStats tiers_[kNumTiers];
+};
+
+struct BlockDamage {
+  std::string file;
+  std::string where;  // "index", or the series and chunk
+  std::string reason;
+};
+
+// Opens the block and decodes every chunk; damage is listed, not returned as an error.
+// `chunks_checked` counts the chunks read.
+std::vector<BlockDamage> CheckBlock(const std::string& path, uint64_t* chunks_checked);
+
+}  // namespace gpuwatch::store

@@ -164,27 +164,34 @@ TEST(AgentMockTest, TicksAreKeptInTheStore) {
   const std::string dir = ::testing::TempDir() + "/agent_store_" + std::to_string(getpid());
   std::filesystem::remove_all(dir);
   {
-    auto head = store::Head::Open(dir, {});
-    ASSERT_TRUE(head.ok());
+    store::StoreOptions o;
+    o.background = false;
+    auto head = store::Store::Open(dir, o);
+    ASSERT_TRUE(head.ok()) << head.status().ToString();
     auto agent = MakeAgent("8xH100");
     agent->SetStore(head->get());
     agent->TickHost();
     agent->TickGpu();
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
     agent->TickGpu();
-    auto q = (*head)->Query(*store::ParseSelector("DCGM_FI_DEV_GPU_UTIL{Hostname=\"test-node\"}"),
-                            0, INT64_MAX);
+    auto q = *(*head)->SelectRaw(
+        *store::ParseSelector("DCGM_FI_DEV_GPU_UTIL{Hostname=\"test-node\"}"), 0, INT64_MAX);
     ASSERT_EQ(q.size(), 8u);
     EXPECT_EQ(q[0].samples.size(), 2u);
     EXPECT_FALSE(store::LabelValue(q[0].labels, "UUID").empty());
-    EXPECT_EQ((*head)
-                  ->Query(*store::ParseSelector("gpuwatch_host_memory_used_bytes"), 0, INT64_MAX)
-                  .size(),
-              1u);
+    EXPECT_EQ(
+        (*head)
+            ->SelectRaw(*store::ParseSelector("gpuwatch_host_memory_used_bytes"), 0, INT64_MAX)
+            ->size(),
+        1u);
   }
-  auto reopened = store::Head::Open(dir, {});
+  store::StoreOptions o;
+  o.background = false;
+  auto reopened = store::Store::Open(dir, o);
   ASSERT_TRUE(reopened.ok());
-  EXPECT_EQ((*reopened)->Query(*store::ParseSelector("gpuwatch_gpu_up"), 0, INT64_MAX).size(), 8u);
+  EXPECT_EQ((*reopened)->SelectRaw(*store::ParseSelector("gpuwatch_gpu_up"), 0, INT64_MAX)->size(),
+            8u);
+  reopened->reset();
   std::filesystem::remove_all(dir);
 }
 

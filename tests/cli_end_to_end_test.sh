@@ -102,10 +102,29 @@ PORT=$(free_port)
 "$GPUWATCH" up --listen "127.0.0.1:$PORT" --nvml-lib /nonexistent --data-dir "$TMP/store" >"$TMP/rw2.log" 2>&1 &
 PIDS+=($!)
 wait_http "http://127.0.0.1:$PORT/healthz" 20 || fail "agent did not restart on its data dir"
-# The 2 remote-written series (3 samples) plus the agent's own host series.
-replayed=$(sed -n 's/.*store: \([0-9]*\) series, \([0-9]*\) samples replayed.*/\1 \2/p' "$TMP/rw2.log")
-read -r rs rn <<<"${replayed:-0 0}"
-[ "$rs" -ge 2 ] && [ "$rn" -ge 3 ] || { cat "$TMP/rw2.log"; fail "remote-written samples not kept across a restart"; }
+# The 2 remote-written series (3 samples) plus the agent's own host series: `store stats` reads
+# the store read-only beside the running agent.
+"$GPUWATCH" store stats --data-dir "$TMP/store" --json >"$TMP/stats.json" || fail "store stats failed"
+python3 -c '
+import json, sys
+st = json.load(open(sys.argv[1]))
+assert st["series"] >= 2 and st["samples"] >= 3, st
+assert set(st["tiers"]) == {"raw", "1m", "1h"}, st
+assert st["bytes_on_disk"] > 0 and st["bytes_per_sample"] > 0, st
+' "$TMP/stats.json" || { cat "$TMP/stats.json" "$TMP/rw2.log"; fail "remote-written samples not kept across a restart"; }
+"$GPUWATCH" store check --data-dir "$TMP/store" --no-quarantine >"$TMP/check.out" 2>&1 ||
+  { cat "$TMP/check.out"; fail "store check found damage in a cleanly closed store"; }
+# The query API serves them, in Prometheus's shapes; bad queries are a 400 with a reason.
+curl -fsS "http://127.0.0.1:$PORT/api/v1/series" --data-urlencode 'match[]={__name__=~".+"}' -G >"$TMP/series.json" ||
+  fail "/api/v1/series failed"
+python3 -c '
+import json, sys
+r = json.load(open(sys.argv[1]))
+assert r["status"] == "success" and len(r["data"]) >= 2, r
+' "$TMP/series.json" || fail "/api/v1/series lacks the remote-written series"
+code=$(curl -s -o "$TMP/q.out" -w '%{http_code}' -G "http://127.0.0.1:$PORT/api/v1/query_range" \
+  --data-urlencode 'query=rate(foo[5m' --data-urlencode start=0 --data-urlencode end=10 --data-urlencode step=1)
+[ "$code" = 400 ] && grep -q '"errorType":"bad_data"' "$TMP/q.out" || fail "bad PromQL answered $code: $(cat "$TMP/q.out")"
 
 # Bad input names what was wrong.
 set +e

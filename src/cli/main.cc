@@ -1,4 +1,5 @@
-// gpuwatch: one binary — agent (`up`, `agent`), one-shot `status`, and docs generation.
+// gpuwatch: one binary — agent (`up`, `agent`), one-shot `status`, `store` admin commands and
+// docs generation.
 // Flags and the config file are parsed only here; modules receive plain option structs.
 #include <fmt/format.h>
 #include <signal.h>
@@ -10,6 +11,7 @@
 
 #include "cli/config_file.h"
 #include "cli/status_view.h"
+#include "cli/store_admin.h"
 #include "collect/nvml_source.h"
 #include "common/log.h"
 #include "common/strings.h"
@@ -17,7 +19,7 @@
 #include "server/agent.h"
 #include "server/api.h"
 #include "server/http_server.h"
-#include "store/head.h"
+#include "store/store.h"
 
 #ifndef GPUWATCH_VERSION
 #define GPUWATCH_VERSION "0.0.0"
@@ -39,14 +41,60 @@ struct AgentFlags {
   std::string job_env_var = "SLURM_JOB_ID";
   std::string log_level = "info";
   std::string model_label = "model_name";
-  std::string keep_history = "off";
+  std::string keep_history = "on";
+  std::string retention_raw = "7d";
+  std::string retention_1m = "90d";
+  std::string retention_1h = "365d";
+  std::string disk_budget = "5GiB";
+  std::string wal_sync = "always";
 };
+
+void AddStoreFlags(CLI::App* app, AgentFlags* f) {
+  app->add_option("--retention-raw", f->retention_raw,
+                  "How long raw samples are kept (default 7d; h, d, w or y)");
+  app->add_option("--retention-1m", f->retention_1m,
+                  "How long 1-minute rollups are kept (default 90d)");
+  app->add_option("--retention-1h", f->retention_1h,
+                  "How long 1-hour rollups are kept (default 365d)");
+  app->add_option("--disk-budget", f->disk_budget,
+                  "Most disk the store may use; the oldest raw data goes first (default 5GiB)");
+  app->add_option("--wal-sync", f->wal_sync,
+                  "always (fsync each write before acknowledging it, default), interval (every "
+                  "second) or never (leave it to the OS)");
+}
+
+Result<store::StoreOptions> MakeStoreOptions(const AgentFlags& f) {
+  store::StoreOptions o;
+  const std::pair<const std::string*, int64_t*> retentions[] = {
+      {&f.retention_raw, &o.raw_retention_ms},
+      {&f.retention_1m, &o.rollup_1m_retention_ms},
+      {&f.retention_1h, &o.rollup_1h_retention_ms}};
+  for (auto [text, out] : retentions) {
+    auto ms = ParseRetentionMs(*text);
+    if (!ms.ok()) return ms.status();
+    *out = *ms;
+  }
+  auto budget = ParseByteSize(f.disk_budget);
+  if (!budget.ok()) return budget.status();
+  o.disk_budget_bytes = *budget;
+  if (f.wal_sync == "always")
+    o.head.wal.sync = store::SyncPolicy::kAlways;
+  else if (f.wal_sync == "interval")
+    o.head.wal.sync = store::SyncPolicy::kInterval;
+  else if (f.wal_sync == "never")
+    o.head.wal.sync = store::SyncPolicy::kNever;
+  else
+    return Status::InvalidArgument("bad --wal-sync '" + f.wal_sync +
+                                   "': always, interval or never");
+  return o;
+}
 
 void AddAgentFlags(CLI::App* app, AgentFlags* f) {
   app->add_option("--listen", f->listen,
                   "HTTP listen address host:port ([v6]:port); default 127.0.0.1:9470");
   app->add_option("--data-dir", f->data_dir,
-                  "Directory for what the agent keeps on disk (events.jsonl)");
+                  "Directory for what the agent keeps on disk: the time-series store (wal/, "
+                  "blocks/) and events; without it nothing is kept");
   app->add_option("--config", f->config,
                   "Config file of 'key = value' lines (keys = these flag names)");
   app->add_option("--nvml-lib", f->nvml_lib, "NVML library to dlopen (default libnvidia-ml.so.1)");
@@ -64,8 +112,9 @@ void AddAgentFlags(CLI::App* app, AgentFlags* f) {
       "--model-label", f->model_label,
       "Label name for the GPU model: model_name (default) or dcgm-exporter's modelName");
   app->add_option("--keep-history", f->keep_history,
-                  "on: keep every hardware/host tick in the store under --data-dir (off by default "
-                  "until the store compacts its write-ahead log: about 510 MiB a day for 8 GPUs)");
+                  "on (default): keep every hardware/host tick in the store under --data-dir; "
+                  "off: the store only keeps what is pushed to /api/v1/write");
+  AddStoreFlags(app, f);
   app->add_option("--log-level", f->log_level, "debug, info, warning or error (default info)");
 }
 
@@ -88,6 +137,11 @@ Status ApplyConfig(CLI::App* app, AgentFlags* f) {
                                                 {"job-env-var", &f->job_env_var},
                                                 {"model-label", &f->model_label},
                                                 {"keep-history", &f->keep_history},
+                                                {"retention-raw", &f->retention_raw},
+                                                {"retention-1m", &f->retention_1m},
+                                                {"retention-1h", &f->retention_1h},
+                                                {"disk-budget", &f->disk_budget},
+                                                {"wal-sync", &f->wal_sync},
                                                 {"log-level", &f->log_level}};
   for (const auto& [key, value] : *kv) {
     auto it = fields.find(key);
@@ -167,29 +221,34 @@ int RunAgent(CLI::App* app, AgentFlags* flags) {
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
   signal(SIGPIPE, SIG_IGN);
 
-  server::Agent agent(*opts, MakeGpuSource(flags->nvml_lib));
-  if (Status st = agent.Init(); !st.ok()) return Fail(st);
-  // The store keeps its WAL under the data dir; every acknowledged remote-write is in it.
-  std::unique_ptr<store::Head> head;
-  if (!flags->data_dir.empty()) {
-    store::WalReplayStats replay;
-    auto h = store::Head::Open(flags->data_dir, {}, &replay);
-    if (!h.ok()) return Fail(h.status());
-    head = std::move(h).value();
-    for (const auto& d : replay.damage)
-      GW_LOG_WARN("store: {} {} at offset {}: {} ({} bytes)", d.segment,
-                  d.torn_tail ? "torn tail" : "damage", d.offset, d.reason, d.bytes_lost);
-    GW_LOG_INFO("store: {} series, {} samples replayed from {}", head->index().size(),
-                head->num_samples(), flags->data_dir);
-  }
+  auto store_opts = MakeStoreOptions(*flags);
+  if (!store_opts.ok()) return Fail(store_opts.status());
   if (flags->keep_history != "on" && flags->keep_history != "off")
     return Fail(
         Status::InvalidArgument("bad --keep-history '" + flags->keep_history + "': on or off"));
-  if (flags->keep_history == "on") {
-    if (!head) return Fail(Status::InvalidArgument("--keep-history on needs --data-dir"));
-    agent.SetStore(head.get());
+
+  server::Agent agent(*opts, MakeGpuSource(flags->nvml_lib));
+  if (Status st = agent.Init(); !st.ok()) return Fail(st);
+  // The store lives under the data dir; every acknowledged write is in its WAL.
+  std::unique_ptr<store::Store> db;
+  if (!flags->data_dir.empty()) {
+    store::StoreOpenReport rep;
+    auto s = store::Store::Open(flags->data_dir, *store_opts, &rep);
+    if (!s.ok()) return Fail(s.status());
+    db = std::move(s).value();
+    for (const auto& d : rep.wal.damage)
+      GW_LOG_WARN("store: wal/{} {} at offset {}: {} ({} bytes)", d.segment,
+                  d.torn_tail ? "torn tail" : "damage", d.offset, d.reason, d.bytes_lost);
+    for (const auto& q : rep.quarantined) GW_LOG_ERROR("store: quarantined {}", q);
+    for (const auto& r : rep.removed) GW_LOG_INFO("store: removed {}", r);
+    const store::StoreStats st = db->Stats();
+    GW_LOG_INFO("store: {} series, {} samples in {} blocks and the WAL under {}", st.series,
+                st.samples, st.blocks, flags->data_dir);
+  } else {
+    GW_LOG_INFO("no --data-dir: no history is kept and /api/v1/write and queries are off");
   }
-  server::HttpServer http(&agent, head.get());
+  if (flags->keep_history == "on" && db) agent.SetStore(db.get());
+  server::HttpServer http(&agent, db.get());
   if (Status st = http.Start(*addr); !st.ok()) return Fail(st);
   agent.Start();
   GW_LOG_INFO("gpuwatch {} agent on {} serving http://{}:{}/metrics", GPUWATCH_VERSION,
@@ -199,6 +258,10 @@ int RunAgent(CLI::App* app, AgentFlags* flags) {
   GW_LOG_INFO("signal {}: stopping", sig);
   http.Stop();
   agent.Stop();
+  if (db) {
+    // Everything acknowledged is in the WAL already; flushing makes the next start fast.
+    if (Status st = db->Close(); !st.ok()) GW_LOG_ERROR("store: {}", st.message());
+  }
   return 0;
 }
 
@@ -254,6 +317,26 @@ int Main(int argc, char** argv) {
                      "NVML library to dlopen (default libnvidia-ml.so.1)");
   status->add_option("--root-dir", status_root, "Root of procfs/sysfs to read (default /)");
 
+  auto* store_cmd = app.add_subcommand("store", "Inspect and maintain the store under a data dir");
+  store_cmd->require_subcommand(1);
+  std::string store_dir;
+  bool store_json = false, store_no_quarantine = false;
+  AgentFlags compact_flags;
+  auto* store_stats =
+      store_cmd->add_subcommand("stats", "Series, samples and bytes per sample per tier");
+  store_stats->add_option("--data-dir", store_dir, "The agent's --data-dir")->required();
+  store_stats->add_flag("--json", store_json, "Print JSON");
+  auto* store_check = store_cmd->add_subcommand(
+      "check",
+      "Verify every chunk and WAL record; quarantine damage (exit 1 when damage was found)");
+  store_check->add_option("--data-dir", store_dir, "The agent's --data-dir")->required();
+  store_check->add_flag("--no-quarantine", store_no_quarantine,
+                        "Only report: leave damaged files where they are");
+  auto* store_compact = store_cmd->add_subcommand(
+      "compact", "Flush the WAL, merge blocks per day and apply retention (agent stopped)");
+  store_compact->add_option("--data-dir", store_dir, "The agent's --data-dir")->required();
+  AddStoreFlags(store_compact, &compact_flags);
+
   auto* docs = app.add_subcommand("docs", "Print generated documentation");
   docs->require_subcommand(1);
   auto* docs_metrics = docs->add_subcommand("metrics", "docs/metrics.md, from the metric catalog");
@@ -263,6 +346,14 @@ int Main(int argc, char** argv) {
   if (up->parsed()) return RunAgent(up, &up_flags);
   if (agent->parsed()) return RunAgent(agent, &agent_flags);
   if (status->parsed()) return RunStatus(status_json, status_caps, status_nvml, status_root);
+  if (store_stats->parsed()) return RunStoreStats(store_dir, store_json, std::cout, std::cerr);
+  if (store_check->parsed())
+    return RunStoreCheck(store_dir, !store_no_quarantine, std::cout, std::cerr);
+  if (store_compact->parsed()) {
+    auto o = MakeStoreOptions(compact_flags);
+    if (!o.ok()) return Fail(o.status());
+    return RunStoreCompact(store_dir, *o, std::cout, std::cerr);
+  }
   if (docs_metrics->parsed()) {
     std::cout << model::RenderMetricsMarkdown();
     return 0;

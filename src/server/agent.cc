@@ -138,7 +138,7 @@ void Agent::TickGpu() {
 void Agent::StoreTick(const std::vector<store::Head::Input>& inputs) {
   auto r = store_->Append(inputs);
   if (!r.ok()) {
-    // Collection goes on; the next tick tries again (the head logs nothing it did not keep).
+    // Collection goes on; the next tick tries again (the store logs nothing it did not keep).
     if (store_errors_++ % 60 == 0)
       GW_LOG_ERROR("store: cannot keep this tick: {}", r.status().ToString());
   } else if (r->out_of_order > 0 && store_errors_++ % 60 == 0) {

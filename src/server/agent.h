@@ -24,7 +24,7 @@
 #include "collect/host_collector.h"
 #include "common/time_base.h"
 #include "server/agent_state.h"
-#include "store/head.h"
+#include "store/store.h"
 
 namespace gpuwatch::server {
 
@@ -52,9 +52,9 @@ class Agent {
   // Initializes the GPU source and opens the data dir. Only a data-dir failure is an error;
   // a GPU source failure leaves gpu_available false with the reason.
   Status Init();
-  // Keeps every hardware tick (and host tick) in `head` from now on. REQUIRES: before Start();
-  // `head` outlives the agent's threads (Stop() before destroying it).
-  void SetStore(store::Head* head) { store_ = head; }
+  // Keeps every hardware tick (and host tick) in `store` from now on. REQUIRES: before Start();
+  // `store` outlives the agent's threads (Stop() before destroying it).
+  void SetStore(store::Store* store) { store_ = store; }
   // Starts the tier and event threads. REQUIRES: Init() succeeded.
   void Start();
   // Stops and joins the threads; idempotent.
@@ -82,7 +82,7 @@ class Agent {
   AgentOptions options_;
   std::unique_ptr<collect::GpuSource> gpu_;
   bool gpu_ready_ = false;
-  store::Head* store_ = nullptr;
+  store::Store* store_ = nullptr;
   int64_t stored_host_ms_ = 0;  // newest host tick already in the store (tier thread only)
   std::vector<bool> gpu_lost_;  // per GPU, as of the last hardware tick (tier thread only)
   collect::HostCollector host_;

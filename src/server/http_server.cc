@@ -2,10 +2,13 @@
 
 #include <httplib.h>
 
+#include <chrono>
+
 #include "common/log.h"
 #include "server/api.h"
 #include "server/exposition.h"
 #include "server/gzip.h"
+#include "server/query_api.h"
 #include "server/remote_write_handler.h"
 
 namespace gpuwatch::server {
@@ -14,8 +17,8 @@ namespace {
 constexpr char kGzipAccepted[] = "X-Gpuwatch-Gzip-Accepted";
 }  // namespace
 
-HttpServer::HttpServer(const Agent* agent, store::Head* head)
-    : agent_(agent), head_(head), server_(std::make_unique<httplib::Server>()) {}
+HttpServer::HttpServer(const Agent* agent, store::Store* store)
+    : agent_(agent), store_(store), server_(std::make_unique<httplib::Server>()) {}
 
 HttpServer::~HttpServer() { Stop(); }
 
@@ -63,15 +66,32 @@ Status HttpServer::Start(const ListenAddress& addr) {
   json_route("/api/v1/capabilities", &CapabilitiesJson);
   json_route("/api/v1/events", &EventsJson);
   json_route("/api/v1/host", &HostJson);
-  if (head_) {
+  if (store_) {
     // Bodies are bounded by the decoder's limits; httplib reads the body before the handler.
     srv.set_payload_max_length(64u << 20);
     srv.Post("/api/v1/write", [this](const httplib::Request& req, httplib::Response& res) {
       const HttpReply r =
-          HandleRemoteWrite(head_, req.body, req.get_header_value("Content-Encoding"));
+          HandleRemoteWrite(store_, req.body, req.get_header_value("Content-Encoding"));
       res.status = r.status;
       if (!r.body.empty()) res.set_content(r.body, "text/plain");
     });
+    // The Prometheus query API (GET and form POST, as Grafana sends both).
+    auto query = [this](const httplib::Request& req, httplib::Response& res) {
+      ApiRequest api;
+      api.path = req.path;
+      for (const auto& [k, v] : req.params) api.params.emplace(k, v);
+      api.now_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                       std::chrono::system_clock::now().time_since_epoch())
+                       .count();
+      const ApiResponse r = HandleQueryApi(*store_, query_options_, api);
+      res.status = r.http_status;
+      res.set_content(r.body, "application/json");
+    };
+    for (const char* path : {"/api/v1/query", "/api/v1/query_range", "/api/v1/labels",
+                             "/api/v1/series", R"(/api/v1/label/([^/]+)/values)"}) {
+      srv.Get(path, query);
+      srv.Post(path, query);
+    }
   }
   srv.Get("/healthz", [](const httplib::Request&, httplib::Response& res) {
     res.set_content("ok\n", "text/plain");
@@ -79,7 +99,8 @@ Status HttpServer::Start(const ListenAddress& addr) {
   srv.Get("/", [](const httplib::Request&, httplib::Response& res) {
     res.set_content(
         "gpuwatch agent\n/metrics\n/api/v1/gpus\n/api/v1/processes\n/api/v1/capabilities\n"
-        "/api/v1/events\n/api/v1/host\n/healthz\n",
+        "/api/v1/events\n/api/v1/host\n/api/v1/write\n/api/v1/query\n/api/v1/query_range\n"
+        "/api/v1/labels\n/api/v1/label/NAME/values\n/api/v1/series\n/healthz\n",
         "text/plain");
   });
   srv.set_error_handler([](const httplib::Request& req, httplib::Response& res) {

@@ -1,6 +1,7 @@
 // HttpServer: the agent's HTTP endpoint — /metrics (Prometheus text), /api/v1/gpus,
-// /api/v1/processes, /api/v1/capabilities, /api/v1/events, /api/v1/host, /healthz.
-// A thin layer over cpp-httplib; the bodies come from exposition.h and api.h.
+// /api/v1/processes, /api/v1/capabilities, /api/v1/events, /api/v1/host, /healthz, and with a
+// store: remote-write (/api/v1/write) and the Prometheus query API (query_api.h).
+// A thin layer over cpp-httplib; the bodies come from exposition.h, api.h and query_api.h.
 // Thread-safety: Start/Stop from one thread; requests are served on httplib's pool.
 #pragma once
 
@@ -10,9 +11,10 @@
 #include <thread>
 
 #include "common/status.h"
+#include "query/engine.h"
 #include "server/agent.h"
 #include "server/listen_address.h"
-#include "store/head.h"
+#include "store/store.h"
 
 namespace httplib {
 class Server;
@@ -22,8 +24,8 @@ namespace gpuwatch::server {
 
 class HttpServer {
  public:
-  // `head` may be null: no store, no /api/v1/write.
-  explicit HttpServer(const Agent* agent, store::Head* head = nullptr);
+  // `store` may be null: no history, no /api/v1/write, no query API.
+  explicit HttpServer(const Agent* agent, store::Store* store = nullptr);
   ~HttpServer();
   // Binds (port 0 picks a free one) and serves on a background thread.
   Status Start(const ListenAddress& addr);
@@ -32,7 +34,8 @@ class HttpServer {
 
  private:
   const Agent* agent_;
-  store::Head* head_;
+  store::Store* store_;
+  query::EngineOptions query_options_;
   std::unique_ptr<httplib::Server> server_;
   std::thread thread_;
   std::atomic<bool> listening_done_{false};

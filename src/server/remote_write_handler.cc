@@ -6,7 +6,7 @@
 
 namespace gpuwatch::server {
 
-HttpReply HandleRemoteWrite(store::Head* head, std::string_view body,
+HttpReply HandleRemoteWrite(store::Store* store, std::string_view body,
                             std::string_view content_encoding) {
   if (!content_encoding.empty() && ToLower(content_encoding) != "snappy")
     return {400, "remote-write: Content-Encoding must be snappy, not '" +
@@ -22,7 +22,7 @@ HttpReply HandleRemoteWrite(store::Head* head, std::string_view body,
     for (const auto& x : s.samples) in.samples.push_back({x.timestamp_ms, x.value});
     batch.push_back(std::move(in));
   }
-  auto r = head->Append(batch);
+  auto r = store->Append(batch);
   if (!r.ok()) {
     GW_LOG_ERROR("remote-write: store write failed: {}", r.status().ToString());
     return {500, "store write failed: " + r.status().message() + "\n"};

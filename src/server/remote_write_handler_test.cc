@@ -13,14 +13,16 @@ namespace {
 TEST(RemoteWriteHandlerTest, StoresAndReplies) {
   const std::string dir = ::testing::TempDir() + "/rw_handler_" + std::to_string(getpid());
   std::filesystem::remove_all(dir);
-  auto head = store::Head::Open(dir, {});
-  ASSERT_TRUE(head.ok());
+  store::StoreOptions o;
+  o.background = false;
+  auto head = store::Store::Open(dir, o);
+  ASSERT_TRUE(head.ok()) << head.status().ToString();
   store::RemoteSeries s;
   s.labels = {{"__name__", "DCGM_FI_DEV_GPU_UTIL"}, {"gpu", "0"}};
   s.samples = {{1000, 97}, {2000, 98}};
   auto r = HandleRemoteWrite(head->get(), store::EncodeRemoteWrite({s}), "snappy");
   EXPECT_EQ(r.status, 204) << r.body;
-  EXPECT_EQ((*head)->num_samples(), 2u);
+  EXPECT_EQ((*head)->Stats().samples, 2u);
 
   // The same request again: duplicates, still a success (a sender's retry).
   r = HandleRemoteWrite(head->get(), store::EncodeRemoteWrite({s}), "snappy");
@@ -36,6 +38,7 @@ TEST(RemoteWriteHandlerTest, StoresAndReplies) {
   EXPECT_NE(r.body.find("remote-write:"), std::string::npos) << r.body;
   r = HandleRemoteWrite(head->get(), store::EncodeRemoteWrite({s}), "gzip");
   EXPECT_EQ(r.status, 400);
+  head->reset();
   std::filesystem::remove_all(dir);
 }
 

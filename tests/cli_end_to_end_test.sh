@@ -77,7 +77,15 @@ kinds = [(e["kind"], e["gpu"], e.get("xid")) for e in ev]
 assert ("xid", 2, 79) in kinds, kinds
 assert ("gpu_lost", 2, None) in kinds, kinds
 ' || fail "/api/v1/events lacks the XID or the gpu_lost event"
-grep -q '"xid":79' "$TMP/data/events.jsonl" || fail "XID not kept in data dir"
+curl -fsS -G "http://127.0.0.1:$PORT/api/v1/events" --data-urlencode kind=xid >"$TMP/xid.json" || fail "/api/v1/events?kind=xid failed"
+python3 -c '
+import json, sys
+ev = json.load(open(sys.argv[1]))["events"]
+assert ev and all(e["kind"] == "xid" for e in ev), ev
+assert any(e["xid"] == 79 and e["severity"] == "critical" for e in ev), ev
+' "$TMP/xid.json" || fail "XID 79 not kept in the event store"
+code=$(curl -s -o "$TMP/ev.out" -w '%{http_code}' "http://127.0.0.1:$PORT/api/v1/events?limit=0")
+[ "$code" = 400 ] || fail "/api/v1/events?limit=0 answered $code"
 curl -fsS "http://127.0.0.1:$PORT/api/v1/processes" | python3 -c '
 import json, sys
 p = json.load(sys.stdin)["processes"]

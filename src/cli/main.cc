@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <chrono>
 #include <cstdio>
 #include <iostream>
 
@@ -19,6 +20,7 @@
 #include "server/agent.h"
 #include "server/api.h"
 #include "server/http_server.h"
+#include "store/event_store.h"
 #include "store/store.h"
 
 #ifndef GPUWATCH_VERSION
@@ -229,7 +231,9 @@ int RunAgent(CLI::App* app, AgentFlags* flags) {
 
   server::Agent agent(*opts, MakeGpuSource(flags->nvml_lib));
   if (Status st = agent.Init(); !st.ok()) return Fail(st);
-  // The store lives under the data dir; every acknowledged write is in its WAL.
+  // The store lives under the data dir; every acknowledged write is in its WAL. The event
+  // store outlives it: the store reports into it until it is closed.
+  std::unique_ptr<store::EventStore> events;
   std::unique_ptr<store::Store> db;
   if (!flags->data_dir.empty()) {
     store::StoreOpenReport rep;
@@ -247,8 +251,32 @@ int RunAgent(CLI::App* app, AgentFlags* flags) {
   } else {
     GW_LOG_INFO("no --data-dir: no history is kept and /api/v1/write and queries are off");
   }
+  // Events and log lines are kept apart from the samples, with their own retention.
+  if (db) {
+    auto e = store::EventStore::Open(flags->data_dir + "/events");
+    if (!e.ok()) return Fail(e.status());
+    events = std::move(e).value();
+    for (const auto& d : events->stats().damage)
+      GW_LOG_WARN("event store: events/{} {} at offset {}: {}", d.segment,
+                  d.torn_tail ? "torn tail" : "damage", d.offset, d.reason);
+    agent.SetEventStore(events.get());
+    // A failed flush or a full disk is an event an operator sees beside the GPU events.
+    db->SetEventSink([ev = events.get(), host = opts->hostname](const std::string& kind,
+                                                                const std::string& severity,
+                                                                const std::string& message) {
+      store::EventRecord r;
+      r.t_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                   std::chrono::system_clock::now().time_since_epoch())
+                   .count();
+      r.kind = kind;
+      r.severity = severity;
+      r.node = host.substr(0, store::kMaxEventIdBytes);
+      r.message = message.substr(0, store::kMaxEventMessageBytes);
+      ev->Append({r}).IgnoreError();  // on a full disk this fails too; the log has it
+    });
+  }
   if (flags->keep_history == "on" && db) agent.SetStore(db.get());
-  server::HttpServer http(&agent, db.get());
+  server::HttpServer http(&agent, db.get(), events.get());
   if (Status st = http.Start(*addr); !st.ok()) return Fail(st);
   agent.Start();
   GW_LOG_INFO("gpuwatch {} agent on {} serving http://{}:{}/metrics", GPUWATCH_VERSION,

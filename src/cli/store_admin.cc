@@ -2,6 +2,11 @@
 
 #include <fmt/format.h>
 
+#include <filesystem>
+#include <optional>
+
+#include "store/event_store.h"
+
 namespace gpuwatch::cli {
 namespace {
 
@@ -59,10 +64,17 @@ int RunStoreStats(const std::string& data_dir, bool json, std::ostream& out, std
     return 2;
   }
   const store::StoreStats st = (*s)->Stats();
+  std::optional<store::EventStoreCheck> ev;
+  if (std::filesystem::is_directory(data_dir + "/events"))
+    if (auto c = store::EventStore::Check(data_dir + "/events"); c.ok()) ev = *c;
   if (json) {
-    out << StoreStatsJson(st).dump(2) << "\n";
+    nlohmann::json j = StoreStatsJson(st);
+    if (ev) j["events"] = {{"events", ev->events}, {"bytes_on_disk", ev->bytes}};
+    out << j.dump(2) << "\n";
     return 0;
   }
+  if (ev)
+    out << fmt::format("{}/events: {} events, {} bytes on disk\n", data_dir, ev->events, ev->bytes);
   out << fmt::format("{}: {} series, {} samples, {} bytes on disk ({:.3f} bytes/sample)\n",
                      data_dir, st.series, st.samples, st.bytes_on_disk,
                      PerSample(st.bytes_on_disk, st.samples));
@@ -104,7 +116,24 @@ int RunStoreCheck(const std::string& data_dir, bool quarantine, std::ostream& ou
                                      "cuts it off), not damage"
                                    : "");
   for (const auto& q : rep->quarantined) out << "quarantined " << q << "\n";
-  if (!rep->damaged()) {
+  bool events_damaged = false;
+  if (std::filesystem::is_directory(data_dir + "/events")) {
+    auto ev = store::EventStore::Check(data_dir + "/events");
+    if (!ev.ok()) {
+      err << "gpuwatch: events: " << ev.status().message() << "\n";
+      return 2;
+    }
+    out << fmt::format("events: {} events in {} segments, {} records undecodable\n", ev->events,
+                       ev->wal.segments, ev->undecodable_records);
+    for (const auto& d : ev->wal.damage) {
+      out << fmt::format("{} events/{} at offset {}: {} ({} bytes){}\n",
+                         d.torn_tail ? "note" : "DAMAGE", d.segment, d.offset, d.reason,
+                         d.bytes_lost, d.torn_tail ? " — a torn tail, not damage" : "");
+      events_damaged |= !d.torn_tail;
+    }
+    events_damaged |= ev->undecodable_records > 0;
+  }
+  if (!rep->damaged() && !events_damaged) {
     out << "ok\n";
     return 0;
   }

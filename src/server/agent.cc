@@ -8,6 +8,7 @@
 
 #include "common/log.h"
 #include "server/api.h"
+#include "server/event_api.h"
 #include "server/store_sink.h"
 
 namespace gpuwatch::server {
@@ -24,19 +25,13 @@ Agent::Agent(AgentOptions options, std::unique_ptr<collect::GpuSource> gpu)
   state_.model_label = options_.model_label;
 }
 
-Agent::~Agent() {
-  Stop();
-  if (events_log_) std::fclose(events_log_);
-}
+Agent::~Agent() { Stop(); }
 
 Status Agent::Init() {
   if (!options_.data_dir.empty()) {
     if (::mkdir(options_.data_dir.c_str(), 0755) != 0 && errno != EEXIST)
       return Status::IoError("cannot create data dir " + options_.data_dir + ": " +
                              std::strerror(errno));
-    const std::string path = options_.data_dir + "/events.jsonl";
-    events_log_ = std::fopen(path.c_str(), "a");
-    if (!events_log_) return Status::IoError("cannot open " + path + ": " + std::strerror(errno));
   }
   std::lock_guard<std::mutex> lock(mu_);
   if (!gpu_) {
@@ -78,13 +73,7 @@ void Agent::RecordEvent(model::GpuEvent e) {
   }
   storm.last_kept_ms = e.time_ms;
   GW_LOG_WARN("GPU {} event {}: {}", e.gpu_index, model::GpuEventKindName(e.kind), e.text);
-  if (events_log_) {
-    // Flushed per event: hardware events are rare and each one matters (R18).
-    const std::string line = DumpJson(EventJson(e)) + "\n";
-    if (std::fwrite(line.data(), 1, line.size(), events_log_) != line.size() ||
-        std::fflush(events_log_) != 0)
-      GW_LOG_ERROR("cannot append to {}/events.jsonl: {}", options_.data_dir, std::strerror(errno));
-  }
+  if (event_store_) unstored_events_.push_back(e);
   state_.recent_events.push_back(std::move(e));
   while (state_.recent_events.size() > options_.max_recent_events) state_.recent_events.pop_front();
 }
@@ -133,6 +122,23 @@ void Agent::TickGpu() {
   }
   // Outside the state lock: the append waits for the WAL's sync, and scrapes must not.
   if (!to_store.empty()) StoreTick(to_store);
+  FlushEvents();
+}
+
+void Agent::FlushEvents() {
+  if (!event_store_) return;
+  std::lock_guard<std::mutex> order(flush_mu_);
+  std::vector<model::GpuEvent> events;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    events.swap(unstored_events_);
+  }
+  if (events.empty()) return;
+  std::vector<store::EventRecord> records;
+  for (const auto& e : events) records.push_back(ToEventRecord(e, options_.hostname));
+  // Each one matters (R18), so each batch is synced before the next tick.
+  if (Status st = event_store_->Append(records); !st.ok())
+    GW_LOG_ERROR("cannot keep {} event(s) in the event store: {}", records.size(), st.message());
 }
 
 void Agent::StoreTick(const std::vector<store::Head::Input>& inputs) {
@@ -189,8 +195,11 @@ void Agent::PollEvents(int timeout_ms) {
   std::vector<model::GpuEvent> events;
   gpu_->WaitEvents(timeout_ms, clock_.NowMs(), &events).IgnoreError();
   if (events.empty()) return;
-  std::lock_guard<std::mutex> lock(mu_);
-  for (auto& e : events) RecordEvent(std::move(e));
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto& e : events) RecordEvent(std::move(e));
+  }
+  FlushEvents();
 }
 
 void Agent::Start() {

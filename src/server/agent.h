@@ -24,6 +24,7 @@
 #include "collect/host_collector.h"
 #include "common/time_base.h"
 #include "server/agent_state.h"
+#include "store/event_store.h"
 #include "store/store.h"
 
 namespace gpuwatch::server {
@@ -55,6 +56,8 @@ class Agent {
   // Keeps every hardware tick (and host tick) in `store` from now on. REQUIRES: before Start();
   // `store` outlives the agent's threads (Stop() before destroying it).
   void SetStore(store::Store* store) { store_ = store; }
+  // Keeps every recorded event (XID, ECC, GPU lost/recovered) in `events`, as SetStore.
+  void SetEventStore(store::EventStore* events) { event_store_ = events; }
   // Starts the tier and event threads. REQUIRES: Init() succeeded.
   void Start();
   // Stops and joins the threads; idempotent.
@@ -73,7 +76,10 @@ class Agent {
   }
 
  private:
-  void RecordEvent(model::GpuEvent e);                            // REQUIRES: mu_ held
+  void RecordEvent(model::GpuEvent e);  // REQUIRES: mu_ held
+  // Appends the events RecordEvent kept to the event store. REQUIRES: mu_ not held (the
+  // append waits for an fsync, and scrapes must not).
+  void FlushEvents();
   void StoreTick(const std::vector<store::Head::Input>& inputs);  // tier thread
   uint64_t store_errors_ = 0;
   void RunTiers();
@@ -97,7 +103,9 @@ class Agent {
   };
   static constexpr int64_t kStormWindowMs = 1000;
   std::map<std::tuple<unsigned, int, uint64_t>, Storm> storms_;  // guarded by mu_
-  std::FILE* events_log_ = nullptr;  // <data_dir>/events.jsonl, appended
+  store::EventStore* event_store_ = nullptr;
+  std::vector<model::GpuEvent> unstored_events_;  // guarded by mu_; FlushEvents empties it
+  std::mutex flush_mu_;                           // keeps event batches in order
 
   std::mutex stop_mu_;
   std::condition_variable stop_cv_;

@@ -6,6 +6,7 @@
 
 #include "common/log.h"
 #include "server/api.h"
+#include "server/event_api.h"
 #include "server/exposition.h"
 #include "server/gzip.h"
 #include "server/query_api.h"
@@ -17,8 +18,8 @@ namespace {
 constexpr char kGzipAccepted[] = "X-Gpuwatch-Gzip-Accepted";
 }  // namespace
 
-HttpServer::HttpServer(const Agent* agent, store::Store* store)
-    : agent_(agent), store_(store), server_(std::make_unique<httplib::Server>()) {}
+HttpServer::HttpServer(const Agent* agent, store::Store* store, const store::EventStore* events)
+    : agent_(agent), store_(store), events_(events), server_(std::make_unique<httplib::Server>()) {}
 
 HttpServer::~HttpServer() { Stop(); }
 
@@ -64,7 +65,21 @@ Status HttpServer::Start(const ListenAddress& addr) {
   json_route("/api/v1/gpus", &GpusJson);
   json_route("/api/v1/processes", &ProcessesJson);
   json_route("/api/v1/capabilities", &CapabilitiesJson);
-  json_route("/api/v1/events", &EventsJson);
+  if (events_) {
+    srv.Get("/api/v1/events", [this, agent](const httplib::Request& req, httplib::Response& res) {
+      ApiRequest api;
+      for (const auto& [k, v] : req.params) api.params.emplace(k, v);
+      api.now_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                       std::chrono::system_clock::now().time_since_epoch())
+                       .count();
+      const std::string host = agent->WithState([](const AgentState& s) { return s.hostname; });
+      const ApiResponse r = HandleEventsQuery(*events_, api, host);
+      res.status = r.http_status;
+      res.set_content(r.body, "application/json");
+    });
+  } else {
+    json_route("/api/v1/events", &EventsJson);
+  }
   json_route("/api/v1/host", &HostJson);
   if (store_) {
     // Bodies are bounded by the decoder's limits; httplib reads the body before the handler.

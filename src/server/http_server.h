@@ -14,6 +14,7 @@
 #include "query/engine.h"
 #include "server/agent.h"
 #include "server/listen_address.h"
+#include "store/event_store.h"
 #include "store/store.h"
 
 namespace httplib {
@@ -25,7 +26,9 @@ namespace gpuwatch::server {
 class HttpServer {
  public:
   // `store` may be null: no history, no /api/v1/write, no query API.
-  explicit HttpServer(const Agent* agent, store::Store* store = nullptr);
+  // `events` may be null: /api/v1/events then serves the agent's recent events from memory.
+  HttpServer(const Agent* agent, store::Store* store = nullptr,
+             const store::EventStore* events = nullptr);
   ~HttpServer();
   // Binds (port 0 picks a free one) and serves on a background thread.
   Status Start(const ListenAddress& addr);
@@ -35,6 +38,7 @@ class HttpServer {
  private:
   const Agent* agent_;
   store::Store* store_;
+  const store::EventStore* events_;
   query::EngineOptions query_options_;
   std::unique_ptr<httplib::Server> server_;
   std::thread thread_;

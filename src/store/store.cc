@@ -31,7 +31,16 @@ namespace fs = std::filesystem;
 
 constexpr size_t kMaxRollupChunkPoints = 7200;
 constexpr int64_t kDayMs = 86400 * 1000;
+// Blocks that hold only rollups (raw retention dropped their raw chunks) are merged per 30
+// days: a year of them is then a dozen files whose indexes are held in memory, not 365.
+constexpr int64_t kRollupOnlySpanMs = 30 * kDayMs;
 constexpr Tier kRollupTiers[] = {Tier::k1m, Tier::k1h};
+
+int64_t WallClockMs() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
 
 Status Errno(const std::string& what) {
   return Status::IoError(what + ": " + std::strerror(errno));
@@ -454,7 +463,40 @@ void Store::Report(const std::string& kind, const std::string& severity,
 }
 
 Result<AppendResult> Store::Append(const std::vector<Head::Input>& batch) {
-  auto r = head_->Append(batch);
+  // A sample far in the future would become "now" for retention and expire everything else,
+  // and would make every later real sample out of order: refuse it at the door.
+  std::vector<Head::Input> kept;
+  uint64_t future = 0;
+  std::string future_error;
+  if (options_.max_future_ms > 0) {
+    const int64_t limit_ms =
+        (options_.clock_ms ? options_.clock_ms() : WallClockMs()) + options_.max_future_ms;
+    for (size_t i = 0; i < batch.size() && future == 0; ++i)
+      for (const Sample& x : batch[i].samples)
+        if (x.t_ms > limit_ms) ++future;
+    if (future > 0) {
+      future = 0;
+      kept.reserve(batch.size());
+      for (const auto& in : batch) {
+        Head::Input k{in.labels, {}};
+        for (const Sample& x : in.samples) {
+          if (x.t_ms <= limit_ms) {
+            k.samples.push_back(x);
+          } else if (future++ == 0) {
+            future_error =
+                fmt::format("sample at t={} ms is more than {} s ahead of this machine's clock",
+                            x.t_ms, options_.max_future_ms / 1000);
+          }
+        }
+        kept.push_back(std::move(k));
+      }
+    }
+  }
+  auto r = head_->Append(future > 0 ? kept : batch);
+  if (r.ok() && future > 0) {
+    r->invalid += future;
+    if (r->first_error.empty()) r->first_error = future_error;
+  }
   if (!r.ok()) {
     if (r.status().code() == StatusCode::kIoError)
       Report("store_error", "critical", "write failed: " + r.status().message());
@@ -595,11 +637,16 @@ Status Store::Compact(bool closed_days_only) {
   int64_t newest = 0;
   for (const auto& b : blocks) newest = std::max(newest, b->meta().max_t_ms);
   const int64_t newest_day = BucketStart(newest, kDayMs);
-  std::map<int64_t, BlockList> by_day;
-  for (const auto& b : blocks) by_day[BucketStart(b->meta().min_t_ms, kDayMs)].push_back(b);
-  for (auto& [day, list] : by_day) {
+  // Key: (has raw data, window start); raw-bearing blocks merge per UTC day, rollup-only ones
+  // per 30 days.
+  std::map<std::pair<bool, int64_t>, BlockList> groups;
+  for (const auto& b : blocks) {
+    const bool raw = b->tier_stats(Tier::kRaw).chunks > 0;
+    groups[{raw, BucketStart(b->meta().min_t_ms, raw ? kDayMs : kRollupOnlySpanMs)}].push_back(b);
+  }
+  for (auto& [key, list] : groups) {
     if (list.size() < 2) continue;
-    if (closed_days_only && day >= newest_day) continue;
+    if (closed_days_only && key.first && key.second >= newest_day) continue;
     GW_RETURN_IF_ERROR(ReplaceBlocks(list, [](uint8_t) { return true; }));
   }
   return Status::Ok();

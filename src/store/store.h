@@ -53,6 +53,9 @@ struct StoreOptions {
   bool background = true;
   // For the admin commands: no lock, no writes, WAL read as it is.
   bool read_only = false;
+  // Samples more than this ahead of the clock are rejected (0: no limit).
+  int64_t max_future_ms = 3600 * 1000;
+  std::function<int64_t()> clock_ms;  // null: the system clock
 };
 
 // What opening found: replay statistics and anything moved aside.
@@ -109,7 +112,8 @@ class Store : public Querier {
 
   Result<AppendResult> Append(const std::vector<Head::Input>& batch);
   Status Flush();
-  // Merges blocks of the same UTC day into one; `closed_days_only` leaves the newest day alone.
+  // Merges blocks of the same UTC day into one (rollup-only blocks: of the same 30 days);
+  // `closed_days_only` leaves the newest day alone.
   Status Compact(bool closed_days_only);
   Status EnforceRetention();
   StoreStats Stats() const;

@@ -108,6 +108,23 @@ TEST_F(StoreTest, FlushKeepsEverySampleQueryableAcrossBlocksAndHead) {
   EXPECT_GT(st.bytes_on_disk, 0u);
 }
 
+TEST_F(StoreTest, SamplesFarInTheFutureAreRejectedAndDoNotExpireTheRest) {
+  StoreOptions o = Manual();
+  o.clock_ms = [] { return kT0 + kHourMs; };
+  o.raw_retention_ms = 2 * kHourMs;
+  auto s = OpenStore(o);
+  Fill(s.get(), 1, kT0, 600);
+  auto r = s->Append({In("0", {{kT0 + 700'000, 1}, {kT0 + 400 * 86400'000LL, 2}})});
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->accepted, 1u);
+  EXPECT_EQ(r->invalid, 1u);
+  EXPECT_NE(r->first_error.find("ahead of this machine's clock"), std::string::npos)
+      << r->first_error;
+  ASSERT_TRUE(s->Flush().ok());
+  ASSERT_TRUE(s->EnforceRetention().ok());
+  EXPECT_EQ(CountSamples(*s, "DCGM_FI_DEV_GPU_TEMP", kT0, INT64_MAX), 601u);
+}
+
 TEST_F(StoreTest, SecondWriterIsRefused) {
   auto s = OpenStore();
   auto second = Store::Open(dir_, Manual());
@@ -275,6 +292,13 @@ TEST_F(StoreTest, RetentionDropsTiersByAgeFromTheNewestSample) {
   EXPECT_GT(CountSamples(*s, "DCGM_FI_DEV_GPU_TEMP", newest - kHourMs, newest), 0u);
   EXPECT_GE(s->Coverage(Tier::k1m).min_t_ms, newest - 5 * kHourMs);
   EXPECT_EQ(s->Coverage(Tier::k1h).min_t_ms, kT0);  // a year: all kept
+  // Blocks left with rollups only merge into one; the raw-bearing ones merge per day.
+  const auto before = s->SelectRollups(Tier::k1h, Sel("DCGM_FI_DEV_GPU_TEMP"), kT0, newest);
+  ASSERT_TRUE(s->Compact(/*closed_days_only=*/false).ok());
+  EXPECT_LE(BlockFiles().size(), 3u);
+  const auto after = s->SelectRollups(Tier::k1h, Sel("DCGM_FI_DEV_GPU_TEMP"), kT0, newest);
+  ASSERT_EQ((*after)[0].points.size(), 6u);
+  for (size_t i = 0; i < 6; ++i) EXPECT_EQ((*after)[0].points[i].sum, (*before)[0].points[i].sum);
 }
 
 TEST_F(StoreTest, DiskBudgetDropsOldestRawFirst) {

@@ -52,6 +52,19 @@ Labels DropName(Labels l) {
   return l;
 }
 
+// As DropName, without copying when there is no name to drop (the common case after the
+// first function or operator).
+void DropNameInPlace(SharedLabels* l) {
+  const Labels& v = *l;
+  if (std::none_of(v.begin(), v.end(),
+                   [](const store::Label& x) { return x.name == store::kMetricNameLabel; }))
+    return;
+  Labels* m = l->Mutable();
+  m->erase(std::remove_if(m->begin(), m->end(),
+                          [](const store::Label& x) { return x.name == store::kMetricNameLabel; }),
+           m->end());
+}
+
 bool Contains(const std::vector<std::string>& names, std::string_view n) {
   return std::find(names.begin(), names.end(), n) != names.end();
 }
@@ -226,7 +239,8 @@ double Arith(BinOp op, double l, double r) {
 // (last_t_ms, last), parallel to `buckets`, so functions that only need values treat both
 // tiers alike.
 struct LoadedSeries {
-  Labels labels;
+  SharedLabels labels;
+  SharedLabels nameless;  // labels without __name__, for functions that drop it
   std::vector<store::Sample> samples;
   std::vector<RollupPoint> buckets;  // empty for raw
 };
@@ -235,7 +249,28 @@ struct Loaded {
   Tier tier = Tier::kRaw;
   int64_t width_ms = 0;
   std::vector<LoadedSeries> series;
+  // Where the previous step's instant lookup ended, per series: steps ascend, so the next
+  // lookup scans forward from there (sequential, cache-friendly) instead of binary-searching
+  // megabytes of samples again at every step.
+  mutable std::vector<size_t> cursor;
+  mutable int64_t cursor_key = INT64_MIN;
 };
+
+// The index of the first element of `v` whose t_ms is above `key`, as std::upper_bound,
+// starting from `*pos` when the keys ascend from call to call.
+template <typename T>
+size_t UpperBoundFrom(const std::vector<T>& v, int64_t key, size_t* pos) {
+  size_t i = *pos;
+  if (i > v.size() || (i > 0 && v[i - 1].t_ms > key)) i = 0;  // keys went back: restart
+  // A long way to go: binary search the rest rather than walk it.
+  if (i + 64 < v.size() && v[i + 64].t_ms <= key)
+    i = std::upper_bound(v.begin() + static_cast<std::ptrdiff_t>(i), v.end(), key,
+                         [](int64_t x, const T& y) { return x < y.t_ms; }) -
+        v.begin();
+  while (i < v.size() && v[i].t_ms <= key) ++i;
+  *pos = i;
+  return i;
+}
 
 // The part of one series inside a range window at one step.
 struct Window {
@@ -519,7 +554,7 @@ class Evaluator {
         } else {
           for (auto& s : v->vec) {
             s.value = -s.value;
-            s.metric = DropName(std::move(s.metric));
+            DropNameInPlace(&s.metric);
             s.t_ms = t;
           }
         }
@@ -604,15 +639,16 @@ class Evaluator {
       d.series.reserve(r->size());
       for (auto& s : *r) {
         count += static_cast<int64_t>(s.samples.size());
-        d.series.push_back(LoadedSeries{std::move(s.labels), std::move(s.samples), {}});
+        d.series.push_back(LoadedSeries{std::move(s.labels), {}, std::move(s.samples), {}});
+        d.series.back().nameless = DropName(d.series.back().labels);
       }
     } else {
       const int64_t w = d.width_ms;
-      // Matrix: whole buckets in [t - range, t). Instant: the newest bucket ending within the
-      // lookback, which is at least one bucket width so the 1h tier is never empty between
-      // bucket ends.
+      // Matrix: whole buckets in [t - range, t). Instant: the bucket holding t (its first
+      // sample may be at t) back to the newest one ending within the lookback, which is at
+      // least one bucket width so the 1h tier is never empty between bucket ends.
       const int64_t mint = matrix ? need_min : start_ms_ - e.offset_ms - InstantLookback(w) - w;
-      auto r = q_.SelectRollups(tier, e.matchers, mint, maxt - w);
+      auto r = q_.SelectRollups(tier, e.matchers, mint, matrix ? maxt - w : maxt);
       if (!r.ok()) return r.status();
       GW_RETURN_IF_ERROR(AddSeries(r->size()));
       d.series.reserve(r->size());
@@ -620,6 +656,7 @@ class Evaluator {
         count += static_cast<int64_t>(s.points.size());
         LoadedSeries ls;
         ls.labels = std::move(s.labels);
+        ls.nameless = DropName(ls.labels);
         ls.samples.reserve(s.points.size());
         for (const auto& p : s.points) ls.samples.push_back({p.last_t_ms, p.last});
         ls.buckets = std::move(s.points);
@@ -653,23 +690,40 @@ class Evaluator {
     const int64_t ts = t - e.offset_ms;
     Value out;
     out.type = ValueType::kVector;
-    for (const auto& ls : d.series) {
+    out.vec.reserve(d.series.size());
+    if (d.cursor.size() != d.series.size() || ts < d.cursor_key)
+      d.cursor.assign(d.series.size(), 0);
+    d.cursor_key = ts;
+    for (size_t i = 0; i < d.series.size(); ++i) {
+      const LoadedSeries& ls = d.series[i];
       if (d.tier == Tier::kRaw) {
         const auto& s = ls.samples;
-        auto it = std::upper_bound(s.begin(), s.end(), ts,
-                                   [](int64_t x, const store::Sample& y) { return x < y.t_ms; });
-        if (it == s.begin()) continue;
-        --it;
+        const size_t k = UpperBoundFrom(s, ts, &d.cursor[i]);
+        if (k == 0) continue;
+        auto it = s.begin() + static_cast<std::ptrdiff_t>(k - 1);
         if (it->t_ms <= ts - o_.lookback.count()) continue;
         out.vec.push_back({ls.labels, it->value, it->t_ms});
       } else {
+        // The newest sample at or before ts the buckets know: the last of the bucket holding
+        // ts if it is not after ts, else that bucket's first if it is not, else the previous
+        // bucket's last. Exact when ts is a bucket start (the sample at ts opens the bucket).
         const auto& b = ls.buckets;
-        auto it = std::upper_bound(b.begin(), b.end(), ts - d.width_ms,
-                                   [](int64_t x, const RollupPoint& y) { return x < y.t_ms; });
-        if (it == b.begin()) continue;
-        --it;
-        if (it->t_ms + d.width_ms <= ts - InstantLookback(d.width_ms)) continue;
-        out.vec.push_back({ls.labels, it->last, it->last_t_ms});
+        const size_t k = UpperBoundFrom(b, ts, &d.cursor[i]);
+        if (k == 0) continue;
+        const RollupPoint* p = &b[k - 1];
+        double v;
+        int64_t vt;
+        if (p->last_t_ms <= ts) {
+          v = p->last, vt = p->last_t_ms;
+        } else if (p->first_t_ms <= ts) {
+          v = p->first, vt = p->first_t_ms;
+        } else if (k >= 2) {
+          v = b[k - 2].last, vt = b[k - 2].last_t_ms;
+        } else {
+          continue;
+        }
+        if (vt <= ts - InstantLookback(d.width_ms)) continue;
+        out.vec.push_back({ls.labels, v, vt});
       }
     }
     return out;
@@ -716,7 +770,7 @@ class Evaluator {
         const Window w = WindowAt(d, ls, t - sel.offset_ms, sel.range_ms);
         auto v = OverTime(f, w, param);
         if (!v) continue;
-        out.vec.push_back({f == Func::kLastOverTime ? ls.labels : DropName(ls.labels), *v, t});
+        out.vec.push_back({f == Func::kLastOverTime ? ls.labels : ls.nameless, *v, t});
       }
       return out;
     }
@@ -827,7 +881,7 @@ class Evaluator {
           return Status::Internal("function " + std::string(FuncName(f)) + " not evaluated");
       }
       s.value = r;
-      s.metric = DropName(std::move(s.metric));
+      DropNameInPlace(&s.metric);
       s.t_ms = t;
     }
     return out;
@@ -940,7 +994,7 @@ class Evaluator {
       std::string value = Expand(repl, *re, groups);
       if (value.size() > store::kMaxLabelValueBytes)
         return Status::InvalidArgument("label_replace(): value of \"" + dst + "\" is too long");
-      SetLabel(&s.metric, dst, value);
+      SetLabel(s.metric.Mutable(), dst, value);
     }
     return in;
   }
@@ -971,13 +1025,13 @@ class Evaluator {
           const bool keep = Compare(op, lv, rv);
           if (e.return_bool) {
             s.value = keep ? 1 : 0;
-            s.metric = DropName(std::move(s.metric));
+            DropNameInPlace(&s.metric);
           } else if (!keep) {
             continue;  // a filter keeps the vector's own value and name
           }
         } else {
           s.value = Arith(op, lv, rv);
-          s.metric = DropName(std::move(s.metric));
+          DropNameInPlace(&s.metric);
         }
         s.t_ms = t;
         out.vec.push_back(std::move(s));
@@ -1102,20 +1156,24 @@ class Evaluator {
     Vector& vec = in->vec;
     if (op == AggOp::kCountValues) {
       // The value becomes a label first, so it takes part in grouping.
-      for (auto& s : vec) SetLabel(&s.metric, e.param->str, FormatValue(s.value));
+      for (auto& s : vec) SetLabel(s.metric.Mutable(), e.param->str, FormatValue(s.value));
     }
+    std::string key;
     for (size_t i = 0; i < vec.size(); ++i) {
       const Labels& m = vec[i].metric;
-      Labels key_labels;
-      if (e.without) {
-        std::vector<std::string> drop = e.grouping;
-        key_labels = Without(m, drop);
-      } else {
-        key_labels = KeepOnly(m, grouping);
+      // The key straight from the labels; the group's label set only for a new group.
+      key.clear();
+      for (const auto& x : m) {
+        const bool in = e.without
+                            ? !Contains(e.grouping, x.name) && x.name != store::kMetricNameLabel
+                            : Contains(grouping, x.name);
+        if (!in) continue;
+        AppendKeyPart(&key, x.name);
+        AppendKeyPart(&key, x.value);
       }
-      std::string key = LabelsKey(key_labels);
-      auto [it, inserted] = index.emplace(std::move(key), groups.size());
-      if (inserted) groups.push_back({std::move(key_labels), {}});
+      auto [it, inserted] = index.try_emplace(key, groups.size());
+      if (inserted)
+        groups.push_back({e.without ? Without(m, e.grouping) : KeepOnly(m, grouping), {}});
       groups[it->second].members.push_back(i);
     }
     Value out;

@@ -37,8 +37,10 @@ enum class RollupField : uint8_t {
   kCount = 3,
   kLast = 4,
   kLastOffset = 5,  // last_t_ms - bucket start, in ms
+  kFirst = 6,
+  kFirstOffset = 7,  // first_t_ms - bucket start, in ms
 };
-inline constexpr int kNumRollupFields = 6;
+inline constexpr int kNumRollupFields = 8;
 inline constexpr uint8_t kRawChunkKind = 0;
 inline uint8_t RollupChunkKind(Tier tier, RollupField field) {
   return static_cast<uint8_t>(static_cast<uint8_t>(tier) << 4 | static_cast<uint8_t>(field));

@@ -3,7 +3,8 @@
 //
 // The store (store/store.h) implements it over its head and block files; tests implement it
 // in memory. Rollup points cover [t_ms, t_ms + tier width) of one series: min, max, sum and
-// count of the raw samples in it, and the last one (value at the newest timestamp in it).
+// count of the raw samples in it, and the first and last of them with their timestamps (the
+// first makes an instant lookup at a bucket start exact: the sample at t opens the bucket).
 //
 // Thread-safety: implementations are safe to call from any number of threads.
 #pragma once
@@ -28,6 +29,8 @@ struct RollupPoint {
   int64_t t_ms = 0;  // bucket start, a multiple of the tier width
   double min = 0, max = 0, sum = 0, count = 0, last = 0;
   int64_t last_t_ms = 0;  // timestamp of the sample `last` came from
+  double first = 0;
+  int64_t first_t_ms = 0;  // timestamp of the sample `first` came from
 };
 
 struct SeriesRollups {

@@ -49,7 +49,7 @@ void AppendRollups(std::span<const Sample> samples, int64_t width_ms,
   for (const Sample& s : samples) {
     const int64_t b = BucketStart(s.t_ms, width_ms);
     if (out->size() == first || out->back().t_ms != b) {
-      out->push_back({b, s.value, s.value, s.value, 1, s.value, s.t_ms});
+      out->push_back({b, s.value, s.value, s.value, 1, s.value, s.t_ms, s.value, s.t_ms});
       continue;
     }
     RollupPoint& p = out->back();
@@ -70,6 +70,10 @@ RollupPoint CombineRollups(const RollupPoint& a, const RollupPoint& b) {
   if (b.last_t_ms >= a.last_t_ms) {
     out.last = b.last;
     out.last_t_ms = b.last_t_ms;
+  }
+  if (b.first_t_ms < a.first_t_ms) {
+    out.first = b.first;
+    out.first_t_ms = b.first_t_ms;
   }
   return out;
 }

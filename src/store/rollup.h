@@ -1,7 +1,7 @@
 // Rollups: the 1-minute and 1-hour tiers of the store. A rollup point summarizes one series
-// over one bucket [t, t + width) aligned to the Unix epoch: min, max, sum, count and the last
-// sample. Points of the same bucket computed from different pieces of a series (two blocks
-// that split a bucket, a block and the head) combine exactly, so rollups can be computed
+// over one bucket [t, t + width) aligned to the Unix epoch: min, max, sum, count and the first
+// and last samples. Points of the same bucket computed from different pieces of a series (two
+// blocks that split a bucket, a block and the head) combine exactly, so rollups can be computed
 // whenever raw data is persisted and merged at query or compaction time. Pure functions.
 #pragma once
 

@@ -97,7 +97,7 @@ void SortUnique(std::vector<Sample>* s) {
 }
 
 // Rollup points of `tier` stored in one series' chunks of a block, within [mint, maxt]. The
-// six field chunks of a range are stored in field order, one group after another.
+// field chunks of a range (kNumRollupFields) are stored in field order, one group after another.
 std::vector<RollupPoint> ReadRollups(const Block& block, uint32_t series, Tier tier, int64_t mint,
                                      int64_t maxt) {
   std::vector<RollupPoint> out;
@@ -138,6 +138,8 @@ std::vector<RollupPoint> ReadRollups(const Block& block, uint32_t series, Tier t
       p.count = fields[3][k].value;
       p.last = fields[4][k].value;
       p.last_t_ms = t + static_cast<int64_t>(fields[5][k].value);
+      p.first = fields[6][k].value;
+      p.first_t_ms = t + static_cast<int64_t>(fields[7][k].value);
       out.push_back(p);
     }
   }
@@ -170,6 +172,12 @@ Status WriteRollups(BlockWriter* w, Tier tier, const std::vector<RollupPoint>& p
             break;
           case RollupField::kLastOffset:
             v = static_cast<double>(p.last_t_ms - p.t_ms);
+            break;
+          case RollupField::kFirst:
+            v = p.first;
+            break;
+          case RollupField::kFirstOffset:
+            v = static_cast<double>(p.first_t_ms - p.t_ms);
             break;
         }
         GW_RETURN_IF_ERROR(enc.Append(p.t_ms, v));

@@ -218,6 +218,8 @@ TEST_F(StoreTest, RollupsFromBlocksAndHeadMatchRawData) {
       EXPECT_EQ(pts[i].count, want[i].count);
       EXPECT_EQ(pts[i].last, want[i].last);
       EXPECT_EQ(pts[i].last_t_ms, want[i].last_t_ms);
+      EXPECT_EQ(pts[i].first, want[i].first);
+      EXPECT_EQ(pts[i].first_t_ms, want[i].first_t_ms);
     }
   }
   EXPECT_EQ(s->Coverage(Tier::kRaw).min_t_ms, kT0);

@@ -130,7 +130,7 @@ class MemoryQuerier final : public store::Querier {
     for (const auto& x : samples) {
       const int64_t start = FloorDiv(x.t_ms, width) * width;
       if (out.empty() || out.back().t_ms != start) {
-        out.push_back({start, x.value, x.value, 0, 0, x.value, x.t_ms});
+        out.push_back({start, x.value, x.value, 0, 0, x.value, x.t_ms, x.value, x.t_ms});
       }
       auto& p = out.back();
       p.min = std::min(p.min, x.value);

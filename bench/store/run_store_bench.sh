@@ -22,7 +22,7 @@
 # during ingest); bytes on disk after flush/compaction (VictoriaMetrics: force_flush, a finished
 # force_merge and a clean shutdown, its cache/ left out; Prometheus: a snapshot, which writes the
 # head as a block, or promtool's blocks; gpuwatch: SIGTERM, which writes the head to block
-# files); then, once the server is idle, p50/p99 of (a) one raw series over the whole dataset,
+# files, then `gpuwatch store compact`, its force_merge); then, once the server is idle, p50/p99 of (a) one raw series over the whole dataset,
 # an instant query of a range selector, and (b) the average over all 1280 series over the whole
 # dataset at 60 s step (query_range), timed by rw_load over one keep-alive connection. Answers
 # are compared across systems (points, sum of values). Servers are stopped by PID.
@@ -347,6 +347,11 @@ gw_leg() {  # PATH CONNECTIONS BATCH
   stop_server  # SIGTERM writes the head to block files
   local flush_s=$STOP_S
   life=$(lifetime_cpu "$name")
+  # The counterpart of VictoriaMetrics' force_merge: merge the day's blocks into one.
+  local t0 compact_s
+  t0=$(date +%s.%N)
+  "$GW" store compact --data-dir "$dir" >>"$WORK/$name.log" 2>&1 || log "gpuwatch store compact failed"
+  compact_s=$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.2f", b - a }')
   bytes=$(du -sb "$dir" | cut -f1)
   stats=$("$GW" store stats --data-dir "$dir" --json 2>>"$WORK/$name.log" | tr -d ' \n' || true)
   [ -n "$stats" ] || stats='{}'
@@ -361,7 +366,8 @@ gw_leg() {  # PATH CONNECTIONS BATCH
   record "system=gpuwatch path=$path samples=$SAMPLES ingest_wall_s=$(kv "$ing" wall_s)" \
     "cpu_ingest_s=$(sub "$c1" "$c0") cpu_to_disk_s=$(sub "$life" "$c0") flush_s=$flush_s" \
     "sender_cpu_s=$(kv "$ing" send_cpu_s) hwm_kb=$hwm life_rss_kb=$(lifetime_rss_kb "$name")" \
-    "bytes=$bytes bytes_what=whole_--data-dir_after_SIGTERM stats=$stats $q"
+    "bytes=$bytes bytes_what=whole_--data-dir_after_SIGTERM_and_store_compact" \
+    "compact_s=$compact_s stats=$stats $q"
 }
 
 LOAD0=$(cut -d' ' -f1-3 /proc/loadavg)
@@ -447,6 +453,8 @@ for d in legs:
         what += f"; live dir (WAL, head chunks, blocks) {int(d['live_bytes']):,}"
     if "flush_s" in d:
         what += f"; SIGTERM to exit {d['flush_s']} s"
+        if "compact_s" in d:
+            what += f", store compact {d['compact_s']} s"
     if d.get("stats") and d["stats"] != "{}":
         try:
             st = json.loads(d["stats"])

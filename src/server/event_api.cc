@@ -122,4 +122,65 @@ ApiResponse HandleEventsQuery(const store::EventStore& events, const ApiRequest&
   return {200, DumpJson(json{{"hostname", hostname}, {"events", std::move(out)}})};
 }
 
+ApiResponse HandleEventsPost(store::EventStore* events, std::string_view body, int64_t now_ms,
+                             const std::string& hostname) {
+  json in = json::parse(body, nullptr, /*allow_exceptions=*/false);
+  if (in.is_discarded()) return Error(400, "body is not JSON");
+  if (in.is_object()) in = json::array({std::move(in)});
+  if (!in.is_array()) return Error(400, "body must be a JSON array of events or one event");
+  if (in.size() > kMaxPostedEvents)
+    return Error(400, "too many events in one request: " + std::to_string(in.size()) +
+                          " (at most " + std::to_string(kMaxPostedEvents) + ")");
+  std::vector<store::EventRecord> records;
+  records.reserve(in.size());
+  for (size_t i = 0; i < in.size(); ++i) {
+    const json& e = in[i];
+    const std::string where = "event " + std::to_string(i) + ": ";
+    if (!e.is_object()) return Error(400, where + "not a JSON object");
+    store::EventRecord r;
+    r.t_ms = now_ms;
+    r.node = hostname.substr(0, store::kMaxEventIdBytes);
+    for (const auto& [key, v] : e.items()) {
+      if (key == "time_ms") {
+        if (!v.is_number_integer()) return Error(400, where + "\"time_ms\" must be an integer");
+        r.t_ms = v.get<int64_t>();
+      } else if (key == "time") {
+        if (!v.is_number()) return Error(400, where + "\"time\" must be Unix seconds");
+        const double secs = v.get<double>();
+        if (!(secs >= 0 && secs < 9.2e9)) return Error(400, where + "\"time\" out of range");
+        r.t_ms = static_cast<int64_t>(secs * 1000 + 0.5);
+      } else if (key == "fields") {
+        if (!v.is_object()) return Error(400, where + "\"fields\" must be an object");
+        r.fields_json = DumpJson(v);
+      } else if (key == "kind" || key == "severity" || key == "node" || key == "gpu" ||
+                 key == "job" || key == "text") {
+        if (!v.is_string()) return Error(400, where + "\"" + key + "\" must be a string");
+        std::string s = v.get<std::string>();
+        if (key == "kind")
+          r.kind = std::move(s);
+        else if (key == "severity")
+          r.severity = std::move(s);
+        else if (key == "node")
+          r.node = std::move(s);
+        else if (key == "gpu")
+          r.gpu = std::move(s);
+        else if (key == "job")
+          r.job = std::move(s);
+        else
+          r.message = std::move(s);
+      } else {
+        return Error(400, where + "unknown key \"" + key +
+                              "\" (time_ms, time, kind, severity, node, gpu, job, text, fields)");
+      }
+    }
+    if (Status st = store::ValidateEvent(r); !st.ok()) return Error(400, where + st.message());
+    records.push_back(std::move(r));
+  }
+  if (Status st = events->Append(records); !st.ok()) {
+    const int code = st.code() == StatusCode::kInvalidArgument ? 400 : 500;
+    return Error(code, st.message());
+  }
+  return {204, ""};
+}
+
 }  // namespace gpuwatch::server

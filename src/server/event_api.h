@@ -10,6 +10,7 @@
 #pragma once
 
 #include <string>
+#include <string_view>
 
 #include "model/gpu.h"
 #include "server/query_api.h"
@@ -21,5 +22,15 @@ store::EventRecord ToEventRecord(const model::GpuEvent& e, const std::string& no
 
 ApiResponse HandleEventsQuery(const store::EventStore& events, const ApiRequest& request,
                               const std::string& hostname);
+
+// POST /api/v1/events: annotations, job lifecycle, alerts and log lines from other programs (a
+// job's launcher, the alert manager, an operator). The body is a JSON array (or one object) of
+// {"time_ms" or "time" (Unix seconds), "kind", "severity", "node", "gpu", "job", "text",
+// "fields": {…}}; "time" defaults to now and "node" to this host. All or nothing: 204 when
+// every event was stored, 400 naming the first bad event and field, 500 when the store could
+// not write. At most kMaxPostedEvents per request.
+inline constexpr size_t kMaxPostedEvents = 10000;
+ApiResponse HandleEventsPost(store::EventStore* events, std::string_view body, int64_t now_ms,
+                             const std::string& hostname);
 
 }  // namespace gpuwatch::server

@@ -92,5 +92,34 @@ TEST_F(EventApiTest, BadParametersAre400WithAReason) {
   }
 }
 
+TEST_F(EventApiTest, PostedAnnotationsAndJobEventsAreStoredAllOrNothing) {
+  auto r =
+      HandleEventsPost(events_.get(),
+                       R"([{"time": 1699999990, "kind": "annotation", "text": "driver 550 -> 560"},
+                                {"time_ms": 1699999995000, "kind": "job_start", "job": "4711",
+                                 "severity": "info", "fields": {"ranks": 16}}])",
+                       kNowMs, "node-a");
+  ASSERT_EQ(r.http_status, 204) << r.body;
+  auto j = nlohmann::json::parse(Get({{"job", "4711"}}).body);
+  ASSERT_EQ(j["events"].size(), 1u);
+  EXPECT_EQ(j["events"][0]["kind"], "job_start");
+  EXPECT_EQ(j["events"][0]["ranks"], 16);
+  EXPECT_EQ(j["events"][0]["node"], "node-a");
+  j = nlohmann::json::parse(Get({{"kind", "annotation"}}).body);
+  ASSERT_EQ(j["events"].size(), 1u);
+  EXPECT_EQ(j["events"][0]["time_ms"], 1699999990000);
+
+  // One bad event rejects the request, naming it; nothing of it is stored.
+  for (const char* bad :
+       {"not json", "42", R"([{"kind": "BAD KIND"}])",
+        R"([{"kind": "log"}, {"kind": "log", "time": "noon"}])",
+        R"([{"kind": "log", "colour": "red"}])", R"([{"kind": "log", "fields": [1]}])"}) {
+    r = HandleEventsPost(events_.get(), bad, kNowMs, "node-a");
+    EXPECT_EQ(r.http_status, 400) << bad;
+    EXPECT_NE(r.body.find("bad_data"), std::string::npos) << r.body;
+  }
+  EXPECT_EQ(nlohmann::json::parse(Get({{"kind", "log"}}).body)["events"].size(), 0u);
+}
+
 }  // namespace
 }  // namespace gpuwatch::server

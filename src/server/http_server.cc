@@ -18,7 +18,7 @@ namespace {
 constexpr char kGzipAccepted[] = "X-Gpuwatch-Gzip-Accepted";
 }  // namespace
 
-HttpServer::HttpServer(const Agent* agent, store::Store* store, const store::EventStore* events)
+HttpServer::HttpServer(const Agent* agent, store::Store* store, store::EventStore* events)
     : agent_(agent), store_(store), events_(events), server_(std::make_unique<httplib::Server>()) {}
 
 HttpServer::~HttpServer() { Stop(); }
@@ -79,6 +79,15 @@ Status HttpServer::Start(const ListenAddress& addr) {
       const ApiResponse r = HandleEventsQuery(*events_, api, host);
       res.status = r.http_status;
       res.set_content(r.body, "application/json");
+    });
+    srv.Post("/api/v1/events", [this, agent](const httplib::Request& req, httplib::Response& res) {
+      const int64_t now_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                                 std::chrono::system_clock::now().time_since_epoch())
+                                 .count();
+      const std::string host = agent->WithState([](const AgentState& s) { return s.hostname; });
+      const ApiResponse r = HandleEventsPost(events_, req.body, now_ms, host);
+      res.status = r.http_status;
+      if (!r.body.empty()) res.set_content(r.body, "application/json");
     });
   } else {
     json_route("/api/v1/events", &EventsJson);

@@ -28,7 +28,7 @@ class HttpServer {
   // `store` may be null: no history, no /api/v1/write, no query API.
   // `events` may be null: /api/v1/events then serves the agent's recent events from memory.
   HttpServer(const Agent* agent, store::Store* store = nullptr,
-             const store::EventStore* events = nullptr);
+             store::EventStore* events = nullptr);
   ~HttpServer();
   // Binds (port 0 picks a free one) and serves on a background thread.
   Status Start(const ListenAddress& addr);
@@ -38,7 +38,7 @@ class HttpServer {
  private:
   const Agent* agent_;
   store::Store* store_;
-  const store::EventStore* events_;
+  store::EventStore* events_;
   query::EngineOptions query_options_;
   std::unique_ptr<httplib::Server> server_;
   std::thread thread_;

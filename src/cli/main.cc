@@ -395,9 +395,12 @@ int Main(int argc, char** argv) {
 int main(int argc, char** argv) {
   // Queries build vectors of tens of MiB (a range query over every series of a node). glibc
   // would mmap each and unmap it after, paying page faults on every query; above the
-  // default thresholds keep freed memory for reuse instead (measured: p50 of a 6 h query over
-  // 1280 series 113 -> 97 ms, one raw series 10 -> 4 ms; bench/store/RESULTS.md). The price is
-  // up to 64 MiB kept after a large query.
+  // default thresholds keep freed memory for reuse instead. And one arena for all threads:
+  // with one per HTTP worker thread, each worker's first large query faults its own arena in
+  // (the slow p99). Measured on a 6 h, 1280-series store (bench/store/RESULTS.md): avg over
+  // every series at 60 s step p50/p99 113/180 -> 80/85 ms, one raw series 10 -> 2 ms, RSS
+  // after queries 58 MiB. The agent's own threads allocate little: one arena costs nothing.
+  mallopt(M_ARENA_MAX, 1);
   mallopt(M_MMAP_THRESHOLD, 64 << 20);
   mallopt(M_TRIM_THRESHOLD, 64 << 20);
   return gpuwatch::cli::Main(argc, argv);

@@ -648,7 +648,10 @@ class Evaluator {
       // sample may be at t) back to the newest one ending within the lookback, which is at
       // least one bucket width so the 1h tier is never empty between bucket ends.
       const int64_t mint = matrix ? need_min : start_ms_ - e.offset_ms - InstantLookback(w) - w;
-      auto r = q_.SelectRollups(tier, e.matchers, mint, matrix ? maxt - w : maxt);
+      // An instant selector reads only each bucket's first and last sample.
+      auto r =
+          q_.SelectRollups(tier, e.matchers, mint, matrix ? maxt - w : maxt,
+                           matrix ? store::kRollupAll : store::kRollupFirst | store::kRollupLast);
       if (!r.ok()) return r.status();
       GW_RETURN_IF_ERROR(AddSeries(r->size()));
       d.series.reserve(r->size());

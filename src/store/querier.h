@@ -45,6 +45,16 @@ struct TierCoverage {
   bool empty() const { return min_t_ms == 0 && max_t_ms == 0; }
 };
 
+// The parts of rollup points a caller needs (bits); a store may leave the others zero and so
+// decode less (an instant selector needs only first and last).
+enum RollupParts : uint32_t {
+  kRollupMinMax = 1,
+  kRollupSumCount = 2,
+  kRollupFirst = 4,
+  kRollupLast = 8,
+  kRollupAll = 15,
+};
+
 class Querier {
  public:
   virtual ~Querier() = default;
@@ -53,11 +63,12 @@ class Querier {
   // samples ascending and unique by timestamp. Series without samples there are left out.
   virtual Result<std::vector<SeriesSamples>> SelectRaw(const std::vector<Matcher>& matchers,
                                                        int64_t mint_ms, int64_t maxt_ms) const = 0;
-  // Rollup points of `tier` (k1m or k1h) whose buckets start within [mint_ms, maxt_ms].
+  // Rollup points of `tier` (k1m or k1h) whose buckets start within [mint_ms, maxt_ms], with
+  // at least the `parts` (RollupParts bits) filled in.
   virtual Result<std::vector<SeriesRollups>> SelectRollups(Tier tier,
                                                            const std::vector<Matcher>& matchers,
-                                                           int64_t mint_ms,
-                                                           int64_t maxt_ms) const = 0;
+                                                           int64_t mint_ms, int64_t maxt_ms,
+                                                           uint32_t parts = kRollupAll) const = 0;
   virtual TierCoverage Coverage(Tier tier) const = 0;
 
   // Label sets of the series the matchers select that have data in [mint_ms, maxt_ms].

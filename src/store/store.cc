@@ -98,8 +98,27 @@ void SortUnique(std::vector<Sample>* s) {
 
 // Rollup points of `tier` stored in one series' chunks of a block, within [mint, maxt]. The
 // field chunks of a range (kNumRollupFields) are stored in field order, one group after another.
+// The RollupParts bit a field belongs to.
+uint32_t FieldPart(RollupField f) {
+  switch (f) {
+    case RollupField::kMin:
+    case RollupField::kMax:
+      return kRollupMinMax;
+    case RollupField::kSum:
+    case RollupField::kCount:
+      return kRollupSumCount;
+    case RollupField::kLast:
+    case RollupField::kLastOffset:
+      return kRollupLast;
+    case RollupField::kFirst:
+    case RollupField::kFirstOffset:
+      return kRollupFirst;
+  }
+  return kRollupAll;
+}
+
 std::vector<RollupPoint> ReadRollups(const Block& block, uint32_t series, Tier tier, int64_t mint,
-                                     int64_t maxt) {
+                                     int64_t maxt, uint32_t parts = kRollupAll) {
   std::vector<RollupPoint> out;
   const auto& chunks = block.chunks(series);
   for (size_t i = 0; i < chunks.size(); ++i) {
@@ -107,28 +126,37 @@ std::vector<RollupPoint> ReadRollups(const Block& block, uint32_t series, Tier t
     if (m.kind != RollupChunkKind(tier, RollupField::kMin)) continue;
     if (i + kNumRollupFields > chunks.size() || !Overlaps(m.min_t_ms, m.max_t_ms, mint, maxt))
       continue;
+    // Fields the caller does not need stay zero: fewer chunks read and decoded.
     std::vector<Sample> fields[kNumRollupFields];
+    const std::vector<Sample>* times = nullptr;  // the first decoded field
     bool ok = true;
     for (int f = 0; f < kNumRollupFields && ok; ++f) {
       const ChunkMeta& fm = chunks[i + f];
       ok = fm.kind == RollupChunkKind(tier, static_cast<RollupField>(f));
       if (!ok) break;
+      if (!(parts & FieldPart(static_cast<RollupField>(f)))) continue;
       auto bytes = block.ReadChunk(fm);
       if (!bytes.ok()) {
         ok = false;
         break;
       }
       auto decoded = DecodeChunk(*bytes);
-      ok = decoded.ok() && (f == 0 || decoded->size() == fields[0].size());
-      if (ok) fields[f] = std::move(decoded).value();
+      ok = decoded.ok() && (!times || decoded->size() == times->size());
+      if (ok) {
+        fields[f] = std::move(decoded).value();
+        if (!times) times = &fields[f];
+      }
     }
+    ok = ok && times;
+    for (auto& f : fields)
+      if (ok && f.empty()) f.resize(times->size());
     if (!ok) {
       GW_LOG_WARN("store: skipping damaged {} rollups of {} in {}", TierName(tier),
                   LabelsToString(block.labels(series)), block.path());
       continue;
     }
-    for (size_t k = 0; k < fields[0].size(); ++k) {
-      const int64_t t = fields[0][k].t_ms;
+    for (size_t k = 0; k < times->size(); ++k) {
+      const int64_t t = (*times)[k].t_ms;
       if (t < mint || t > maxt) continue;
       RollupPoint p;
       p.t_ms = t;
@@ -790,7 +818,8 @@ Result<std::vector<SeriesSamples>> Store::SelectRaw(const std::vector<Matcher>& 
 
 Result<std::vector<SeriesRollups>> Store::SelectRollups(Tier tier,
                                                         const std::vector<Matcher>& matchers,
-                                                        int64_t mint_ms, int64_t maxt_ms) const {
+                                                        int64_t mint_ms, int64_t maxt_ms,
+                                                        uint32_t parts) const {
   if (tier == Tier::kRaw) return Status::InvalidArgument("SelectRollups needs the 1m or 1h tier");
   if (mint_ms > maxt_ms) return Status::InvalidArgument("start is after end");
   const int64_t width = TierWidthMs(tier);
@@ -806,7 +835,7 @@ Result<std::vector<SeriesRollups>> Store::SelectRollups(Tier tier,
     const TierStats& ts = b->tier_stats(tier);
     if (ts.chunks == 0 || !Overlaps(ts.min_t_ms, ts.max_t_ms, mint_ms, maxt_ms)) continue;
     for (SeriesRef i : b->Select(matchers)) {
-      auto pts = ReadRollups(*b, i, tier, mint_ms, maxt_ms);
+      auto pts = ReadRollups(*b, i, tier, mint_ms, maxt_ms, parts);
       if (!pts.empty()) MergeRollups(&entry(b->labels(i)).points, pts);
     }
   }

@@ -129,7 +129,8 @@ class Store : public Querier {
   Result<std::vector<SeriesSamples>> SelectRaw(const std::vector<Matcher>& matchers,
                                                int64_t mint_ms, int64_t maxt_ms) const override;
   Result<std::vector<SeriesRollups>> SelectRollups(Tier tier, const std::vector<Matcher>& matchers,
-                                                   int64_t mint_ms, int64_t maxt_ms) const override;
+                                                   int64_t mint_ms, int64_t maxt_ms,
+                                                   uint32_t parts = kRollupAll) const override;
   TierCoverage Coverage(Tier tier) const override;
   Result<std::vector<Labels>> Series(const std::vector<Matcher>& matchers, int64_t mint_ms,
                                      int64_t maxt_ms) const override;

@@ -47,7 +47,8 @@ class MemoryQuerier final : public store::Querier {
 
   Result<std::vector<store::SeriesRollups>> SelectRollups(
       store::Tier tier, const std::vector<store::Matcher>& matchers, int64_t mint_ms,
-      int64_t maxt_ms) const override {
+      int64_t maxt_ms,
+      uint32_t /*parts: all are always filled in*/ = store::kRollupAll) const override {
     ++selects_;
     std::vector<store::SeriesRollups> out;
     const int64_t lo = std::max(mint_ms, retain_[static_cast<int>(tier)]);

@@ -133,6 +133,22 @@ assert r["status"] == "success" and len(r["data"]) >= 2, r
 code=$(curl -s -o "$TMP/q.out" -w '%{http_code}' -G "http://127.0.0.1:$PORT/api/v1/query_range" \
   --data-urlencode 'query=rate(foo[5m' --data-urlencode start=0 --data-urlencode end=10 --data-urlencode step=1)
 [ "$code" = 400 ] && grep -q '"errorType":"bad_data"' "$TMP/q.out" || fail "bad PromQL answered $code: $(cat "$TMP/q.out")"
+# Compaction needs the store to itself: refused while the agent runs, fine after it stops.
+set +e
+out=$("$GPUWATCH" store compact --data-dir "$TMP/store" 2>&1); rc=$?
+set -e
+[ $rc = 2 ] && grep -q "LOCK" <<<"$out" || fail "store compact beside a running agent: rc=$rc out=$out"
+kill -TERM "${PIDS[-1]}"
+wait "${PIDS[-1]}" || fail "agent did not exit cleanly on SIGTERM"
+unset 'PIDS[-1]'
+"$GPUWATCH" store compact --data-dir "$TMP/store" >"$TMP/compact.out" 2>&1 ||
+  { cat "$TMP/compact.out"; fail "store compact failed"; }
+"$GPUWATCH" store stats --data-dir "$TMP/store" --json >"$TMP/stats2.json" || fail "store stats after compact failed"
+python3 -c '
+import json, sys
+a, b = (json.load(open(f)) for f in sys.argv[1:3])
+assert b["blocks"] == 1 and b["samples"] >= a["samples"] and b["series"] >= a["series"], (a, b)
+' "$TMP/stats.json" "$TMP/stats2.json" || fail "store compact lost data: $(cat "$TMP/stats2.json")"
 
 # Bad input names what was wrong.
 set +e

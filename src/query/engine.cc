@@ -21,20 +21,6 @@ using store::Tier;
 
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 
-// Bucket widths; kept here rather than calling store::TierWidthMs so the engine does not
-// depend on which store file defines it.
-int64_t WidthMs(Tier tier) {
-  switch (tier) {
-    case Tier::kRaw:
-      return 0;
-    case Tier::k1m:
-      return 60'000;
-    case Tier::k1h:
-      return 3'600'000;
-  }
-  return 0;
-}
-
 std::string FormatDuration(int64_t ms) {
   if (ms % (int64_t{365} * 24 * 3600 * 1000) == 0)
     return std::to_string(ms / (int64_t{365} * 24 * 3600 * 1000)) + "y";
@@ -579,7 +565,7 @@ class Evaluator {
   // down.
   int64_t StartBound(Tier tier) const {
     const auto& c = coverage_[static_cast<int>(tier)];
-    return c.empty() ? std::numeric_limits<int64_t>::max() : c.min_t_ms + WidthMs(tier);
+    return c.empty() ? std::numeric_limits<int64_t>::max() : c.min_t_ms + store::TierWidthMs(tier);
   }
 
   bool Reaches(Tier tier, int64_t need_min_ms) const { return StartBound(tier) <= need_min_ms; }
@@ -589,7 +575,7 @@ class Evaluator {
     if (!o_.use_rollups) return Tier::kRaw;
     const auto allowed = [&](Tier tier) {
       if (tier == Tier::kRaw) return true;
-      const int64_t w = WidthMs(tier);
+      const int64_t w = store::TierWidthMs(tier);
       // A range needs at least three bucket widths to hold two whole buckets at any step
       // alignment (rate needs two points).
       return !prefers_raw && step_ms_ >= w && (range_ms == 0 || range_ms >= 3 * w);
@@ -610,7 +596,7 @@ class Evaluator {
     if (oldest == std::numeric_limits<int64_t>::max()) return Tier::kRaw;
     const auto candidate = [&](Tier tier) {
       return !coverage_[static_cast<int>(tier)].empty() &&
-             StartBound(tier) - oldest <= WidthMs(Tier::k1h);
+             StartBound(tier) - oldest <= store::TierWidthMs(Tier::k1h);
     };
     for (Tier tier : kCoarseToFine)
       if (allowed(tier) && candidate(tier)) return tier;
@@ -629,7 +615,7 @@ class Evaluator {
     tiers_.push_back(tier);
     Loaded d;
     d.tier = tier;
-    d.width_ms = WidthMs(tier);
+    d.width_ms = store::TierWidthMs(tier);
     const int64_t maxt = end_ms_ - e.offset_ms;
     int64_t count = 0;
     if (tier == Tier::kRaw) {

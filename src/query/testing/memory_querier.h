@@ -55,7 +55,7 @@ class MemoryQuerier final : public store::Querier {
     for (const auto& s : series_) {
       if (!Matches(s.labels, matchers)) continue;
       store::SeriesRollups r{s.labels, {}};
-      for (const auto& p : Rollups(s.samples, Width(tier)))
+      for (const auto& p : Rollups(s.samples, store::TierWidthMs(tier)))
         if (p.t_ms >= lo && p.t_ms <= maxt_ms) r.points.push_back(p);
       if (!r.points.empty()) out.push_back(std::move(r));
     }
@@ -74,7 +74,7 @@ class MemoryQuerier final : public store::Querier {
           hi = std::max(hi, x.t_ms);
         }
       } else {
-        for (const auto& p : Rollups(s.samples, Width(tier))) {
+        for (const auto& p : Rollups(s.samples, store::TierWidthMs(tier))) {
           if (p.t_ms < keep) continue;
           lo = std::min(lo, p.t_ms);
           hi = std::max(hi, p.t_ms);
@@ -119,10 +119,6 @@ class MemoryQuerier final : public store::Querier {
       if (!v.empty()) out.emplace_back(v);
     }
     return SortedUnique(std::move(out));
-  }
-
-  static int64_t Width(store::Tier tier) {
-    return tier == store::Tier::k1m ? 60'000 : tier == store::Tier::k1h ? 3'600'000 : 0;
   }
 
   static std::vector<store::RollupPoint> Rollups(const std::vector<store::Sample>& samples,

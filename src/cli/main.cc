@@ -17,6 +17,7 @@
 #include "collect/nvml_source.h"
 #include "common/log.h"
 #include "common/strings.h"
+#include "common/time_base.h"
 #include "model/metric_catalog.h"
 #include "server/agent.h"
 #include "server/api.h"
@@ -266,9 +267,7 @@ int RunAgent(CLI::App* app, AgentFlags* flags) {
                                                                 const std::string& severity,
                                                                 const std::string& message) {
       store::EventRecord r;
-      r.t_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
-                   std::chrono::system_clock::now().time_since_epoch())
-                   .count();
+      r.t_ms = WallClockMs();
       r.kind = kind;
       r.severity = severity;
       r.node = host.substr(0, store::kMaxEventIdBytes);

@@ -3,17 +3,16 @@
 #include <cstdlib>
 
 namespace gpuwatch {
-namespace {
-int64_t WallMs() {
+
+int64_t WallClockMs() {
   using namespace std::chrono;
   return duration_cast<milliseconds>(system_clock::now().time_since_epoch()).count();
 }
-}  // namespace
 
 TimeBase::TimeBase(std::chrono::milliseconds resync_threshold)
     : threshold_(resync_threshold),
       anchor_steady_(std::chrono::steady_clock::now()),
-      anchor_wall_ms_(WallMs()) {}
+      anchor_wall_ms_(WallClockMs()) {}
 
 int64_t TimeBase::NowMs() {
   using namespace std::chrono;
@@ -21,7 +20,7 @@ int64_t TimeBase::NowMs() {
   const auto steady = steady_clock::now();
   const int64_t mono_ms =
       anchor_wall_ms_ + duration_cast<milliseconds>(steady - anchor_steady_).count();
-  const int64_t wall = WallMs();
+  const int64_t wall = WallClockMs();
   if (std::llabs(wall - mono_ms) > threshold_.count()) {
     last_step_ms_ = wall - mono_ms;
     ++resyncs_;

@@ -12,6 +12,10 @@
 
 namespace gpuwatch {
 
+// The system clock in ms since the Unix epoch, unsmoothed: for deadlines, retention and
+// request defaults, where TimeBase's monotonic correction is not needed.
+int64_t WallClockMs();
+
 class TimeBase {
  public:
   explicit TimeBase(std::chrono::milliseconds resync_threshold = std::chrono::milliseconds(1000));

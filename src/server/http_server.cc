@@ -5,6 +5,7 @@
 #include <chrono>
 
 #include "common/log.h"
+#include "common/time_base.h"
 #include "server/api.h"
 #include "server/event_api.h"
 #include "server/exposition.h"
@@ -72,18 +73,14 @@ Status HttpServer::Start(const ListenAddress& addr) {
     srv.Get("/api/v1/events", [this, agent](const httplib::Request& req, httplib::Response& res) {
       ApiRequest api;
       for (const auto& [k, v] : req.params) api.params.emplace(k, v);
-      api.now_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
-                       std::chrono::system_clock::now().time_since_epoch())
-                       .count();
+      api.now_ms = WallClockMs();
       const std::string host = agent->WithState([](const AgentState& s) { return s.hostname; });
       const ApiResponse r = HandleEventsQuery(*events_, api, host);
       res.status = r.http_status;
       res.set_content(r.body, "application/json");
     });
     srv.Post("/api/v1/events", [this, agent](const httplib::Request& req, httplib::Response& res) {
-      const int64_t now_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
-                                 std::chrono::system_clock::now().time_since_epoch())
-                                 .count();
+      const int64_t now_ms = WallClockMs();
       const std::string host = agent->WithState([](const AgentState& s) { return s.hostname; });
       const ApiResponse r = HandleEventsPost(events_, req.body, now_ms, host);
       res.status = r.http_status;
@@ -107,9 +104,7 @@ Status HttpServer::Start(const ListenAddress& addr) {
       ApiRequest api;
       api.path = req.path;
       for (const auto& [k, v] : req.params) api.params.emplace(k, v);
-      api.now_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
-                       std::chrono::system_clock::now().time_since_epoch())
-                       .count();
+      api.now_ms = WallClockMs();
       const ApiResponse r = HandleQueryApi(*store_, query_options_, api);
       res.status = r.http_status;
       res.set_content(r.body, "application/json");

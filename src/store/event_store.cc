@@ -1,11 +1,11 @@
 #include "store/event_store.h"
 
 #include <algorithm>
-#include <chrono>
 #include <limits>
 
 #include "common/log.h"
 #include "common/strings.h"
+#include "common/time_base.h"
 
 namespace gpuwatch::store {
 namespace {
@@ -237,9 +237,7 @@ const std::string& EventStore::StringPool::Get(uint32_t id) const {
 
 int64_t EventStore::Now() const {
   if (options_.clock_ms) return options_.clock_ms();
-  return std::chrono::duration_cast<std::chrono::milliseconds>(
-             std::chrono::system_clock::now().time_since_epoch())
-      .count();
+  return WallClockMs();
 }
 
 Result<std::unique_ptr<EventStore>> EventStore::Open(const std::string& dir,

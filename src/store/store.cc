@@ -22,6 +22,7 @@
 
 #include "common/log.h"
 #include "common/strings.h"
+#include "common/time_base.h"
 #include "store/rollup.h"
 
 namespace gpuwatch::store {
@@ -35,12 +36,6 @@ constexpr int64_t kDayMs = 86400 * 1000;
 // days: a year of them is then a dozen files whose indexes are held in memory, not 365.
 constexpr int64_t kRollupOnlySpanMs = 30 * kDayMs;
 constexpr Tier kRollupTiers[] = {Tier::k1m, Tier::k1h};
-
-int64_t WallClockMs() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(
-             std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
 
 Status Errno(const std::string& what) {
   return Status::IoError(what + ": " + std::strerror(errno));

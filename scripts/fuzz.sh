@@ -22,11 +22,11 @@ clang++ $FLAGS -o chunkenc_fuzz ../../src/store/chunkenc_fuzz.cc $STORE $COMMON 
 clang++ $FLAGS -o selector_fuzz ../../src/store/selector_fuzz.cc $STORE $COMMON -lfmt -lz -lre2 -lsnappy
 clang++ $FLAGS -o remote_write_fuzz ../../src/store/remote_write_fuzz.cc $STORE $COMMON -lfmt -lz -lre2 -lsnappy
 clang++ $FLAGS -o promql_fuzz ../../src/query/promql_fuzz.cc ../../src/query/promql.cc \
-  ../../src/query/engine.cc $STORE $COMMON -lfmt -lz -lre2 -lsnappy
+  ../../src/query/engine.cc ../../src/store/rollup.cc $STORE $COMMON -lfmt -lz -lre2 -lsnappy
 clang++ $FLAGS -o block_fuzz ../../src/store/block_fuzz.cc ../../src/store/block.cc \
-  ../../src/store/series_index.cc $STORE $COMMON -lfmt -lz -lre2 -lsnappy
+  ../../src/store/series_index.cc ../../src/store/internal/file_util.cc $STORE $COMMON -lfmt -lz -lre2 -lsnappy
 clang++ $FLAGS -o event_store_fuzz ../../src/store/event_store_fuzz.cc ../../src/store/event_store.cc \
-  ../../src/store/wal.cc $COMMON -lfmt -lz
+  ../../src/store/wal.cc ../../src/store/internal/file_util.cc $COMMON -lfmt -lz
 mkdir -p corpus/chunkenc && ./chunkenc_fuzz -max_total_time="$SECS" corpus/chunkenc ../../tests/fixtures/chunks
 mkdir -p corpus/selector && ./selector_fuzz -max_total_time="$SECS" corpus/selector ../../tests/fixtures/selectors
 mkdir -p corpus/remote_write && ./remote_write_fuzz -max_total_time="$SECS" corpus/remote_write ../../tests/fixtures/remote_write

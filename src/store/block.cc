@@ -3,7 +3,6 @@
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
-#include <zlib.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -12,6 +11,7 @@
 
 #include "store/chunkenc.h"
 #include "store/internal/coding.h"
+#include "store/internal/file_util.h"
 
 namespace gpuwatch::store {
 namespace {
@@ -28,39 +28,10 @@ constexpr size_t kFooterBytes = 32;  // u64 index offset, u64 index length, u32 
 constexpr uint64_t kIndexVersion = 1;
 constexpr size_t kWriteBufferBytes = 1 << 20;
 
-Status Errno(const std::string& what) {
-  return Status::IoError(what + ": " + std::strerror(errno));
-}
-
-uint32_t Crc32(std::string_view d) {
-  uLong crc = crc32(0L, Z_NULL, 0);
-  for (size_t off = 0; off < d.size(); off += 1u << 30) {
-    const size_t n = std::min<size_t>(d.size() - off, 1u << 30);
-    crc = crc32(crc, reinterpret_cast<const Bytef*>(d.data() + off), static_cast<uInt>(n));
-  }
-  return static_cast<uint32_t>(crc);
-}
-
-Status WriteAll(int fd, const char* p, size_t n, const std::string& path) {
-  while (n > 0) {
-    const ssize_t w = ::write(fd, p, n);
-    if (w < 0) {
-      if (errno == EINTR) continue;
-      return Errno("write " + path);
-    }
-    p += w;
-    n -= static_cast<size_t>(w);
-  }
-  return Status::Ok();
-}
-
-Status SyncDir(const std::string& dir) {
-  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0) return Errno("open " + dir);
-  const int rc = ::fsync(fd);
-  ::close(fd);
-  return rc == 0 ? Status::Ok() : Errno("fsync " + dir);
-}
+using internal::Crc32;
+using internal::Errno;
+using internal::SyncDir;
+using internal::WriteAll;
 
 Status PreadAll(int fd, char* p, size_t n, uint64_t off, const std::string& path) {
   while (n > 0) {
@@ -110,7 +81,7 @@ BlockWriter::~BlockWriter() {
 
 Status BlockWriter::Flush() {
   if (buffer_.empty()) return Status::Ok();
-  Status st = WriteAll(fd_, buffer_.data(), buffer_.size(), dir_ + "/" + BlockFileName(seq_));
+  Status st = WriteAll(fd_, buffer_, "write " + dir_ + "/" + BlockFileName(seq_));
   buffer_.clear();
   return st;
 }

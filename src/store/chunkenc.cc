@@ -8,6 +8,8 @@
 #include <cstring>
 #include <utility>
 
+#include "store/internal/coding.h"
+
 namespace gpuwatch::store {
 namespace {
 
@@ -64,13 +66,7 @@ Status Corrupt(const char* what) { return Status::Corruption(std::string("chunk:
 // ---------------------------------------------------------------------------------------------
 // Byte and bit I/O. Bit streams are LSB-first: the first bit written is bit 0 of byte 0.
 
-void PutVarint(std::string* out, uint64_t v) {
-  while (v >= 0x80) {
-    out->push_back(static_cast<char>(v | 0x80));
-    v >>= 7;
-  }
-  out->push_back(static_cast<char>(v));
-}
+using internal::PutVarint;
 void PutSignedVarint(std::string* out, uint64_t v) { PutVarint(out, ZigZag(v)); }
 void PutFixed64(std::string* out, uint64_t v) {
   for (int i = 0; i < 8; ++i) out->push_back(static_cast<char>(v >> (8 * i)));

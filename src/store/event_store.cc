@@ -6,6 +6,7 @@
 #include "common/log.h"
 #include "common/strings.h"
 #include "common/time_base.h"
+#include "store/internal/coding.h"
 
 namespace gpuwatch::store {
 namespace {
@@ -49,21 +50,10 @@ Status CheckSize(std::string_view field, std::string_view value, size_t max) {
                                  std::to_string(max));
 }
 
-void PutVarint(std::string* out, uint64_t v) {
-  while (v >= 0x80) {
-    out->push_back(static_cast<char>(v | 0x80));
-    v >>= 7;
-  }
-  out->push_back(static_cast<char>(v));
-}
-void PutBytes(std::string* out, std::string_view s) {
-  PutVarint(out, s.size());
-  out->append(s);
-}
-uint64_t ZigZag(int64_t v) {
-  return (static_cast<uint64_t>(v) << 1) ^ static_cast<uint64_t>(v >> 63);
-}
-int64_t UnZigZag(uint64_t v) { return static_cast<int64_t>(v >> 1) ^ -static_cast<int64_t>(v & 1); }
+using internal::PutBytes;
+using internal::PutVarint;
+using internal::UnZigZag;
+using internal::ZigZag;
 
 // Bounds-checked reader over untrusted bytes; any failure leaves `error` set.
 struct Reader {

@@ -4,6 +4,8 @@
 
 #include <cstring>
 
+#include "store/internal/coding.h"
+
 namespace gpuwatch::store {
 namespace {
 
@@ -126,13 +128,7 @@ Status DecodeSample(std::string_view d, RemoteSample* out) {
   return Status::Ok();
 }
 
-void PutVarint(std::string* out, uint64_t v) {
-  while (v >= 0x80) {
-    out->push_back(static_cast<char>(v | 0x80));
-    v >>= 7;
-  }
-  out->push_back(static_cast<char>(v));
-}
+using internal::PutVarint;
 void PutTag(std::string* out, uint32_t field, uint32_t wire) {
   PutVarint(out, (field << 3) | wire);
 }

@@ -23,6 +23,7 @@
 #include "common/log.h"
 #include "common/strings.h"
 #include "common/time_base.h"
+#include "store/internal/file_util.h"
 #include "store/rollup.h"
 
 namespace gpuwatch::store {
@@ -37,9 +38,7 @@ constexpr int64_t kDayMs = 86400 * 1000;
 constexpr int64_t kRollupOnlySpanMs = 30 * kDayMs;
 constexpr Tier kRollupTiers[] = {Tier::k1m, Tier::k1h};
 
-Status Errno(const std::string& what) {
-  return Status::IoError(what + ": " + std::strerror(errno));
-}
+using internal::Errno;
 
 // An unambiguous key for a label set (names and values cannot contain NUL... values can, in
 // theory, so the lengths are part of the key).

@@ -4,7 +4,6 @@
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
-#include <zlib.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -12,6 +11,7 @@
 #include <memory>
 
 #include "common/strings.h"
+#include "store/internal/file_util.h"
 
 namespace gpuwatch::store {
 namespace {
@@ -28,41 +28,14 @@ uint32_t GetU32(const char* p) {
   return v;
 }
 
+using internal::Crc32;
+using internal::Errno;
+using internal::SyncDir;
+using internal::WriteAll;
+
 uint32_t RecordCrc(uint8_t type, std::string_view payload) {
-  uLong crc = crc32(0L, Z_NULL, 0);
-  const Bytef t = type;
-  crc = crc32(crc, &t, 1);
-  // zlib's length is uInt: feed large payloads in pieces.
-  for (size_t off = 0; off < payload.size(); off += 1u << 30) {
-    const size_t n = std::min<size_t>(payload.size() - off, 1u << 30);
-    crc = crc32(crc, reinterpret_cast<const Bytef*>(payload.data() + off), static_cast<uInt>(n));
-  }
-  return static_cast<uint32_t>(crc);
-}
-
-Status Errno(const std::string& what) {
-  return Status::IoError(what + ": " + std::strerror(errno));
-}
-
-Status WriteAll(int fd, const char* p, size_t n) {
-  while (n > 0) {
-    ssize_t w = ::write(fd, p, n);
-    if (w < 0) {
-      if (errno == EINTR) continue;
-      return Errno("write");
-    }
-    p += w;
-    n -= static_cast<size_t>(w);
-  }
-  return Status::Ok();
-}
-
-Status SyncDir(const std::string& dir) {
-  int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0) return Errno("open " + dir);
-  const int rc = ::fsync(fd);
-  ::close(fd);
-  return rc == 0 ? Status::Ok() : Errno("fsync " + dir);
+  const char t = static_cast<char>(type);
+  return Crc32(payload, Crc32(std::string_view(&t, 1)));
 }
 
 // Reads one segment; calls fn for each intact record and counts it in `seg`. Returns the offset
@@ -230,7 +203,7 @@ Status Wal::Append(uint8_t type, std::string_view payload) {
   if (fd_ < 0) return Status::Unavailable("WAL is closed");
   if (segment_size_ > 0 && segment_size_ + rec.size() > options_.segment_bytes)
     GW_RETURN_IF_ERROR(OpenSegment(segment_ + 1));
-  Status st = WriteAll(fd_, rec.data(), rec.size());
+  Status st = WriteAll(fd_, rec, "write");
   if (!st.ok()) {
     // Cut a partial record off so the log stays a sequence of whole records.
     if (::ftruncate(fd_, static_cast<off_t>(segment_size_)) != 0) {

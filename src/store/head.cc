@@ -67,15 +67,16 @@ void Head::FinishReplay() {
 
 Head::~Head() = default;
 
-void Head::NoteUnflushed(int64_t t_ms) {
+void Head::NoteUnflushed(int64_t min_t_ms, int64_t max_t_ms) {
   std::lock_guard<std::mutex> lock(range_mu_);
   if (!has_unflushed_) {
     has_unflushed_ = true;
-    unflushed_min_t_ms_ = unflushed_max_t_ms_ = t_ms;
+    unflushed_min_t_ms_ = min_t_ms;
+    unflushed_max_t_ms_ = max_t_ms;
     return;
   }
-  unflushed_min_t_ms_ = std::min(unflushed_min_t_ms_, t_ms);
-  unflushed_max_t_ms_ = std::max(unflushed_max_t_ms_, t_ms);
+  unflushed_min_t_ms_ = std::min(unflushed_min_t_ms_, min_t_ms);
+  unflushed_max_t_ms_ = std::max(unflushed_max_t_ms_, max_t_ms);
 }
 
 bool Head::UnflushedRange(int64_t* min_t_ms, int64_t* max_t_ms) const {
@@ -226,7 +227,7 @@ void Head::Replay(uint8_t type, std::string_view payload) {
     std::lock_guard<std::mutex> lock(s.mu);
     if (!s.has_last || t > s.last_t_ms) {
       ApplySample(s, t, v);
-      NoteUnflushed(t);
+      NoteUnflushed(t, t);
     }
   }
   if (!c.ok) ++replay_bad_records_;
@@ -323,21 +324,14 @@ Result<AppendResult> Head::Append(const std::vector<Input>& batch) {
   if (!wal_) return Status::Unavailable("the store is open read-only");
   GW_RETURN_IF_ERROR(wal_->Append(kBatchRecord, record));
   for (MemSeries* s : newly_logged) s->logged = true;
+  int64_t lo = INT64_MAX, hi = INT64_MIN;
   for (const auto& p : pending) {
     std::lock_guard<std::mutex> sl(p.series->mu);
     ApplySample(*p.series, p.t_ms, p.value);
+    lo = std::min(lo, p.t_ms);
+    hi = std::max(hi, p.t_ms);
   }
-  {
-    std::lock_guard<std::mutex> rl(range_mu_);
-    for (const auto& p : pending) {
-      if (!has_unflushed_) {
-        has_unflushed_ = true;
-        unflushed_min_t_ms_ = unflushed_max_t_ms_ = p.t_ms;
-      }
-      unflushed_min_t_ms_ = std::min(unflushed_min_t_ms_, p.t_ms);
-      unflushed_max_t_ms_ = std::max(unflushed_max_t_ms_, p.t_ms);
-    }
-  }
+  if (!pending.empty()) NoteUnflushed(lo, hi);
   result.accepted = n_samples;
   return result;
 }

@@ -157,11 +157,12 @@ class Head {
   std::vector<SeriesRef> replay_refs_;  // logged ref -> index ref, during replay only
   uint64_t replay_bad_records_ = 0;
   std::string dir_;
-  // Unflushed time range (append_mu_ for writers; read racily by UnflushedRange via mu).
+  // The unflushed samples' time range, guarded by range_mu_: appends and replay widen it
+  // (NoteUnflushed), CutForFlush empties it, UnflushedRange reads it.
   mutable std::mutex range_mu_;
   bool has_unflushed_ = false;
   int64_t unflushed_min_t_ms_ = 0, unflushed_max_t_ms_ = 0;
-  void NoteUnflushed(int64_t t_ms);
+  void NoteUnflushed(int64_t min_t_ms, int64_t max_t_ms);
   // Seals s.open. REQUIRES: s.mu held.
   void Seal(MemSeries& s);
 };

@@ -12,6 +12,8 @@
 #include <fstream>
 #include <thread>
 
+#include "store/testing/scratch_dir.h"
+
 namespace gpuwatch::store {
 namespace {
 
@@ -45,12 +47,7 @@ std::vector<int64_t> Times(const std::vector<EventRecord>& events) {
 
 class EventStoreTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    dir_ = ::testing::TempDir() + "/events_" +
-           ::testing::UnitTest::GetInstance()->current_test_info()->name() + "_" +
-           std::to_string(::getpid());
-    fs::remove_all(dir_);
-  }
+  void SetUp() override { dir_ = testing::FreshScratchDir("events"); }
   void TearDown() override { fs::remove_all(dir_); }
 
   EventStoreOptions Options() {

@@ -9,6 +9,8 @@
 #include <filesystem>
 #include <random>
 
+#include "store/testing/scratch_dir.h"
+
 namespace gpuwatch::store {
 namespace {
 
@@ -23,12 +25,7 @@ Head::Input In(std::string gpu, std::vector<Sample> samples,
 
 class HeadTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    dir_ = ::testing::TempDir() + "/head_" +
-           ::testing::UnitTest::GetInstance()->current_test_info()->name() + "_" +
-           std::to_string(::getpid());
-    fs::remove_all(dir_);
-  }
+  void SetUp() override { dir_ = testing::FreshScratchDir("head"); }
   void TearDown() override { fs::remove_all(dir_); }
   std::unique_ptr<Head> OpenHead(HeadOptions o = {}) {
     auto h = Head::Open(dir_, o);

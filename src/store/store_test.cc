@@ -13,6 +13,7 @@
 #include <random>
 
 #include "store/rollup.h"
+#include "store/testing/scratch_dir.h"
 
 namespace gpuwatch::store {
 namespace {
@@ -34,12 +35,7 @@ double Value(int gpu, int64_t t_ms) { return 40 + gpu + static_cast<double>((t_m
 
 class StoreTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    dir_ = ::testing::TempDir() + "/store_" +
-           ::testing::UnitTest::GetInstance()->current_test_info()->name() + "_" +
-           std::to_string(::getpid());
-    fs::remove_all(dir_);
-  }
+  void SetUp() override { dir_ = testing::FreshScratchDir("store"); }
   void TearDown() override { fs::remove_all(dir_); }
 
   static StoreOptions Manual() {

@@ -13,6 +13,7 @@
 #include <random>
 
 #include "common/strings.h"
+#include "store/testing/scratch_dir.h"
 
 namespace gpuwatch::store {
 namespace {
@@ -21,12 +22,7 @@ namespace fs = std::filesystem;
 
 class WalTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    dir_ = ::testing::TempDir() + "/wal_" +
-           ::testing::UnitTest::GetInstance()->current_test_info()->name() + "_" +
-           std::to_string(::getpid());
-    fs::remove_all(dir_);
-  }
+  void SetUp() override { dir_ = testing::FreshScratchDir("wal"); }
   void TearDown() override { fs::remove_all(dir_); }
 
   std::vector<std::string> ReplayAll(WalReplayStats* st = nullptr, WalOptions o = {}) {

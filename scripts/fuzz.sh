@@ -15,6 +15,10 @@ mkdir -p build/fuzz && cd build/fuzz
 FLAGS="-std=c++20 -g -O1 -fsanitize=fuzzer,address,undefined -I../../src"
 COMMON=$(ls ../../src/common/*.cc ../../src/model/*.cc | grep -v -e _test.cc -e _fuzz.cc -e _bench.cc)
 clang++ $FLAGS -o attribution_fuzz ../../src/collect/attribution_fuzz.cc ../../src/collect/attribution.cc $COMMON -lfmt
+clang++ $FLAGS -o kmsg_fuzz ../../src/logs/kmsg_fuzz.cc ../../src/logs/kmsg.cc \
+  ../../src/logs/log_classify.cc $COMMON -lfmt
+clang++ $FLAGS -o job_protocol_fuzz ../../src/jobs/job_protocol_fuzz.cc ../../src/jobs/job_protocol.cc \
+  ../../src/jobs/job_registry.cc ../../src/collect/attribution.cc $COMMON -lfmt
 clang++ $FLAGS -o cli_fuzz ../../src/cli/cli_fuzz.cc ../../src/cli/config_file.cc \
   ../../src/server/listen_address.cc $COMMON -lfmt
 STORE="../../src/store/chunkenc.cc ../../src/store/labels.cc ../../src/store/remote_write.cc"
@@ -34,4 +38,6 @@ mkdir -p corpus/promql && ./promql_fuzz -max_total_time="$SECS" corpus/promql ..
 mkdir -p corpus/block && ./block_fuzz -max_total_time="$SECS" corpus/block ../../tests/fixtures/blocks
 mkdir -p corpus/event_store && ./event_store_fuzz -max_total_time="$SECS" corpus/event_store ../../tests/fixtures/events
 mkdir -p corpus/attribution && ./attribution_fuzz -max_total_time="$SECS" corpus/attribution ../../tests/fixtures/root/proc ../../tests/fixtures/root-corrupt/proc
+mkdir -p corpus/kmsg && ./kmsg_fuzz -max_total_time="$SECS" corpus/kmsg ../../tests/fixtures/kmsg
+mkdir -p corpus/job_protocol && ./job_protocol_fuzz -max_total_time="$SECS" corpus/job_protocol ../../tests/fixtures/job_protocol
 mkdir -p corpus/cli && ./cli_fuzz -max_total_time="$SECS" corpus/cli ../../tests/fixtures/config

@@ -12,6 +12,7 @@
 #include <iostream>
 
 #include "cli/config_file.h"
+#include "cli/job_view.h"
 #include "cli/status_view.h"
 #include "cli/store_admin.h"
 #include "collect/nvml_source.h"
@@ -51,6 +52,12 @@ struct AgentFlags {
   std::string retention_1h = "365d";
   std::string disk_budget = "5GiB";
   std::string wal_sync = "always";
+  std::string job_socket = jobs::kDefaultJobSocket;
+  std::string job_udp, job_tcp;
+  std::string job_interval = "15s";
+  std::string job_hang_factor = "10";
+  std::string job_hang_min = "60s";
+  std::string job_raw_steps_hz = "20";
 };
 
 void AddStoreFlags(CLI::App* app, AgentFlags* f) {
@@ -118,6 +125,18 @@ void AddAgentFlags(CLI::App* app, AgentFlags* f) {
   app->add_option("--keep-history", f->keep_history,
                   "on (default): keep every hardware/host tick in the store under --data-dir; "
                   "off: the store only keeps what is pushed to /api/v1/write");
+  app->add_option("--job-socket", f->job_socket,
+                  "Unix socket jobs report to (docs/job-protocol.md; default "
+                  "/run/gpuwatch/job.sock, a user-writable path when not root; off: none)");
+  app->add_option("--job-udp", f->job_udp, "Also take job messages on UDP host:port (loopback)");
+  app->add_option("--job-tcp", f->job_tcp, "Also take job messages on TCP host:port (loopback)");
+  app->add_option("--job-interval", f->job_interval,
+                  "Job tier: the window of step statistics (default 15s)");
+  app->add_option("--job-hang-factor", f->job_hang_factor,
+                  "A job is hung after no step for this many median step times (default 10)");
+  app->add_option("--job-hang-min", f->job_hang_min, "… and at least this long (default 60s)");
+  app->add_option("--job-raw-steps-hz", f->job_raw_steps_hz,
+                  "Raw steps kept per rank per second at most (default 20)");
   AddStoreFlags(app, f);
   app->add_option("--log-level", f->log_level, "debug, info, warning or error (default info)");
 }
@@ -146,6 +165,13 @@ Status ApplyConfig(CLI::App* app, AgentFlags* f) {
                                                 {"retention-1h", &f->retention_1h},
                                                 {"disk-budget", &f->disk_budget},
                                                 {"wal-sync", &f->wal_sync},
+                                                {"job-socket", &f->job_socket},
+                                                {"job-udp", &f->job_udp},
+                                                {"job-tcp", &f->job_tcp},
+                                                {"job-interval", &f->job_interval},
+                                                {"job-hang-factor", &f->job_hang_factor},
+                                                {"job-hang-min", &f->job_hang_min},
+                                                {"job-raw-steps-hz", &f->job_raw_steps_hz},
                                                 {"log-level", &f->log_level}};
   for (const auto& [key, value] : *kv) {
     auto it = fields.find(key);
@@ -174,12 +200,31 @@ Result<server::AgentOptions> MakeOptions(const AgentFlags& f) {
   const std::pair<const std::string*, std::chrono::milliseconds*> durations[] = {
       {&f.gpu_interval, &o.gpu_interval},
       {&f.host_interval, &o.host_interval},
-      {&f.process_interval, &o.process_interval}};
+      {&f.process_interval, &o.process_interval},
+      {&f.job_interval, &o.job_interval}};
   for (auto [text, out] : durations) {
     auto ms = ParseDurationMs(*text);
     if (!ms.ok()) return ms.status();
     *out = std::chrono::milliseconds(*ms);
   }
+  o.jobs.window_ms = o.job_interval.count();
+  o.jobs.job_env_var = f.job_env_var;
+  auto hang_min = ParseDurationMs(f.job_hang_min);
+  if (!hang_min.ok()) return hang_min.status();
+  o.jobs.hang_min_ms = *hang_min;
+  auto positive = [](const std::string& flag, const std::string& text) -> Result<double> {
+    char* end = nullptr;
+    double v = std::strtod(text.c_str(), &end);
+    if (text.empty() || *end != '\0' || !(v > 0) || v > 1e6)
+      return Status::InvalidArgument("bad --" + flag + " '" + text + "': a positive number");
+    return v;
+  };
+  auto factor = positive("job-hang-factor", f.job_hang_factor);
+  if (!factor.ok()) return factor.status();
+  o.jobs.hang_factor = *factor;
+  auto hz = positive("job-raw-steps-hz", f.job_raw_steps_hz);
+  if (!hz.ok()) return hz.status();
+  o.jobs.raw_steps_max_hz = *hz;
   return o;
 }
 
@@ -276,11 +321,17 @@ int RunAgent(CLI::App* app, AgentFlags* flags) {
     });
   }
   if (flags->keep_history == "on" && db) agent.SetStore(db.get());
+  jobs::JobListenerOptions jl;
+  jl.socket_path = flags->job_socket;
+  jl.udp = flags->job_udp;
+  jl.tcp = flags->job_tcp;
+  if (Status st = agent.StartJobListener(jl); !st.ok()) return Fail(st);
   server::HttpServer http(&agent, db.get(), events.get());
   if (Status st = http.Start(*addr); !st.ok()) return Fail(st);
   agent.Start();
   GW_LOG_INFO("gpuwatch {} agent on {} serving http://{}:{}/metrics", GPUWATCH_VERSION,
               opts->hostname, addr->host, http.port());
+  if (!agent.job_socket_path().empty()) GW_LOG_INFO("jobs report to {}", agent.job_socket_path());
   int sig = 0;
   sigwait(&stop_signals, &sig);
   GW_LOG_INFO("signal {}: stopping", sig);
@@ -365,6 +416,25 @@ int Main(int argc, char** argv) {
   store_compact->add_option("--data-dir", store_dir, "The agent's --data-dir")->required();
   AddStoreFlags(store_compact, &compact_flags);
 
+  std::string agent_url = DefaultAgentUrl();
+  bool jobs_json = false;
+  auto* jobs_cmd = app.add_subcommand(
+      "jobs", "Running and recent jobs on this node: throughput, step time, data/comm shares");
+  jobs_cmd->add_option("--agent", agent_url,
+                       "The agent's URL (default $GPUWATCH_AGENT or http://127.0.0.1:9470)");
+  jobs_cmd->add_flag("--json", jobs_json, "Print the agent's JSON");
+  std::string job_id;
+  auto* job_cmd = app.add_subcommand("job", "One job: its ranks, their steps, GPUs and state");
+  job_cmd->add_option("id", job_id, "Job id")->required();
+  job_cmd->add_option("--agent", agent_url, "The agent's URL");
+  job_cmd->add_flag("--json", jobs_json, "Print the agent's JSON");
+  std::string annotate_text, annotate_job;
+  auto* annotate_cmd = app.add_subcommand(
+      "annotate", "Put a note on the time line (R21), e.g. gpuwatch annotate \"switched to TP=4\"");
+  annotate_cmd->add_option("text", annotate_text, "What changed")->required();
+  annotate_cmd->add_option("--job", annotate_job, "The job it concerns");
+  annotate_cmd->add_option("--agent", agent_url, "The agent's URL");
+
   auto* docs = app.add_subcommand("docs", "Print generated documentation");
   docs->require_subcommand(1);
   auto* docs_metrics = docs->add_subcommand("metrics", "docs/metrics.md, from the metric catalog");
@@ -381,6 +451,22 @@ int Main(int argc, char** argv) {
     auto o = MakeStoreOptions(compact_flags);
     if (!o.ok()) return Fail(o.status());
     return RunStoreCompact(store_dir, *o, std::cout, std::cerr);
+  }
+  if (jobs_cmd->parsed() || job_cmd->parsed()) {
+    auto j =
+        AgentGetJson(agent_url, jobs_cmd->parsed() ? "/api/v1/jobs"
+                                                   : "/api/v1/jobs/" + EncodePathSegment(job_id));
+    if (!j.ok()) return Fail(j.status());
+    if (jobs_json)
+      std::cout << j->dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
+    else
+      std::cout << (jobs_cmd->parsed() ? RenderJobsTable(*j) : RenderJobTable(*j));
+    return 0;
+  }
+  if (annotate_cmd->parsed()) {
+    if (Status st = AgentAnnotate(agent_url, annotate_text, annotate_job); !st.ok())
+      return Fail(st);
+    return 0;
   }
   if (docs_metrics->parsed()) {
     std::cout << model::RenderMetricsMarkdown();

@@ -64,7 +64,7 @@ constexpr std::array<GpuMetricDesc, kNumGpuMetrics> kGpu = {{
 }};
 
 constexpr MetricType kI = MetricType::kInfo;
-constexpr std::array<OtherMetricDesc, 37> kOther = {{
+constexpr std::array<OtherMetricDesc, 60> kOther = {{
   // GPU, beyond scalars.
   {"gpuwatch_gpu_info", kI, "serial, vbios_version, minor_number, mig_mode", "Static facts of a GPU; value 1."},
   {"gpuwatch_gpu_up", kG, "", "1 while the GPU answers NVML, 0 after it was lost (XID 79, GPU_IS_LOST)."},
@@ -103,6 +103,30 @@ constexpr std::array<OtherMetricDesc, 37> kOther = {{
   {"gpuwatch_ib_port_errors_total", kC, "Hostname, device, port, counter", "Port error counters: symbol_error, port_rcv_errors, link_downed, link_error_recovery, port_xmit_discards, local_ack_timeout_err, out_of_sequence, packet_seq_err."},
   {"gpuwatch_ib_port_up", kG, "Hostname, device, port, link_layer", "1 when the port state is ACTIVE."},
   {"gpuwatch_ib_port_rate_gbps", kG, "Hostname, device, port", "Port rate in Gb/s."},
+  // Jobs (R5): the job protocol's window statistics per rank, per job, and the raw steps.
+  {"gpuwatch_job_info", kI, "Hostname, job, template, user, project, source", "A running job; value 1. source = sdk (job protocol) or process (GPU process attribution only)."},
+  {"gpuwatch_job_hung", kG, "Hostname, job", "1 while the job has live processes and no step for --job-hang-factor x its median step time."},
+  {"gpuwatch_job_gpu_seconds_total", kC, "Hostname, job", "GPU time: seconds its processes held each GPU, summed over GPUs (process tier)."},
+  {"gpuwatch_job_rank_up", kG, "Hostname, job, rank", "1 while the rank's process runs, 0 once it ended or died."},
+  {"gpuwatch_job_steps_total", kC, "Hostname, job, rank", "Steps the rank reported."},
+  {"gpuwatch_job_iterations_per_second", kG, "Hostname, job, rank", "Steps per second over the last job-tier window (--job-interval, 15 s)."},
+  {"gpuwatch_job_samples_per_second", kG, "Hostname, job, rank", "Samples per second over the last window."},
+  {"gpuwatch_job_step_seconds", kG, "Hostname, job, rank, quantile", "Step time quantiles (0.5, 0.95, 0.99) over the last window."},
+  {"gpuwatch_job_data_wait_ratio", kG, "Hostname, job, rank", "Share of step time spent waiting for input data over the last window."},
+  {"gpuwatch_job_comm_ratio", kG, "Hostname, job, rank", "Share of step time in exposed (not overlapped) communication over the last window."},
+  {"gpuwatch_job_checkpoint_ratio", kG, "Hostname, job, rank", "Share of step time blocked on checkpoint writes over the last window."},
+  {"gpuwatch_job_loss", kG, "Hostname, job, rank", "Last loss the rank reported in the window."},
+  {"gpuwatch_job_grad_norm", kG, "Hostname, job, rank", "Last gradient norm the rank reported in the window."},
+  {"gpuwatch_job_step_duration_seconds", kG, "Hostname, job, rank", "Store only: each raw step's duration at its end time (at most --job-raw-steps-hz per rank)."},
+  {"gpuwatch_job_step_number", kG, "Hostname, job, rank", "Store only: each raw step's number."},
+  {"gpuwatch_job_step_samples", kG, "Hostname, job, rank", "Store only: each raw step's samples."},
+  {"gpuwatch_job_step_data_wait_seconds", kG, "Hostname, job, rank", "Store only: each raw step's data wait."},
+  {"gpuwatch_job_step_comm_seconds", kG, "Hostname, job, rank", "Store only: each raw step's exposed communication time."},
+  {"gpuwatch_job_step_checkpoint_seconds", kG, "Hostname, job, rank", "Store only: each raw step's checkpoint blocking time."},
+  {"gpuwatch_job_step_loss", kG, "Hostname, job, rank", "Store only: each raw step's loss."},
+  {"gpuwatch_job_step_grad_norm", kG, "Hostname, job, rank", "Store only: each raw step's gradient norm."},
+  {"gpuwatch_job_messages_total", kC, "Hostname", "Job protocol messages accepted."},
+  {"gpuwatch_job_messages_rejected_total", kC, "Hostname, reason", "Job protocol messages refused, by reason (docs/job-protocol.md)."},
   // The agent itself (R6: its own cost is measured).
   {"gpuwatch_agent_info", kI, "Hostname, version, nvml_version, driver_version, cuda_version", "Build and environment of this agent; value 1."},
   {"gpuwatch_agent_tick_seconds", kG, "Hostname, tier", "Wall time of the last collection tick of each tier."},

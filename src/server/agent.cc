@@ -9,6 +9,7 @@
 #include "common/log.h"
 #include "server/api.h"
 #include "server/event_api.h"
+#include "server/job_metrics.h"
 #include "server/store_sink.h"
 
 namespace gpuwatch::server {
@@ -19,7 +20,8 @@ Agent::Agent(AgentOptions options, std::unique_ptr<collect::GpuSource> gpu)
     : options_(std::move(options)),
       gpu_(std::move(gpu)),
       host_(options_.root_dir),
-      attributor_(options_.root_dir, options_.job_env_var) {
+      attributor_(options_.root_dir, options_.job_env_var),
+      jobs_(options_.jobs, jobs::ProcfsProbe(options_.root_dir)) {
   state_.hostname = options_.hostname;
   state_.version = options_.version;
   state_.model_label = options_.model_label;
@@ -173,7 +175,11 @@ void Agent::TickHost() {
 }
 
 void Agent::TickProcesses() {
-  if (!gpu_ready_) return;
+  if (!gpu_ready_) {
+    // Without GPUs there is no attribution, but reporting jobs still need their liveness.
+    jobs_.Tick(clock_.NowMs(), {});
+    return;
+  }
   const auto start = Clock::now();
   std::vector<collect::GpuProcessRef> refs;
   const auto& devices = gpu_->Devices();
@@ -183,11 +189,74 @@ void Agent::TickProcesses() {
     for (auto& p : procs) refs.push_back({static_cast<unsigned>(i), p});
   }
   auto attributed = attributor_.Attribute(refs, devices);
+  jobs_.Tick(clock_.NowMs(), attributed);
   const double secs = std::chrono::duration<double>(Clock::now() - start).count();
   std::lock_guard<std::mutex> lock(mu_);
   state_.processes = std::move(attributed);
   state_.tick_seconds["processes"] = secs;
   ++state_.tick_counts["processes"];
+}
+
+Status Agent::StartJobListener(const jobs::JobListenerOptions& options) {
+  listener_ =
+      std::make_unique<jobs::JobListener>(options, &jobs_, [this] { return clock_.NowMs(); });
+  Status st = listener_->Start();
+  if (!st.ok()) listener_.reset();
+  return st;
+}
+
+void Agent::TickJobs() {
+  const auto start = Clock::now();
+  const int64_t now_ms = clock_.NowMs();
+  jobs_.CloseWindow(now_ms);
+  std::vector<jobs::JobView> views = jobs_.Jobs();
+  const jobs::RegistryCounters counters = jobs_.counters();
+  std::vector<store::Head::Input> to_store;
+  if (store_)
+    to_store = JobSeriesForStore(JobMetricPoints(options_.hostname, views, counters), now_ms);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    state_.jobs = std::move(views);
+    state_.job_counters = counters;
+    state_.tick_seconds["jobs"] = std::chrono::duration<double>(Clock::now() - start).count();
+    ++state_.tick_counts["jobs"];
+  }
+  if (!to_store.empty()) StoreTick(to_store);
+}
+
+void Agent::DrainJobs() {
+  jobs::JobOutputs out = jobs_.TakeOutputs();
+  if (store_ && !out.steps.empty()) StoreTick(RawStepSeries(options_.hostname, out.steps));
+  if (!event_store_ || (out.events.empty() && out.logs.empty())) return;
+  std::vector<store::EventRecord> records;
+  records.reserve(out.events.size() + out.logs.size());
+  const std::string node = options_.hostname.substr(0, store::kMaxEventIdBytes);
+  for (auto& e : out.events) {
+    store::EventRecord r;
+    r.t_ms = e.t_ms;
+    r.kind = e.kind;
+    r.severity = e.severity;
+    r.node = node;
+    r.job = e.job;
+    r.message = e.message.substr(0, store::kMaxEventMessageBytes);
+    r.fields_json = e.fields_json;
+    if (r.fields_json.empty() && e.rank) r.fields_json = fmt::format("{{\"rank\":{}}}", *e.rank);
+    records.push_back(std::move(r));
+  }
+  for (auto& l : out.logs) {
+    store::EventRecord r;
+    r.t_ms = l.t_ms;
+    r.kind = "log";
+    r.node = node;
+    r.job = l.job;
+    r.message = std::move(l.line);
+    r.fields_json =
+        fmt::format("{{\"rank\":{},\"stream\":\"{}\",\"source\":\"job\"}}", l.rank, l.stream);
+    records.push_back(std::move(r));
+  }
+  std::lock_guard<std::mutex> order(flush_mu_);
+  if (Status st = event_store_->Append(records); !st.ok())
+    GW_LOG_ERROR("cannot keep {} job event(s) and log line(s): {}", records.size(), st.message());
 }
 
 void Agent::PollEvents(int timeout_ms) {
@@ -217,8 +286,11 @@ void Agent::Stop() {
     stopping_ = true;
   }
   stop_cv_.notify_all();
+  const bool was_running = tiers_thread_.joinable();
   if (tiers_thread_.joinable()) tiers_thread_.join();
   if (events_thread_.joinable()) events_thread_.join();
+  if (listener_) listener_->Stop();
+  if (was_running) DrainJobs();  // what the last second of jobs reported
 }
 
 void Agent::RunTiers() {
@@ -232,7 +304,9 @@ void Agent::RunTiers() {
   const auto now = Clock::now();
   Tier tiers[] = {{options_.gpu_interval, &Agent::TickGpu, now},
                   {options_.host_interval, &Agent::TickHost, now},
-                  {options_.process_interval, &Agent::TickProcesses, now}};
+                  {options_.process_interval, &Agent::TickProcesses, now},
+                  {options_.job_interval, &Agent::TickJobs, now + options_.job_interval},
+                  {std::chrono::milliseconds(1000), &Agent::DrainJobs, now}};
   while (true) {
     for (auto& t : tiers) {
       if (Clock::now() >= t.next) {

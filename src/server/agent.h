@@ -23,6 +23,8 @@
 #include "collect/gpu_source.h"
 #include "collect/host_collector.h"
 #include "common/time_base.h"
+#include "jobs/job_listener.h"
+#include "jobs/job_registry.h"
 #include "server/agent_state.h"
 #include "store/event_store.h"
 #include "store/store.h"
@@ -40,6 +42,9 @@ struct AgentOptions {
   std::string job_env_var = "SLURM_JOB_ID";
   std::string model_label = "model_name";  // or dcgm-exporter's "modelName"
   size_t max_recent_events = 1000;
+  // The task-level line (R5): the job tier closes a statistics window each job_interval.
+  std::chrono::milliseconds job_interval{15000};
+  jobs::JobRegistryOptions jobs;
 };
 
 class Agent {
@@ -58,6 +63,12 @@ class Agent {
   void SetStore(store::Store* store) { store_ = store; }
   // Keeps every recorded event (XID, ECC, GPU lost/recovered) in `events`, as SetStore.
   void SetEventStore(store::EventStore* events) { event_store_ = events; }
+  // Listens for jobs (docs/job-protocol.md). An error names the socket or address that failed.
+  // REQUIRES: before Start().
+  Status StartJobListener(const jobs::JobListenerOptions& options);
+  const jobs::JobRegistry& jobs() const { return jobs_; }
+  // The Unix socket jobs send to; "" when none.
+  std::string job_socket_path() const { return listener_ ? listener_->socket_path() : ""; }
   // Starts the tier and event threads. REQUIRES: Init() succeeded.
   void Start();
   // Stops and joins the threads; idempotent.
@@ -68,6 +79,10 @@ class Agent {
   void TickHost();
   void TickProcesses();
   void PollEvents(int timeout_ms);
+  // The job tier: closes the registry's window, stores its statistics, publishes them.
+  void TickJobs();
+  // Routes what the registry produced (events, raw steps, log lines) to the stores; each second.
+  void DrainJobs();
 
   template <typename F>
   auto WithState(F&& fn) const {
@@ -93,6 +108,8 @@ class Agent {
   std::vector<bool> gpu_lost_;  // per GPU, as of the last hardware tick (tier thread only)
   collect::HostCollector host_;
   collect::Attributor attributor_;  // used only by the processes tier
+  jobs::JobRegistry jobs_;
+  std::unique_ptr<jobs::JobListener> listener_;
   TimeBase clock_;
 
   mutable std::mutex mu_;

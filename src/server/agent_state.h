@@ -11,6 +11,7 @@
 #include <utility>
 #include <vector>
 
+#include "jobs/job_registry.h"
 #include "model/gpu.h"
 #include "model/host.h"
 #include "model/process.h"
@@ -33,7 +34,10 @@ struct AgentState {
   // XIDs are counted per (GPU index, XID code): never a last-value gauge that hides repeats.
   std::map<std::pair<unsigned, uint64_t>, uint64_t> xid_counts;
   std::map<unsigned, uint64_t> last_xid;
-  std::deque<model::GpuEvent> recent_events;   // newest last, bounded
+  std::deque<model::GpuEvent> recent_events;  // newest last, bounded
+  // Jobs as of the last job-tier window (R5): what /metrics shows of them.
+  std::vector<jobs::JobView> jobs;
+  jobs::RegistryCounters job_counters;
   std::map<std::string, double> tick_seconds;  // tier -> duration of its last tick
   std::map<std::string, uint64_t> tick_counts;
 };

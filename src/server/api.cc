@@ -188,4 +188,79 @@ json HostJson(const AgentState& s) {
           {"nics", std::move(nics)}};
 }
 
+namespace {
+
+nlohmann::json WindowJson(const jobs::WindowStats& w) {
+  nlohmann::json j;
+  j["end_ms"] = w.end_ms;
+  j["window_s"] = w.window_s;
+  j["steps"] = w.steps;
+  j["iterations_per_s"] = w.iterations_per_s;
+  j["samples_per_s"] = w.samples_per_s;
+  j["step_p50_s"] = Opt(w.step_p50_s);
+  j["step_p95_s"] = Opt(w.step_p95_s);
+  j["step_p99_s"] = Opt(w.step_p99_s);
+  j["data_wait_ratio"] = Opt(w.data_wait_ratio);
+  j["comm_ratio"] = Opt(w.comm_ratio);
+  j["checkpoint_ratio"] = Opt(w.checkpoint_ratio);
+  j["loss"] = Opt(w.loss);
+  j["grad_norm"] = Opt(w.grad_norm);
+  return j;
+}
+
+}  // namespace
+
+nlohmann::json JobJson(const jobs::JobView& v, bool with_ranks) {
+  nlohmann::json j;
+  j["id"] = v.id;
+  j["source"] = v.source;
+  j["template"] = v.template_name;
+  j["user"] = v.user;
+  j["project"] = v.project;
+  j["state"] = v.state;
+  j["start_ms"] = v.start_ms;
+  j["end_ms"] = v.end_ms ? nlohmann::json(v.end_ms) : nlohmann::json();
+  j["last_step_ms"] = v.last_step_ms ? nlohmann::json(v.last_step_ms) : nlohmann::json();
+  j["world_size"] = v.world_size ? nlohmann::json(*v.world_size) : nlohmann::json();
+  j["ranks_reporting"] = v.ranks.size();
+  j["gpus"] = v.gpus;
+  j["pids"] = v.pids;
+  j["container"] = v.container;
+  j["gpu_seconds"] = v.gpu_seconds;
+  j["window"] = WindowJson(v.window);
+  if (with_ranks) {
+    j["ranks"] = nlohmann::json::array();
+    for (const auto& r : v.ranks) {
+      nlohmann::json rj;
+      rj["rank"] = r.rank;
+      rj["pid"] = r.pid ? nlohmann::json(*r.pid) : nlohmann::json();
+      rj["pid_verified"] = r.pid_verified;
+      rj["local_rank"] = r.local_rank ? nlohmann::json(*r.local_rank) : nlohmann::json();
+      rj["state"] = r.state;
+      rj["exit_code"] = r.exit_code ? nlohmann::json(*r.exit_code) : nlohmann::json();
+      rj["hung"] = r.hung;
+      rj["gpus"] = r.gpus;
+      rj["container"] = r.container;
+      rj["user"] = r.user;
+      rj["steps_total"] = r.steps_total;
+      rj["last_step"] = r.last_step ? nlohmann::json(*r.last_step) : nlohmann::json();
+      rj["last_step_ms"] = r.last_step_ms ? nlohmann::json(r.last_step_ms) : nlohmann::json();
+      rj["median_step_s"] = Opt(r.median_step_s);
+      rj["phase"] = r.phase;
+      rj["window"] = WindowJson(r.window);
+      rj["scalars"] = r.scalars;
+      j["ranks"].push_back(std::move(rj));
+    }
+  }
+  return j;
+}
+
+nlohmann::json JobsJson(const std::vector<jobs::JobView>& jobs, const std::string& socket_path) {
+  nlohmann::json j;
+  j["socket"] = socket_path;
+  j["jobs"] = nlohmann::json::array();
+  for (const auto& v : jobs) j["jobs"].push_back(JobJson(v, false));
+  return j;
+}
+
 }  // namespace gpuwatch::server

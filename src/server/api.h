@@ -13,6 +13,10 @@ nlohmann::json CapabilitiesJson(const AgentState& s);
 nlohmann::json EventsJson(const AgentState& s);
 nlohmann::json EventJson(const model::GpuEvent& e);
 nlohmann::json HostJson(const AgentState& s);
+// GET /api/v1/jobs: {"jobs":[…]} running jobs then recent ones, each with its window statistics
+// (ranks left out); GET /api/v1/jobs/<id>: one job with every rank.
+nlohmann::json JobsJson(const std::vector<jobs::JobView>& jobs, const std::string& socket_path);
+nlohmann::json JobJson(const jobs::JobView& job, bool with_ranks);
 
 // Serializes with invalid UTF-8 replaced by U+FFFD instead of throwing: strings a monitored
 // process controls (comm, environment) end up in these documents.

@@ -8,6 +8,7 @@
 
 #include "common/strings.h"
 #include "model/metric_catalog.h"
+#include "server/job_metrics.h"
 
 namespace gpuwatch::server {
 
@@ -89,6 +90,28 @@ std::string GpuLabels(const AgentState& s, const model::GpuStaticInfo& g) {
 }
 
 }  // namespace
+
+static void RenderJobPoints(const std::vector<JobMetricPoint>& points, Buf& b) {
+  // A metric family's samples must be contiguous in the text format.
+  std::vector<const JobMetricPoint*> sorted;
+  for (const auto& p : points) sorted.push_back(&p);
+  std::stable_sort(sorted.begin(), sorted.end(),
+                   [](const auto* a, const auto* c) { return a->name < c->name; });
+  std::string_view family;
+  std::string labels;
+  for (const JobMetricPoint* p : sorted) {
+    if (p->name != family) {
+      family = p->name;
+      HeaderOther(b, family);
+    }
+    labels.clear();
+    for (const auto& l : p->labels) {
+      if (!labels.empty()) labels.push_back(',');
+      fmt::format_to(std::back_inserter(labels), "{}=\"{}\"", l.name, EscapeLabelValue(l.value));
+    }
+    Line(b, family, labels, "", p->value);
+  }
+}
 
 void RenderPrometheus(const AgentState& s, std::string* out) {
   Buf& b = *out;
@@ -378,6 +401,7 @@ void RenderPrometheus(const AgentState& s, std::string* out) {
       }
     }
   }
+  RenderJobPoints(JobMetricPoints(s.hostname, s.jobs, s.job_counters), b);
 }
 
 }  // namespace gpuwatch::server

@@ -90,6 +90,19 @@ Status HttpServer::Start(const ListenAddress& addr) {
     json_route("/api/v1/events", &EventsJson);
   }
   json_route("/api/v1/host", &HostJson);
+  srv.Get("/api/v1/jobs", [agent](const httplib::Request&, httplib::Response& res) {
+    res.set_content(DumpJson(JobsJson(agent->jobs().Jobs(), agent->job_socket_path()), 2),
+                    "application/json");
+  });
+  srv.Get(R"(/api/v1/jobs/(.+))", [agent](const httplib::Request& req, httplib::Response& res) {
+    auto job = agent->jobs().Job(req.matches[1].str());
+    if (!job) {
+      res.status = 404;
+      res.set_content(R"({"error":"no such job"})", "application/json");
+      return;
+    }
+    res.set_content(DumpJson(JobJson(*job, true), 2), "application/json");
+  });
   if (store_) {
     // Bodies are bounded by the decoder's limits; httplib reads the body before the handler.
     srv.set_payload_max_length(64u << 20);

@@ -1,0 +1,184 @@
+#include "cli/job_view.h"
+
+#include <fmt/format.h>
+#include <httplib.h>
+
+#include <cstdlib>
+
+namespace gpuwatch::cli {
+namespace {
+
+using nlohmann::json;
+
+std::string Num(const json& v, const char* fmtstr, double scale = 1) {
+  if (!v.is_number()) return "-";
+  return fmt::format(fmt::runtime(fmtstr), v.get<double>() * scale);
+}
+
+std::string Ms(const json& v) { return v.is_number() ? Num(v, "{:.1f}", 1000) : "-"; }
+std::string Pct(const json& v) { return v.is_number() ? Num(v, "{:.1f}", 100) : "-"; }
+
+std::string Str(const json& j, const char* key) {
+  auto it = j.find(key);
+  if (it == j.end() || !it->is_string()) return "-";
+  std::string s = it->get<std::string>();
+  if (s.empty()) return "-";
+  // Job ids and users come from clients: never print control characters to a terminal.
+  for (char& c : s)
+    if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) c = '?';
+  return s;
+}
+
+std::string Gpus(const json& a) {
+  if (!a.is_array() || a.empty()) return "-";
+  std::string out;
+  for (const auto& g : a) {
+    if (!out.empty()) out += ',';
+    out += g.dump();
+  }
+  return out;
+}
+
+struct Table {
+  std::vector<std::vector<std::string>> rows;
+  std::string Render() const {
+    std::vector<size_t> w;
+    for (const auto& r : rows)
+      for (size_t i = 0; i < r.size(); ++i) {
+        if (w.size() <= i) w.push_back(0);
+        w[i] = std::max(w[i], r[i].size());
+      }
+    std::string out;
+    for (const auto& r : rows) {
+      for (size_t i = 0; i < r.size(); ++i) {
+        out += r[i];
+        if (i + 1 < r.size()) out += std::string(w[i] - r[i].size() + 2, ' ');
+      }
+      out += '\n';
+    }
+    return out;
+  }
+};
+
+}  // namespace
+
+std::string RenderJobsTable(const json& reply) {
+  const json& jobs = reply.value("jobs", json::array());
+  if (!jobs.is_array() || jobs.empty())
+    return fmt::format("no jobs (jobs report to {})\n", reply.value("socket", std::string("-")));
+  Table t;
+  t.rows.push_back({"JOB", "STATE", "SOURCE", "USER", "TEMPLATE", "RANKS", "GPUS", "IT/S",
+                    "SAMPLES/S", "STEP_P50_MS", "STEP_P95_MS", "DATA%", "COMM%", "GPU_H"});
+  for (const auto& j : jobs) {
+    const json& w = j.value("window", json::object());
+    t.rows.push_back({Str(j, "id"), Str(j, "state"), Str(j, "source"), Str(j, "user"),
+                      Str(j, "template"), Num(j.value("ranks_reporting", json()), "{:.0f}"),
+                      Gpus(j.value("gpus", json())),
+                      Num(w.value("iterations_per_s", json()), "{:.2f}"),
+                      Num(w.value("samples_per_s", json()), "{:.1f}"),
+                      Ms(w.value("step_p50_s", json())), Ms(w.value("step_p95_s", json())),
+                      Pct(w.value("data_wait_ratio", json())), Pct(w.value("comm_ratio", json())),
+                      Num(j.value("gpu_seconds", json()), "{:.2f}", 1.0 / 3600)});
+  }
+  return t.Render();
+}
+
+std::string RenderJobTable(const json& j) {
+  std::string out = fmt::format(
+      "job {}  state {}  source {}  user {}  template {}  project {}  world size {}\n",
+      Str(j, "id"), Str(j, "state"), Str(j, "source"), Str(j, "user"), Str(j, "template"),
+      Str(j, "project"), Num(j.value("world_size", json()), "{:.0f}"));
+  const json& w = j.value("window", json::object());
+  out += fmt::format(
+      "  {} it/s, {} samples/s, step p50/p95/p99 {}/{}/{} ms, data {}%, comm {}%, "
+      "checkpoint {}%, GPUs {}, GPU time {} h\n",
+      Num(w.value("iterations_per_s", json()), "{:.2f}"),
+      Num(w.value("samples_per_s", json()), "{:.1f}"), Ms(w.value("step_p50_s", json())),
+      Ms(w.value("step_p95_s", json())), Ms(w.value("step_p99_s", json())),
+      Pct(w.value("data_wait_ratio", json())), Pct(w.value("comm_ratio", json())),
+      Pct(w.value("checkpoint_ratio", json())), Gpus(j.value("gpus", json())),
+      Num(j.value("gpu_seconds", json()), "{:.2f}", 1.0 / 3600));
+  const json& ranks = j.value("ranks", json::array());
+  if (!ranks.is_array() || ranks.empty()) {
+    out += "  (no ranks report through the job protocol; pids " +
+           (j.contains("pids") ? j["pids"].dump() : std::string("[]")) + ")\n";
+    return out;
+  }
+  Table t;
+  t.rows.push_back({"RANK", "PID", "STATE", "HUNG", "GPUS", "STEPS", "LAST_STEP", "IT/S", "P50_MS",
+                    "P95_MS", "P99_MS", "DATA%", "COMM%", "CKPT%", "LOSS", "PHASE"});
+  for (const auto& r : ranks) {
+    const json& rw = r.value("window", json::object());
+    std::string state = Str(r, "state");
+    if (r.value("exit_code", json()).is_number())
+      state += fmt::format("({})", r["exit_code"].get<int>());
+    t.rows.push_back(
+        {Num(r.value("rank", json()), "{:.0f}"), Num(r.value("pid", json()), "{:.0f}"), state,
+         r.value("hung", false) ? "yes" : "no", Gpus(r.value("gpus", json())),
+         Num(r.value("steps_total", json()), "{:.0f}"), Num(r.value("last_step", json()), "{:.0f}"),
+         Num(rw.value("iterations_per_s", json()), "{:.2f}"), Ms(rw.value("step_p50_s", json())),
+         Ms(rw.value("step_p95_s", json())), Ms(rw.value("step_p99_s", json())),
+         Pct(rw.value("data_wait_ratio", json())), Pct(rw.value("comm_ratio", json())),
+         Pct(rw.value("checkpoint_ratio", json())), Num(rw.value("loss", json()), "{:.4g}"),
+         Str(r, "phase")});
+  }
+  return out + t.Render();
+}
+
+std::string EncodePathSegment(const std::string& s) {
+  std::string out;
+  for (unsigned char c : s) {
+    if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' ||
+        c == '_' || c == '.' || c == '~')
+      out += static_cast<char>(c);
+    else
+      out += fmt::format("%{:02X}", c);
+  }
+  return out;
+}
+
+std::string DefaultAgentUrl() {
+  const char* env = std::getenv("GPUWATCH_AGENT");
+  return env && *env ? env : "http://127.0.0.1:9470";
+}
+
+Result<json> AgentGetJson(const std::string& agent_url, const std::string& path) {
+  httplib::Client c(agent_url);
+  c.set_connection_timeout(3);
+  c.set_read_timeout(10);
+  auto res = c.Get(path);
+  if (!res)
+    return Status::Unavailable("no agent answers at " + agent_url + " (" +
+                               httplib::to_string(res.error()) +
+                               "); start one with `gpuwatch up` or pass --agent URL");
+  if (res->status == 404) return Status::NotFound(path + ": not found at " + agent_url);
+  if (res->status != 200)
+    return Status::Unavailable(fmt::format("{}{}: HTTP {}", agent_url, path, res->status));
+  json j = json::parse(res->body, nullptr, false);
+  if (j.is_discarded()) return Status::Corruption(agent_url + path + ": reply is not JSON");
+  return j;
+}
+
+Status AgentAnnotate(const std::string& agent_url, const std::string& text,
+                     const std::string& job) {
+  if (text.empty()) return Status::InvalidArgument("annotate: empty text");
+  json e = {{"kind", "annotation"}, {"severity", "info"}, {"text", text}};
+  if (!job.empty()) e["job"] = job;
+  httplib::Client c(agent_url);
+  c.set_connection_timeout(3);
+  auto res = c.Post("/api/v1/events",
+                    json::array({e}).dump(-1, ' ', false, json::error_handler_t::replace),
+                    "application/json");
+  if (!res)
+    return Status::Unavailable("no agent answers at " + agent_url + " (" +
+                               httplib::to_string(res.error()) + ")");
+  if (res->status == 404)
+    return Status::Unavailable("the agent at " + agent_url +
+                               " keeps no events (start it with --data-dir)");
+  if (res->status / 100 != 2)
+    return Status::InvalidArgument(
+        fmt::format("agent refused the annotation: HTTP {} {}", res->status, res->body));
+  return Status::Ok();
+}
+
+}  // namespace gpuwatch::cli

@@ -1,0 +1,30 @@
+// `gpuwatch jobs`, `gpuwatch job ID` and `gpuwatch annotate`: the agent's job API
+// (/api/v1/jobs) rendered as tables, and annotations posted to /api/v1/events. The renderers
+// are pure functions of the API's JSON (tested without an agent); AgentClient is the one place
+// the CLI talks HTTP to a running agent.
+#pragma once
+
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "common/status.h"
+
+namespace gpuwatch::cli {
+
+// One row per job: state, source, user, template, ranks, GPUs, throughput, step p50/p95,
+// data and comm shares, GPU hours.
+std::string RenderJobsTable(const nlohmann::json& jobs_reply);
+// The job's header and one row per rank.
+std::string RenderJobTable(const nlohmann::json& job_reply);
+
+// Percent-encodes a path segment (job ids may hold '/', spaces, anything printable).
+std::string EncodePathSegment(const std::string& s);
+
+// The agent's HTTP endpoint: "http://127.0.0.1:9470" (the default; GPUWATCH_AGENT overrides).
+std::string DefaultAgentUrl();
+// GET `path`; the body parsed as JSON. Unavailable when no agent answers, NotFound on 404.
+Result<nlohmann::json> AgentGetJson(const std::string& agent_url, const std::string& path);
+// POST one annotation event (kind "annotation"), optionally about one job.
+Status AgentAnnotate(const std::string& agent_url, const std::string& text, const std::string& job);
+
+}  // namespace gpuwatch::cli

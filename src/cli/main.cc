@@ -58,6 +58,7 @@ struct AgentFlags {
   std::string job_hang_factor = "10";
   std::string job_hang_min = "60s";
   std::string job_raw_steps_hz = "20";
+  std::string kmsg = "/dev/kmsg";
 };
 
 void AddStoreFlags(CLI::App* app, AgentFlags* f) {
@@ -137,6 +138,9 @@ void AddAgentFlags(CLI::App* app, AgentFlags* f) {
   app->add_option("--job-hang-min", f->job_hang_min, "… and at least this long (default 60s)");
   app->add_option("--job-raw-steps-hz", f->job_raw_steps_hz,
                   "Raw steps kept per rank per second at most (default 20)");
+  app->add_option("--kmsg", f->kmsg,
+                  "Kernel log read for NVRM Xid lines, a second XID source (default /dev/kmsg; "
+                  "off)");
   AddStoreFlags(app, f);
   app->add_option("--log-level", f->log_level, "debug, info, warning or error (default info)");
 }
@@ -172,6 +176,7 @@ Status ApplyConfig(CLI::App* app, AgentFlags* f) {
                                                 {"job-hang-factor", &f->job_hang_factor},
                                                 {"job-hang-min", &f->job_hang_min},
                                                 {"job-raw-steps-hz", &f->job_raw_steps_hz},
+                                                {"kmsg", &f->kmsg},
                                                 {"log-level", &f->log_level}};
   for (const auto& [key, value] : *kv) {
     auto it = fields.find(key);
@@ -326,6 +331,13 @@ int RunAgent(CLI::App* app, AgentFlags* flags) {
   jl.udp = flags->job_udp;
   jl.tcp = flags->job_tcp;
   if (Status st = agent.StartJobListener(jl); !st.ok()) return Fail(st);
+  if (flags->kmsg != "off") {
+    // Reading the kernel log needs CAP_SYSLOG where dmesg_restrict=1: without it NVML's event
+    // set is the only XID source, which is no reason to stop.
+    if (Status st = agent.StartKernelLog(flags->kmsg); !st.ok())
+      GW_LOG_WARN("kernel log {} not read ({}): XIDs come from NVML only", flags->kmsg,
+                  st.message());
+  }
   server::HttpServer http(&agent, db.get(), events.get());
   if (Status st = http.Start(*addr); !st.ok()) return Fail(st);
   agent.Start();

@@ -1,6 +1,7 @@
 #include "server/agent.h"
 
 #include <fmt/format.h>
+#include <strings.h>
 #include <sys/stat.h>
 
 #include <cerrno>
@@ -57,6 +58,18 @@ Status Agent::Init() {
 
 void Agent::RecordEvent(model::GpuEvent e) {
   if (e.kind == model::GpuEventKind::kXid) {
+    // The same XID from the other source (NVML's event set, the kernel log) is one error.
+    while (!recent_xids_.empty() && e.time_ms - recent_xids_.front().time_ms > kXidDedupMs)
+      recent_xids_.pop_front();
+    for (const auto& r : recent_xids_) {
+      if (r.gpu_index == e.gpu_index && r.code == e.code && r.source != e.source &&
+          std::abs(r.time_ms - e.time_ms) <= kXidDedupMs) {
+        ++xid_duplicates_;
+        return;
+      }
+    }
+    recent_xids_.push_back(e);
+    if (recent_xids_.size() > 10000) recent_xids_.pop_front();
     ++state_.xid_counts[{e.gpu_index, e.code}];
     state_.last_xid[e.gpu_index] = e.code;
   }
@@ -224,13 +237,78 @@ void Agent::TickJobs() {
   if (!to_store.empty()) StoreTick(to_store);
 }
 
+Status Agent::StartKernelLog(const std::string& path) {
+  logs::KmsgReaderOptions o;
+  o.path = path;
+  kmsg_ = std::make_unique<logs::KmsgReader>(o);
+  Status st = kmsg_->Open();
+  if (!st.ok()) kmsg_.reset();
+  return st;
+}
+
+void Agent::ReadKernelLog(std::vector<JobLogLine>* lines) {
+  if (!kmsg_) return;
+  std::vector<logs::KmsgEntry> entries;
+  if (Status st = kmsg_->Read(&entries); !st.ok()) {
+    GW_LOG_WARN("kernel log: {}; no longer read", st.message());
+    kmsg_.reset();
+    return;
+  }
+  std::vector<model::GpuEvent> events;
+  for (auto& en : entries) {
+    auto xid = logs::ParseNvrmXid(en.record.message);
+    if (!xid) continue;
+    model::GpuEvent e;
+    e.time_ms = en.time_ms;
+    e.kind = model::GpuEventKind::kXid;
+    e.code = xid->xid;
+    e.gpu_index = model::kUnknownGpu;
+    e.pci_bus_id = xid->pci_bus_id;
+    if (gpu_ready_) {
+      const auto& devices = gpu_->Devices();
+      for (const auto& d : devices) {
+        if (strcasecmp(d.pci_bus_id.c_str(), xid->pci_bus_id.c_str()) == 0) {
+          e.gpu_index = d.index;
+          e.uuid = d.uuid;
+        }
+      }
+    }
+    e.text = xid->text.empty() ? std::string(model::XidDescription(xid->xid)) : xid->text;
+    e.source = "kmsg";
+    events.push_back(std::move(e));
+    JobLogLine l;
+    l.line = en.record.message;
+    l.path = "kernel";
+    l.cls = logs::ClassifyLogLine(l.line);
+    lines->push_back(std::move(l));
+  }
+  if (!events.empty()) {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto& e : events) RecordEvent(std::move(e));
+  }
+}
+
 void Agent::DrainJobs() {
   jobs::JobOutputs out = jobs_.TakeOutputs();
   if (store_ && !out.steps.empty()) StoreTick(RawStepSeries(options_.hostname, out.steps));
-  if (!event_store_ || (out.events.empty() && out.logs.empty())) return;
+  for (const auto& f : out.log_files) job_logs_.Follow(f);
+  std::vector<JobLogLine> lines = job_logs_.Poll();
+  for (const auto& job : out.ended_jobs) {
+    auto rest = job_logs_.EndJob(job);
+    for (auto& l : rest) lines.push_back(std::move(l));
+  }
+  for (auto& l : out.logs) {
+    JobLogLine j{l.job, l.rank, "", std::move(l.line), false, {}, l.t_ms};
+    j.cls = logs::ClassifyLogLine(j.line);
+    lines.push_back(std::move(j));
+  }
+  ReadKernelLog(&lines);
+  FlushEvents();
+  if (!event_store_ || (out.events.empty() && lines.empty())) return;
   std::vector<store::EventRecord> records;
-  records.reserve(out.events.size() + out.logs.size());
+  records.reserve(out.events.size() + lines.size());
   const std::string node = options_.hostname.substr(0, store::kMaxEventIdBytes);
+  const int64_t now_ms = clock_.NowMs();
   for (auto& e : out.events) {
     store::EventRecord r;
     r.t_ms = e.t_ms;
@@ -243,15 +321,32 @@ void Agent::DrainJobs() {
     if (r.fields_json.empty() && e.rank) r.fields_json = fmt::format("{{\"rank\":{}}}", *e.rank);
     records.push_back(std::move(r));
   }
-  for (auto& l : out.logs) {
+  for (auto& l : lines) {
     store::EventRecord r;
-    r.t_ms = l.t_ms;
+    r.t_ms = l.t_ms ? l.t_ms : now_ms;
     r.kind = "log";
     r.node = node;
-    r.job = l.job;
+    r.job = l.job.substr(0, store::kMaxEventIdBytes);
+    // The trace format's log sources: kernel, nccl (a job's NCCL_DEBUG output), job.
+    const char* source = l.path == "kernel" ? "kernel" : l.cls.nccl ? "nccl" : "job";
+    switch (l.cls.severity) {
+      case logs::LogLineClass::Severity::kNone:
+        break;
+      case logs::LogLineClass::Severity::kWarning:
+      case logs::LogLineClass::Severity::kError:
+        r.severity = "warning";
+        break;
+      case logs::LogLineClass::Severity::kCritical:
+        r.severity = "critical";
+        break;
+    }
+    r.fields_json = fmt::format(
+        R"({{"source":"{}","class":"{}","level":"{}"{}{}}})", source,
+        logs::LogLineKindName(l.cls.kind), logs::LogSeverityName(l.cls.severity),
+        l.job.empty() ? "" : fmt::format(R"(,"rank":{})", l.rank), l.cut ? R"(,"cut":true)" : "");
     r.message = std::move(l.line);
-    r.fields_json =
-        fmt::format("{{\"rank\":{},\"stream\":\"{}\",\"source\":\"job\"}}", l.rank, l.stream);
+    if (r.message.size() > store::kMaxEventMessageBytes)
+      r.message.resize(store::kMaxEventMessageBytes);
     records.push_back(std::move(r));
   }
   std::lock_guard<std::mutex> order(flush_mu_);

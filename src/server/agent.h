@@ -12,6 +12,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
+#include <deque>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -25,7 +26,9 @@
 #include "common/time_base.h"
 #include "jobs/job_listener.h"
 #include "jobs/job_registry.h"
+#include "logs/kmsg.h"
 #include "server/agent_state.h"
+#include "server/job_logs.h"
 #include "store/event_store.h"
 #include "store/store.h"
 
@@ -67,6 +70,9 @@ class Agent {
   // REQUIRES: before Start().
   Status StartJobListener(const jobs::JobListenerOptions& options);
   const jobs::JobRegistry& jobs() const { return jobs_; }
+  // Reads the kernel log (/dev/kmsg) for NVRM Xid lines: a second source of XID events,
+  // deduplicated against NVML's. REQUIRES: before Start().
+  Status StartKernelLog(const std::string& path);
   // The Unix socket jobs send to; "" when none.
   std::string job_socket_path() const { return listener_ ? listener_->socket_path() : ""; }
   // Starts the tier and event threads. REQUIRES: Init() succeeded.
@@ -83,6 +89,7 @@ class Agent {
   void TickJobs();
   // Routes what the registry produced (events, raw steps, log lines) to the stores; each second.
   void DrainJobs();
+  void ReadKernelLog(std::vector<JobLogLine>* lines);  // new NVRM lines; XIDs recorded
 
   template <typename F>
   auto WithState(F&& fn) const {
@@ -110,6 +117,13 @@ class Agent {
   collect::Attributor attributor_;  // used only by the processes tier
   jobs::JobRegistry jobs_;
   std::unique_ptr<jobs::JobListener> listener_;
+  JobLogs job_logs_;                        // the job drain's (tier thread)
+  std::unique_ptr<logs::KmsgReader> kmsg_;  // the job drain's (tier thread)
+  // XIDs of the last kXidDedupMs per (GPU, code) and source: NVML and the kernel log report
+  // the same error; it is counted once. Guarded by mu_.
+  static constexpr int64_t kXidDedupMs = 10000;
+  std::deque<model::GpuEvent> recent_xids_;
+  uint64_t xid_duplicates_ = 0;
   TimeBase clock_;
 
   mutable std::mutex mu_;

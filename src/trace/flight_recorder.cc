@@ -1,0 +1,135 @@
+#include "trace/flight_recorder.h"
+
+#include <algorithm>
+#include <string_view>
+#include <utility>
+
+namespace gpuwatch::trace {
+namespace {
+
+// The node's name (still JSON-escaped) when `line` is a node record in the writer's canonical
+// form {"t":<number>,"type":"node","node":"<name>",...; "" otherwise.
+std::string NodeOfNodeRecord(std::string_view line) {
+  constexpr std::string_view kStart = "{\"t\":";
+  constexpr std::string_view kType = ",\"type\":\"node\",\"node\":\"";
+  if (!line.starts_with(kStart)) return {};
+  size_t i = kStart.size();
+  while (i < line.size() && line[i] != ',') ++i;  // the t number has no comma
+  if (line.substr(i, kType.size()) != kType) return {};
+  i += kType.size();
+  const size_t begin = i;
+  while (i < line.size() && line[i] != '"') i += line[i] == '\\' ? 2 : 1;
+  if (i >= line.size() || i == begin) return {};
+  return std::string(line.substr(begin, i - begin));
+}
+
+size_t Charge(const std::string& line) { return line.size() + FlightRecorder::kLineOverheadBytes; }
+
+}  // namespace
+
+FlightRecorder::FlightRecorder(FlightRecorderOptions options) : options_(options) {}
+
+void FlightRecorder::Add(int64_t t_ms, std::string line) {
+  Entry e{t_ms, std::make_shared<const std::string>(std::move(line)), {}};
+  e.node = NodeOfNodeRecord(*e.line);
+  const size_t charge = Charge(*e.line);
+
+  std::lock_guard<std::mutex> lock(mu_);
+  const bool too_old =
+      !ring_.empty() && t_ms < ring_.back().t_ms - static_cast<int64_t>(options_.max_age.count());
+  if (too_old || charge > options_.max_bytes) {
+    ++dropped_lines_;
+    dropped_bytes_ += charge;
+    if (!e.node.empty()) {
+      auto it = pinned_.find(e.node);
+      if (it == pinned_.end() || it->second.t_ms <= t_ms) pinned_[e.node] = std::move(e);
+    }
+    return;
+  }
+  // In order (the common case): append. Late: after the last line with t <= t_ms (stable on
+  // ties); the deque then moves only the lines newer than it, a few for source jitter.
+  if (ring_.empty() || ring_.back().t_ms <= t_ms) {
+    ring_.push_back(std::move(e));
+  } else {
+    const auto pos = std::upper_bound(ring_.begin(), ring_.end(), t_ms,
+                                      [](int64_t t, const Entry& x) { return t < x.t_ms; });
+    ring_.insert(pos, std::move(e));
+  }
+  bytes_ += charge;
+  EvictLocked();
+}
+
+void FlightRecorder::DropFrontLocked() {
+  Entry& front = ring_.front();
+  const size_t charge = Charge(*front.line);
+  bytes_ -= charge;
+  ++dropped_lines_;
+  dropped_bytes_ += charge;
+  if (!front.node.empty()) {
+    // The ring is sorted, so this is the newest node record of that node to leave it.
+    const std::string node = front.node;
+    pinned_[node] = std::move(front);
+  }
+  ring_.pop_front();
+}
+
+void FlightRecorder::EvictLocked() {
+  while (bytes_ > options_.max_bytes && !ring_.empty()) DropFrontLocked();
+  if (ring_.empty()) return;
+  const int64_t min_t = ring_.back().t_ms - static_cast<int64_t>(options_.max_age.count());
+  while (!ring_.empty() && ring_.front().t_ms < min_t) DropFrontLocked();
+}
+
+std::vector<std::string> FlightRecorder::Window(int64_t from_ms, int64_t to_ms) const {
+  std::vector<std::shared_ptr<const std::string>> refs;
+  if (from_ms > to_ms) return {};
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    const auto after = [](int64_t t, const Entry& e) { return t < e.t_ms; };
+    const auto first = std::lower_bound(ring_.begin(), ring_.end(), from_ms,
+                                        [](const Entry& e, int64_t t) { return e.t_ms < t; });
+    const auto last = std::upper_bound(ring_.begin(), ring_.end(), to_ms, after);
+
+    // The node record in force at from_ms, per node: the latest one in the ring with t <=
+    // from_ms (at from_ms itself it sits inside [first, last)), else the pinned one.
+    std::map<std::string_view, const Entry*> in_force;
+    for (const auto& [node, e] : pinned_) in_force[node] = &e;
+    const auto upto = std::upper_bound(ring_.begin(), ring_.end(), from_ms, after);
+    for (auto it = ring_.begin(); it != upto; ++it)
+      if (!it->node.empty()) in_force[it->node] = &*it;
+    std::vector<const Entry*> header;
+    header.reserve(in_force.size());
+    for (const auto& [node, e] : in_force) header.push_back(e);
+    std::stable_sort(header.begin(), header.end(),
+                     [](const Entry* a, const Entry* b) { return a->t_ms < b->t_ms; });
+
+    refs.reserve(header.size() + static_cast<size_t>(last - first));
+    for (const Entry* e : header) refs.push_back(e->line);
+    for (auto it = first; it < last; ++it) {
+      if (!it->node.empty() && std::find(header.begin(), header.end(), &*it) != header.end())
+        continue;  // a node record at exactly from_ms, already first
+      refs.push_back(it->line);
+    }
+  }
+  std::vector<std::string> out;
+  out.reserve(refs.size());
+  for (const auto& r : refs) out.push_back(*r);
+  return out;
+}
+
+FlightRecorderStats FlightRecorder::Stats() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  FlightRecorderStats s;
+  s.lines = ring_.size();
+  s.bytes = bytes_;
+  s.pinned_node_records = pinned_.size();
+  s.dropped_lines = dropped_lines_;
+  s.dropped_bytes = dropped_bytes_;
+  if (!ring_.empty()) {
+    s.oldest_t_ms = ring_.front().t_ms;
+    s.newest_t_ms = ring_.back().t_ms;
+  }
+  return s;
+}
+
+}  // namespace gpuwatch::trace

@@ -142,10 +142,10 @@ std::string DefaultAgentUrl() {
   return env && *env ? env : "http://127.0.0.1:9470";
 }
 
-Result<json> AgentGetJson(const std::string& agent_url, const std::string& path) {
+Result<std::string> AgentGet(const std::string& agent_url, const std::string& path) {
   httplib::Client c(agent_url);
   c.set_connection_timeout(3);
-  c.set_read_timeout(10);
+  c.set_read_timeout(30);
   auto res = c.Get(path);
   if (!res)
     return Status::Unavailable("no agent answers at " + agent_url + " (" +
@@ -154,7 +154,13 @@ Result<json> AgentGetJson(const std::string& agent_url, const std::string& path)
   if (res->status == 404) return Status::NotFound(path + ": not found at " + agent_url);
   if (res->status != 200)
     return Status::Unavailable(fmt::format("{}{}: HTTP {}", agent_url, path, res->status));
-  json j = json::parse(res->body, nullptr, false);
+  return std::move(res->body);
+}
+
+Result<json> AgentGetJson(const std::string& agent_url, const std::string& path) {
+  auto body = AgentGet(agent_url, path);
+  if (!body.ok()) return body.status();
+  json j = json::parse(*body, nullptr, false);
   if (j.is_discarded()) return Status::Corruption(agent_url + path + ": reply is not JSON");
   return j;
 }

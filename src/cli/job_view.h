@@ -22,6 +22,8 @@ std::string EncodePathSegment(const std::string& s);
 
 // The agent's HTTP endpoint: "http://127.0.0.1:9470" (the default; GPUWATCH_AGENT overrides).
 std::string DefaultAgentUrl();
+// GET `path`: the body. Unavailable when no agent answers, NotFound on 404.
+Result<std::string> AgentGet(const std::string& agent_url, const std::string& path);
 // GET `path`; the body parsed as JSON. Unavailable when no agent answers, NotFound on 404.
 Result<nlohmann::json> AgentGetJson(const std::string& agent_url, const std::string& path);
 // POST one annotation event (kind "annotation"), optionally about one job.

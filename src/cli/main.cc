@@ -13,6 +13,7 @@
 
 #include "cli/config_file.h"
 #include "cli/job_view.h"
+#include "cli/record.h"
 #include "cli/status_view.h"
 #include "cli/store_admin.h"
 #include "collect/nvml_source.h"
@@ -330,7 +331,15 @@ int RunAgent(CLI::App* app, AgentFlags* flags) {
   jl.socket_path = flags->job_socket;
   jl.udp = flags->job_udp;
   jl.tcp = flags->job_tcp;
-  if (Status st = agent.StartJobListener(jl); !st.ok()) return Fail(st);
+  if (Status st = agent.StartJobListener(jl); !st.ok()) {
+    // Another agent already answers at the default path: jobs report to it. Only a socket
+    // asked for by name is worth refusing to start over.
+    if (st.code() != StatusCode::kUnavailable || jl.socket_path != jobs::kDefaultJobSocket)
+      return Fail(st);
+    GW_LOG_WARN("{}; this agent takes no job reports on a Unix socket", st.message());
+    jl.socket_path = "off";
+    if (Status st2 = agent.StartJobListener(jl); !st2.ok()) return Fail(st2);
+  }
   if (flags->kmsg != "off") {
     // Reading the kernel log needs CAP_SYSLOG where dmesg_restrict=1: without it NVML's event
     // set is the only XID source, which is no reason to stop.
@@ -447,6 +456,17 @@ int Main(int argc, char** argv) {
   annotate_cmd->add_option("--job", annotate_job, "The job it concerns");
   annotate_cmd->add_option("--agent", agent_url, "The agent's URL");
 
+  RecordOptions rec;
+  rec.agent_url = agent_url;
+  std::string rec_duration;
+  auto* record_cmd = app.add_subcommand(
+      "record", "Write the agent's records for the next DURATION in the trace format");
+  record_cmd->add_option("--duration", rec_duration, "How long to record (30s, 10m, 2h)")
+      ->required();
+  record_cmd->add_option("--out", rec.out, "Trace file to write (.jsonl, or .jsonl.gz)")
+      ->required();
+  record_cmd->add_option("--agent", rec.agent_url, "The agent's URL");
+
   auto* docs = app.add_subcommand("docs", "Print generated documentation");
   docs->require_subcommand(1);
   auto* docs_metrics = docs->add_subcommand("metrics", "docs/metrics.md, from the metric catalog");
@@ -474,6 +494,12 @@ int Main(int argc, char** argv) {
     else
       std::cout << (jobs_cmd->parsed() ? RenderJobsTable(*j) : RenderJobTable(*j));
     return 0;
+  }
+  if (record_cmd->parsed()) {
+    auto ms = ParseDurationMs(rec_duration);
+    if (!ms.ok()) return Fail(ms.status());
+    rec.duration_ms = *ms;
+    return RunRecord(rec, std::cout, std::cerr);
   }
   if (annotate_cmd->parsed()) {
     if (Status st = AgentAnnotate(agent_url, annotate_text, annotate_job); !st.ok())

@@ -12,6 +12,7 @@
 #include "server/event_api.h"
 #include "server/job_metrics.h"
 #include "server/store_sink.h"
+#include "trace/trace_writer.h"
 
 namespace gpuwatch::server {
 
@@ -22,7 +23,8 @@ Agent::Agent(AgentOptions options, std::unique_ptr<collect::GpuSource> gpu)
       gpu_(std::move(gpu)),
       host_(options_.root_dir),
       attributor_(options_.root_dir, options_.job_env_var),
-      jobs_(options_.jobs, jobs::ProcfsProbe(options_.root_dir)) {
+      jobs_(options_.jobs, jobs::ProcfsProbe(options_.root_dir)),
+      recorder_(trace::FlightRecorderOptions{options_.recorder_bytes, options_.snapshot_window}) {
   state_.hostname = options_.hostname;
   state_.version = options_.version;
   state_.model_label = options_.model_label;
@@ -87,6 +89,34 @@ void Agent::RecordEvent(model::GpuEvent e) {
     storm.suppressed = 0;
   }
   storm.last_kept_ms = e.time_ms;
+  {
+    std::optional<trace::EventKind> kind;
+    switch (e.kind) {
+      case model::GpuEventKind::kXid:
+        kind = trace::EventKind::kXid;
+        break;
+      case model::GpuEventKind::kEccSingleBit:
+      case model::GpuEventKind::kEccDoubleBit:
+        kind = trace::EventKind::kEcc;
+        break;
+      case model::GpuEventKind::kGpuLost:
+        kind = trace::EventKind::kGpuLost;
+        break;
+      case model::GpuEventKind::kGpuRecovered:
+        break;
+    }
+    std::optional<unsigned> gpu;
+    if (e.gpu_index != model::kUnknownGpu) gpu = e.gpu_index;
+    if (kind)
+      recorder_.Add(
+          e.time_ms,
+          trace::EventRecordLine(
+              e.time_ms, options_.hostname, gpu, *kind,
+              e.kind == model::GpuEventKind::kXid ? std::optional(e.code) : std::nullopt, e.text));
+    // A lost GPU takes its job down: keep the minutes before it (R22).
+    if (e.kind == model::GpuEventKind::kGpuLost)
+      snapshots_due_.push_back({e.time_ms + 5000, "gpu_lost", ""});
+  }
   GW_LOG_WARN("GPU {} event {}: {}", e.gpu_index, model::GpuEventKindName(e.kind), e.text);
   if (event_store_) unstored_events_.push_back(e);
   state_.recent_events.push_back(std::move(e));
@@ -122,6 +152,27 @@ void Agent::TickGpu() {
     }
   }
   const double secs = std::chrono::duration<double>(Clock::now() - start).count();
+  // Trace form for the flight recorder: a node record first and every 10 minutes (it carries
+  // the limits a sample knows), then one gpu record per GPU.
+  prev_gpu_samples_.resize(n);
+  if (node_record_ms_ == 0 || now_ms - node_record_ms_ >= 10 * 60 * 1000) {
+    node_record_ms_ = now_ms;
+    trace::NodeExtras extras;
+    for (size_t i = 0; i < n; ++i)
+      extras.gpus.push_back(trace::NodeGpuExtraFromSample(devices[i].index, samples[i]));
+    recorder_.Add(now_ms,
+                  trace::NodeRecord(now_ms, options_.hostname, gpu_->System(), devices, extras));
+  }
+  for (size_t i = 0; i < n; ++i) {
+    if (samples[i].time_ms == 0) continue;
+    const model::GpuSample* prev =
+        prev_gpu_samples_[i].time_ms != 0 ? &prev_gpu_samples_[i] : nullptr;
+    recorder_.Add(samples[i].time_ms,
+                  trace::GpuRecord(options_.hostname, devices[i].index, samples[i], prev));
+    for (auto& m : trace::MigRecords(options_.hostname, devices[i].index, samples[i]))
+      recorder_.Add(samples[i].time_ms, std::move(m));
+    prev_gpu_samples_[i] = samples[i];
+  }
   std::vector<store::Head::Input> to_store;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -172,6 +223,11 @@ void Agent::TickHost() {
   model::HostSample h;
   Status st = host_.Collect(clock_.NowMs(), &h);
   const double secs = std::chrono::duration<double>(Clock::now() - start).count();
+  if (st.ok()) {
+    recorder_.Add(h.time_ms,
+                  trace::HostRecord(options_.hostname, h, prev_host_ ? &*prev_host_ : nullptr));
+    prev_host_ = h;
+  }
   std::vector<store::Head::Input> to_store;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -202,7 +258,10 @@ void Agent::TickProcesses() {
     for (auto& p : procs) refs.push_back({static_cast<unsigned>(i), p});
   }
   auto attributed = attributor_.Attribute(refs, devices);
-  jobs_.Tick(clock_.NowMs(), attributed);
+  const int64_t now_ms = clock_.NowMs();
+  jobs_.Tick(now_ms, attributed);
+  for (const auto& p : attributed)
+    recorder_.Add(now_ms, trace::ProcRecord(now_ms, options_.hostname, p));
   const double secs = std::chrono::duration<double>(Clock::now() - start).count();
   std::lock_guard<std::mutex> lock(mu_);
   state_.processes = std::move(attributed);
@@ -288,6 +347,54 @@ void Agent::ReadKernelLog(std::vector<JobLogLine>* lines) {
   }
 }
 
+void Agent::RecordTrace(const jobs::JobOutputs& out, const std::vector<JobLogLine>& lines) {
+  const std::string& node = options_.hostname;
+  for (const auto& e : out.events) {
+    if (e.kind == "job_start" || e.kind == "job_end") {
+      trace::JobLifecycle j;
+      j.job = e.job;
+      j.state = e.kind == "job_start" ? trace::JobState::kStart : trace::JobState::kEnd;
+      if (auto v = jobs_.Job(e.job)) {
+        if (j.state == trace::JobState::kStart) {
+          j.template_name = v->template_name;
+          j.user = v->user;
+          j.project = v->project;
+          j.ranks = v->world_size;
+          if (!v->gpus.empty()) j.gpus = v->gpus;
+        } else {
+          // The job's exit code: the first failing rank's, else 0 when every rank said 0.
+          bool all_known = true;
+          for (const auto& r : v->ranks) {
+            if (r.exit_code && *r.exit_code != 0 && !j.exit_code) j.exit_code = r.exit_code;
+            all_known &= r.exit_code.has_value();
+          }
+          if (!j.exit_code && all_known) j.exit_code = 0;
+        }
+      }
+      recorder_.Add(e.t_ms, trace::JobRecord(e.t_ms, node, j));
+    } else if (e.kind == "checkpoint_start" || e.kind == "checkpoint_end" ||
+               e.kind == "annotation") {
+      const trace::EventKind k = e.kind == "annotation"         ? trace::EventKind::kAnnotation
+                                 : e.kind == "checkpoint_start" ? trace::EventKind::kCheckpointStart
+                                                                : trace::EventKind::kCheckpointEnd;
+      recorder_.Add(e.t_ms, trace::EventRecordLine(e.t_ms, node, std::nullopt, k, std::nullopt,
+                                                   e.message, e.job));
+    }
+  }
+  for (const auto& s : out.steps)
+    recorder_.Add(s.t_ms, trace::StepRecord(s.t_ms, node, s.job, s.rank, s.gpu, s.step));
+  const int64_t now_ms = clock_.NowMs();
+  for (const auto& l : lines) {
+    const trace::LogSource src = l.path == "kernel" ? trace::LogSource::kKernel
+                                 : l.cls.nccl       ? trace::LogSource::kNccl
+                                                    : trace::LogSource::kJob;
+    const int64_t t = l.t_ms ? l.t_ms : now_ms;
+    recorder_.Add(
+        t, trace::LogRecord(t, node, l.job, l.job.empty() ? std::nullopt : std::optional(l.rank),
+                            src, l.line));
+  }
+}
+
 void Agent::DrainJobs() {
   jobs::JobOutputs out = jobs_.TakeOutputs();
   if (store_ && !out.steps.empty()) StoreTick(RawStepSeries(options_.hostname, out.steps));
@@ -304,6 +411,32 @@ void Agent::DrainJobs() {
   }
   ReadKernelLog(&lines);
   FlushEvents();
+  RecordTrace(out, lines);
+  // Failures are snapshotted a few seconds late, so the dying lines of their logs are in.
+  std::vector<SnapshotDue> due;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const auto& e : out.events) {
+      if (e.kind == "job_end" && e.severity == "critical")
+        snapshots_due_.push_back({e.t_ms + 5000, "job_failed", e.job});
+      else if (e.kind == "job_hung")
+        snapshots_due_.push_back({e.t_ms + 5000, "job_hung", e.job});
+    }
+    const int64_t now = clock_.NowMs();
+    for (auto it = snapshots_due_.begin(); it != snapshots_due_.end();) {
+      if (it->due_ms <= now || stopping_drain_) {
+        due.push_back(std::move(*it));
+        it = snapshots_due_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+  }
+  for (const auto& d : due) {
+    if (!snapshots_) continue;
+    auto r = snapshots_->Take(d.reason, d.job, clock_.NowMs());
+    if (!r.ok()) GW_LOG_INFO("no {} snapshot for {}: {}", d.reason, d.job, r.status().message());
+  }
   if (!event_store_ || (out.events.empty() && lines.empty())) return;
   std::vector<store::EventRecord> records;
   records.reserve(out.events.size() + lines.size());
@@ -371,6 +504,17 @@ void Agent::Start() {
     std::lock_guard<std::mutex> lock(stop_mu_);
     stopping_ = false;
   }
+  if (!options_.data_dir.empty() && !snapshots_) {
+    SnapshotOptions so;
+    so.dir = options_.data_dir + "/snapshots";
+    so.window_ms = options_.snapshot_window.count();
+    snapshots_ = std::make_unique<SnapshotManager>(so, &recorder_, event_store_, options_.hostname);
+    if (Status st = snapshots_->Open(); !st.ok()) {
+      GW_LOG_ERROR("failure snapshots are off: {}", st.message());
+      snapshots_.reset();
+    }
+  }
+  stopping_drain_ = false;
   tiers_thread_ = std::thread([this] { RunTiers(); });
   if (gpu_ready_) events_thread_ = std::thread([this] { RunEvents(); });
 }
@@ -385,7 +529,11 @@ void Agent::Stop() {
   if (tiers_thread_.joinable()) tiers_thread_.join();
   if (events_thread_.joinable()) events_thread_.join();
   if (listener_) listener_->Stop();
-  if (was_running) DrainJobs();  // what the last second of jobs reported
+  if (was_running) {
+    stopping_drain_ = true;  // snapshots still due are taken now
+    DrainJobs();             // what the last second of jobs reported
+  }
+  if (snapshots_) snapshots_->Stop();
 }
 
 void Agent::RunTiers() {

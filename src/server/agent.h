@@ -29,8 +29,10 @@
 #include "logs/kmsg.h"
 #include "server/agent_state.h"
 #include "server/job_logs.h"
+#include "server/snapshots.h"
 #include "store/event_store.h"
 #include "store/store.h"
+#include "trace/flight_recorder.h"
 
 namespace gpuwatch::server {
 
@@ -48,6 +50,10 @@ struct AgentOptions {
   // The task-level line (R5): the job tier closes a statistics window each job_interval.
   std::chrono::milliseconds job_interval{15000};
   jobs::JobRegistryOptions jobs;
+  // The flight recorder keeps this much of everything in trace form (R22, `gpuwatch record`);
+  // failure snapshots hold the same window.
+  std::chrono::milliseconds snapshot_window{15 * 60 * 1000};
+  size_t recorder_bytes = size_t{64} << 20;
 };
 
 class Agent {
@@ -75,6 +81,12 @@ class Agent {
   Status StartKernelLog(const std::string& path);
   // The Unix socket jobs send to; "" when none.
   std::string job_socket_path() const { return listener_ ? listener_->socket_path() : ""; }
+  // The last records in trace form, [from_ms, to_ms] (the flight recorder).
+  std::vector<std::string> TraceWindow(int64_t from_ms, int64_t to_ms) const {
+    return recorder_.Window(from_ms, to_ms);
+  }
+  // Failure snapshots; null without a data dir.
+  SnapshotManager* snapshots() const { return snapshots_.get(); }
   // Starts the tier and event threads. REQUIRES: Init() succeeded.
   void Start();
   // Stops and joins the threads; idempotent.
@@ -124,6 +136,18 @@ class Agent {
   static constexpr int64_t kXidDedupMs = 10000;
   std::deque<model::GpuEvent> recent_xids_;
   uint64_t xid_duplicates_ = 0;
+  trace::FlightRecorder recorder_;
+  std::unique_ptr<SnapshotManager> snapshots_;
+  std::vector<model::GpuSample> prev_gpu_samples_;  // tier thread: rates for trace records
+  std::optional<model::HostSample> prev_host_;      // tier thread
+  int64_t node_record_ms_ = 0;                      // tier thread: last node record
+  struct SnapshotDue {
+    int64_t due_ms;
+    std::string reason, job;
+  };
+  std::vector<SnapshotDue> snapshots_due_;  // guarded by mu_
+  bool stopping_drain_ = false;             // written only while the tier thread is not running
+  void RecordTrace(const jobs::JobOutputs& out, const std::vector<JobLogLine>& lines);
   TimeBase clock_;
 
   mutable std::mutex mu_;

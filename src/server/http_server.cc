@@ -3,6 +3,8 @@
 #include <httplib.h>
 
 #include <chrono>
+#include <cmath>
+#include <cstdio>
 
 #include "common/log.h"
 #include "common/time_base.h"
@@ -90,6 +92,91 @@ Status HttpServer::Start(const ListenAddress& addr) {
     json_route("/api/v1/events", &EventsJson);
   }
   json_route("/api/v1/host", &HostJson);
+  // The flight recorder's window in trace form (`gpuwatch record` polls this). start/end in Unix
+  // seconds; default the last 15 minutes.
+  srv.Get("/api/v1/trace", [agent](const httplib::Request& req, httplib::Response& res) {
+    const int64_t now_ms = WallClockMs();
+    auto param_ms = [&](const char* name, int64_t def) -> std::optional<int64_t> {
+      if (!req.has_param(name)) return def;
+      const std::string v = req.get_param_value(name);
+      char* end = nullptr;
+      double secs = std::strtod(v.c_str(), &end);
+      if (v.empty() || *end != '\0' || !std::isfinite(secs)) return std::nullopt;
+      return static_cast<int64_t>(secs * 1000);
+    };
+    auto start = param_ms("start", now_ms - 15 * 60 * 1000);
+    auto end = param_ms("end", now_ms);
+    if (!start || !end) {
+      res.status = 400;
+      res.set_content(R"({"error":"start and end are Unix seconds"})", "application/json");
+      return;
+    }
+    std::string body;
+    for (const auto& line : agent->TraceWindow(*start, *end)) {
+      body += line;
+      body += '\n';
+    }
+    res.set_content(std::move(body), "application/x-ndjson");
+  });
+  srv.Get("/api/v1/snapshots", [agent](const httplib::Request&, httplib::Response& res) {
+    nlohmann::json j = {{"snapshots", nlohmann::json::array()}};
+    if (auto* s = agent->snapshots()) {
+      for (const auto& i : s->List())
+        j["snapshots"].push_back({{"id", i.id},
+                                  {"reason", i.reason},
+                                  {"job", i.job},
+                                  {"node", i.node},
+                                  {"t_ms", i.t_ms},
+                                  {"from_ms", i.from_ms},
+                                  {"records", i.records},
+                                  {"job_log_lines", i.job_log_lines},
+                                  {"state", i.state},
+                                  {"error", i.error},
+                                  {"trace", "/api/v1/snapshots/" + i.id + "/trace.jsonl.gz"},
+                                  {"job_log", "/api/v1/snapshots/" + i.id + "/job.log"}});
+    }
+    res.set_content(DumpJson(j, 2), "application/json");
+  });
+  srv.Post("/api/v1/snapshots", [agent](const httplib::Request& req, httplib::Response& res) {
+    auto* s = agent->snapshots();
+    if (!s) {
+      res.status = 404;
+      res.set_content(R"({"error":"no --data-dir: snapshots are off"})", "application/json");
+      return;
+    }
+    std::string job = req.has_param("job") ? req.get_param_value("job") : "";
+    auto r = s->Take("manual", job.substr(0, 256), WallClockMs(), /*manual=*/true);
+    if (!r.ok()) {
+      res.status = r.status().code() == StatusCode::kResourceExhausted ? 429 : 500;
+      res.set_content(DumpJson({{"error", r.status().message()}}), "application/json");
+      return;
+    }
+    res.status = 202;
+    res.set_content(DumpJson({{"id", r->id}, {"records", r->records}}), "application/json");
+  });
+  srv.Get(R"(/api/v1/snapshots/([^/]+)/([a-z.]+))",
+          [agent](const httplib::Request& req, httplib::Response& res) {
+            auto* s = agent->snapshots();
+            auto path = s ? s->FilePath(req.matches[1].str(), req.matches[2].str())
+                          : Result<std::string>(Status::NotFound("snapshots are off"));
+            if (!path.ok()) {
+              res.status = 404;
+              res.set_content(DumpJson({{"error", path.status().message()}}), "application/json");
+              return;
+            }
+            std::FILE* f = std::fopen(path->c_str(), "rb");
+            if (!f) {
+              res.status = 404;
+              return;
+            }
+            std::string body;
+            char buf[1 << 16];
+            for (size_t n; (n = std::fread(buf, 1, sizeof(buf), f)) > 0;) body.append(buf, n);
+            std::fclose(f);
+            res.set_content(std::move(body), req.matches[2].str() == "trace.jsonl.gz"
+                                                 ? "application/gzip"
+                                                 : "text/plain; charset=utf-8");
+          });
   srv.Get("/api/v1/jobs", [agent](const httplib::Request&, httplib::Response& res) {
     res.set_content(DumpJson(JobsJson(agent->jobs().Jobs(), agent->job_socket_path()), 2),
                     "application/json");

@@ -16,7 +16,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   DatagramResult s = ParseJobDatagram(in, kNow, /*stream=*/true);
   // Whatever parsed must also be safe to apply, verified sender or not.
   static JobRegistry* registry = new JobRegistry(JobRegistryOptions{}, [](uint32_t) {
-    return std::optional<ProcInfo>(ProcInfo{1000, 1, 'S'});
+    return std::optional<ProcInfo>(ProcInfo{1000, 1, 'S', {}});
   });
   for (const auto& m : d.messages) (void)registry->Accept(m, Sender{4242, 1000}, 1764460800000);
   for (const auto& m : s.messages) (void)registry->Accept(m, Sender{}, 1764460800000);

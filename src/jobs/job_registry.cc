@@ -72,6 +72,7 @@ ProcProbe ProcfsProbe(std::string root_dir) {
     auto ids = collect::ParseStatusIds(*status);
     if (!ids.uid) return std::nullopt;
     info.uid = *ids.uid;
+    info.nspid = std::move(ids.nspid);
     return info;
   };
 }
@@ -136,7 +137,14 @@ std::optional<RejectReason> JobRegistry::Accept(const model::JobMessage& m, cons
   // process (a launcher reporting for its child) only of its own uid.
   std::optional<uint32_t> pid = sender.pid;
   bool verified = sender.verified();
-  if (m.pid && (!sender.pid || *m.pid != *sender.pid)) {
+  bool claim = m.pid && (!sender.pid || *m.pid != *sender.pid);
+  if (claim && verified) {
+    // A client in a container knows itself by its namespace's pid; the kernel told us the
+    // host's. The same process, named from inside.
+    auto self = probe_ ? probe_(*sender.pid) : std::nullopt;
+    if (self && !self->nspid.empty() && self->nspid.back() == *m.pid) claim = false;
+  }
+  if (claim) {
     if (verified && sender.uid && *sender.uid != 0) {
       auto info = probe_ ? probe_(*m.pid) : std::nullopt;
       if (!info || info->uid != *sender.uid) return reject(RejectReason::kPidNotOwned);

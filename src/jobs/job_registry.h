@@ -42,6 +42,7 @@ struct ProcInfo {
   uint32_t uid = 0;
   uint64_t start_time = 0;  // clock ticks since boot (/proc/PID/stat field 22): detects reuse
   char state = 'R';         // /proc/PID/stat field 3: 'T' stopped, 'Z' zombie, …
+  std::vector<uint32_t> nspid;  // "NSpid:" outermost first: the pid inside its container last
 };
 // nullopt: no such process.
 using ProcProbe = std::function<std::optional<ProcInfo>(uint32_t pid)>;

@@ -55,9 +55,9 @@ std::vector<std::string> Kinds(const JobOutputs& o) {
 class JobRegistryTest : public ::testing::Test {
  protected:
   JobRegistryTest() {
-    procs.procs[100] = {1000, 5, 'S'};
-    procs.procs[101] = {1000, 6, 'S'};
-    procs.procs[200] = {0, 7, 'S'};
+    procs.procs[100] = {1000, 5, 'S', {}};
+    procs.procs[101] = {1000, 6, 'S', {}};
+    procs.procs[200] = {0, 7, 'S', {}};
   }
   JobRegistry Make(JobRegistryOptions o = {}) { return JobRegistry(o, procs.Probe()); }
   FakeProcs procs;
@@ -111,7 +111,7 @@ TEST_F(JobRegistryTest, DuplicateAndOutOfOrderStepsAreRejected) {
   EXPECT_EQ(c.rejected[static_cast<size_t>(RejectReason::kDuplicate)], 1u);
   EXPECT_EQ(c.rejected[static_cast<size_t>(RejectReason::kOutOfOrder)], 1u);
   // A restart (a start from a new pid) begins a new step sequence.
-  procs.procs[102] = {1000, 9, 'S'};
+  procs.procs[102] = {1000, 9, 'S', {}};
   EXPECT_FALSE(reg.Accept(Start("j", 0), {102, 1000}, kT0 + 1));
   EXPECT_FALSE(reg.Accept(Step("j", 0, 0, 0.1, kT0 + 2), {102, 1000}, kT0 + 2));
   // The same pid sending its start again (the SDK's periodic refresh) is no restart.
@@ -131,6 +131,13 @@ TEST_F(JobRegistryTest, AClientCannotClaimAnotherUsersPid) {
   EXPECT_FALSE(reg.Accept(m, {100, 1000}, kT0));
   EXPECT_EQ(reg.Job("j")->ranks[0].pid, 101u);
   EXPECT_TRUE(reg.Job("j")->ranks[0].pid_verified);
+  // A containerized client names itself by its namespace pid: the same process.
+  procs.procs[100].nspid = {100, 7};
+  m.rank = 3;
+  m.pid = 7;
+  EXPECT_FALSE(reg.Accept(m, {100, 1000}, kT0));
+  EXPECT_EQ(reg.Job("j")->ranks.back().rank, 3u);
+  EXPECT_EQ(reg.Job("j")->ranks.back().pid, 100u);
   // Root may name any process.
   m.rank = 1;
   m.pid = 101;
@@ -139,6 +146,7 @@ TEST_F(JobRegistryTest, AClientCannotClaimAnotherUsersPid) {
   m.rank = 2;
   m.pid = 200;
   EXPECT_FALSE(reg.Accept(m, Sender{}, kT0));
+  EXPECT_EQ(reg.Job("j")->ranks[2].rank, 2u);
   EXPECT_FALSE(reg.Job("j")->ranks[2].pid_verified);
 }
 

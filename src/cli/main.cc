@@ -58,6 +58,7 @@ struct AgentFlags {
   std::string job_interval = "15s";
   std::string job_hang_factor = "10";
   std::string job_hang_min = "60s";
+  std::string job_hang_in_phase = "10m";
   std::string job_raw_steps_hz = "20";
   std::string kmsg = "/dev/kmsg";
 };
@@ -137,6 +138,9 @@ void AddAgentFlags(CLI::App* app, AgentFlags* f) {
   app->add_option("--job-hang-factor", f->job_hang_factor,
                   "A job is hung after no step for this many median step times (default 10)");
   app->add_option("--job-hang-min", f->job_hang_min, "… and at least this long (default 60s)");
+  app->add_option("--job-hang-in-phase", f->job_hang_in_phase,
+                  "Hung while in a phase such as eval or checkpoint only after this long "
+                  "(default 10m)");
   app->add_option("--job-raw-steps-hz", f->job_raw_steps_hz,
                   "Raw steps kept per rank per second at most (default 20)");
   app->add_option("--kmsg", f->kmsg,
@@ -176,6 +180,7 @@ Status ApplyConfig(CLI::App* app, AgentFlags* f) {
                                                 {"job-interval", &f->job_interval},
                                                 {"job-hang-factor", &f->job_hang_factor},
                                                 {"job-hang-min", &f->job_hang_min},
+                                                {"job-hang-in-phase", &f->job_hang_in_phase},
                                                 {"job-raw-steps-hz", &f->job_raw_steps_hz},
                                                 {"kmsg", &f->kmsg},
                                                 {"log-level", &f->log_level}};
@@ -218,6 +223,9 @@ Result<server::AgentOptions> MakeOptions(const AgentFlags& f) {
   auto hang_min = ParseDurationMs(f.job_hang_min);
   if (!hang_min.ok()) return hang_min.status();
   o.jobs.hang_min_ms = *hang_min;
+  auto hang_in_phase = ParseDurationMs(f.job_hang_in_phase);
+  if (!hang_in_phase.ok()) return hang_in_phase.status();
+  o.jobs.hang_in_phase_ms = *hang_in_phase;
   auto positive = [](const std::string& flag, const std::string& text) -> Result<double> {
     char* end = nullptr;
     double v = std::strtod(text.c_str(), &end);

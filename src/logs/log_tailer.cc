@@ -100,6 +100,7 @@ Status LogTailer::Open(bool from_end) {
   dev_ = st.st_dev;
   ino_ = st.st_ino;
   offset_ = 0;
+  tail_.clear();
   if (from_end && st.st_size > 0) {
     offset_ = static_cast<uint64_t>(st.st_size);
     // Starting mid-line: the rest of that line is a piece, not a line.
@@ -126,10 +127,22 @@ Status LogTailer::Poll(std::vector<TailedLine>* out) {
     const bool path_exists = ::stat(path_.c_str(), &path_st) == 0;
 
     struct stat fd_st {};
-    if (::fstat(fd_, &fd_st) == 0 && static_cast<uint64_t>(fd_st.st_size) < offset_) {
+    const bool have_st = ::fstat(fd_, &fd_st) == 0;
+    const uint64_t size = have_st ? static_cast<uint64_t>(fd_st.st_size) : 0;
+    // Truncated and rewritten past the old length between two polls looks like growth; the
+    // last bytes read before the offset tell them apart (one small pread when the file grew).
+    bool rewritten = false;
+    if (have_st && size > offset_ && !tail_.empty() && offset_ >= tail_.size()) {
+      std::string now(tail_.size(), '\0');
+      const ssize_t n =
+          ::pread(fd_, now.data(), now.size(), static_cast<off_t>(offset_ - tail_.size()));
+      rewritten = n == static_cast<ssize_t>(now.size()) && now != tail_;
+    }
+    if (have_st && (size < offset_ || rewritten)) {
       // The bytes after the held partial line are gone; what is held is all there will be.
       EmitHeld(out);
       offset_ = 0;
+      tail_.clear();
       ++stats_.truncations;
     }
     Status st = Drain(&budget, out);
@@ -161,6 +174,14 @@ Status LogTailer::Drain(size_t* budget, std::vector<TailedLine>* out) {
     if (n == 0) break;
     offset_ += static_cast<uint64_t>(n);
     *budget -= static_cast<size_t>(n);
+    // Remember the last bytes before the offset (see the truncation check in Poll).
+    const size_t keep = std::min<size_t>(kTailCheckBytes, static_cast<size_t>(n));
+    if (keep == kTailCheckBytes) {
+      tail_.assign(buf_.data() + n - keep, keep);
+    } else {
+      tail_.append(buf_.data(), keep);
+      if (tail_.size() > kTailCheckBytes) tail_.erase(0, tail_.size() - kTailCheckBytes);
+    }
     stats_.bytes += static_cast<uint64_t>(n);
     Consume(buf_.data(), static_cast<size_t>(n), out);
     // A regular file reads short only at its end: skip the pread that would return 0.

@@ -15,7 +15,8 @@
 //  * After copytruncate, a writer without O_APPEND keeps its old offset, so the file grows a
 //    hole of NUL bytes that is read as text. `>>` redirections use O_APPEND and are safe.
 //  * A truncate followed by more writes than were there before, all between two Polls, looks
-//    like growth; nothing identifies the file's content.
+//    like growth; it is told apart by the last 32 bytes read before the offset, which a
+//    rewrite changes — unless it wrote those very bytes again at the same place.
 //
 // No I/O happens in the constructor; the first Poll is the tailer's start.
 //
@@ -115,6 +116,8 @@ class LogTailer {
   std::string partial_;       // bytes of the line under way
   bool partial_cut_ = false;  // the line under way already had pieces handed out
   std::string buf_;           // read buffer, reused
+  static constexpr size_t kTailCheckBytes = 32;
+  std::string tail_;  // the last (up to) kTailCheckBytes bytes before offset_
   StatusCode last_error_code_ = StatusCode::kOk;
   std::string last_error_message_;
   LogTailerStats stats_;

@@ -149,6 +149,23 @@ TEST_F(LogTailerTest, CopyTruncateRestartsAtZero) {
   EXPECT_EQ(t.stats().rotations, 0u);
 }
 
+TEST_F(LogTailerTest, TruncatedAndRewrittenLongerBetweenPollsIsATruncation) {
+  const int w = OpenWriter(path_);
+  Write(w, "after rotation\n");
+  LogTailer t(path_);
+  EXPECT_EQ(PollTexts(t), Lines{"after rotation"});
+  // `: > log; echo ... >> log` between two polls: longer than before, so the size alone
+  // says "grew"; the bytes before the old offset say "rewritten".
+  ASSERT_EQ(::truncate(path_.c_str(), 0), 0);
+  Write(w, "after truncation, longer\n");
+  EXPECT_EQ(PollTexts(t), Lines{"after truncation, longer"});
+  EXPECT_EQ(t.stats().truncations, 1u);
+  // Plain growth is no truncation.
+  Write(w, "more\n");
+  EXPECT_EQ(PollTexts(t), Lines{"more"});
+  EXPECT_EQ(t.stats().truncations, 1u);
+}
+
 TEST_F(LogTailerTest, DeletedAndRecreatedIsANewFile) {
   int w = OpenWriter(path_);
   Write(w, "first life with a long line\n");

@@ -7,6 +7,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <limits>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <tuple>
@@ -481,7 +482,8 @@ Result<NodeFacts> NodeFactsFromJson(std::string_view text, const std::string& wh
       for (const json& g : *gpus) {
         if (!g.is_object()) throw Damaged("a GPU is not a JSON object");
         const auto index = g.find("index");
-        if (index == g.end() || !index->is_number_unsigned()) {
+        if (index == g.end() || !index->is_number_unsigned() ||
+            index->get<uint64_t>() > std::numeric_limits<unsigned>::max()) {
           throw Damaged("a GPU has no \"index\"");
         }
         GpuFacts gf;

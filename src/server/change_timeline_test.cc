@@ -198,6 +198,7 @@ TEST(NodeFactsTest, DamagedFileIsCorruptionNamingTheFile) {
       R"({"format":1,"gpus":[1]})",
       R"({"format":1,"gpus":[{"uuid":"GPU-a"}]})",
       R"({"format":1,"gpus":[{"index":-1}]})",
+      R"({"format":1,"gpus":[{"index":4294967296}]})",
       R"({"format":1,"gpus":[{"index":0},{"index":0}]})",
       R"({"format":1,"gpus":[{"index":0,"mig_enabled":"yes"}]})",
       std::string(R"({"format":1,"driver_version":"5)") + '\0' + "\"}",  // NUL in a string
@@ -215,7 +216,9 @@ TEST(NodeFactsTest, DamagedFileIsCorruptionNamingTheFile) {
     bad[i] ^= 0x20;
     WriteFile(path, bad);
     auto r = LoadNodeFacts(path);
-    if (!r.ok()) EXPECT_EQ(r.status().code(), StatusCode::kCorruption) << bad;
+    if (!r.ok()) {
+      EXPECT_EQ(r.status().code(), StatusCode::kCorruption) << bad;
+    }
   }
   // Unknown members are ignored (a newer agent of the same format may add some).
   WriteFile(path, R"({"format":1,"driver_version":"550.90.07","extra":[1,2]})");
@@ -748,7 +751,7 @@ TEST(NcclVersionTrackerTest, FilesAndDamage) {
   ASSERT_TRUE(loaded.ok() && loaded->has_value()) << loaded.status().ToString();
   EXPECT_EQ((*loaded)->TemplateVersion("a"), "2.18.3");
 
-  for (const std::string bad : {
+  for (const std::string& bad : {
            std::string("{\"format\":1,\"templates\":["),
            std::string("{\"format\":7}"),
            std::string(R"({"format":1,"templates":{}})"),

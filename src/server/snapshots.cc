@@ -105,16 +105,19 @@ Result<SnapshotInfo> SnapshotManager::Take(const std::string& reason, const std:
   std::unique_lock<std::mutex> lock(mu_);
   if (!thread_.joinable()) return Status::Unavailable("snapshots are not open");
   const std::string key = reason + "\n" + job;
-  if (last_ms_ && now_ms - last_ms_ < options_.min_gap_ms)
+  // A storm of one kind (every job failing as a node dies) gives one snapshot per min_gap;
+  // a different kind (a hung job that then fails) is its own story.
+  int64_t& last = last_by_reason_[reason];
+  if (last && now_ms - last < options_.min_gap_ms)
     return Status::ResourceExhausted(
-        fmt::format("a snapshot was taken {} ms ago", now_ms - last_ms_));
+        fmt::format("a {} snapshot was taken {} ms ago", reason, now_ms - last));
   if (!manual) {
     auto it = last_by_key_.find(key);
     if (it != last_by_key_.end() && now_ms - it->second < options_.same_key_gap_ms)
       return Status::ResourceExhausted("a snapshot of this job and reason was taken " +
                                        std::to_string((now_ms - it->second) / 1000) + " s ago");
   }
-  last_ms_ = now_ms;
+  last = now_ms;
   last_by_key_[key] = now_ms;
   if (last_by_key_.size() > 4096) last_by_key_.erase(last_by_key_.begin());
   Pending p;

@@ -7,7 +7,7 @@
 //   manifest.json   what, why, when; written last, so a bundle without it is unfinished
 // The window is captured when the snapshot is taken; compressing and writing happen on the
 // manager's own thread so the agent's tiers never wait for a disk. Snapshots are rate limited
-// (one per job and reason per `same_key_gap_ms`, one per `min_gap_ms` overall) and the oldest
+// (one per job and reason per `same_key_gap_ms`, one per reason per `min_gap_ms`) and the oldest
 // are deleted beyond `max_snapshots`.
 //
 // Thread-safety: all methods may be called concurrently.
@@ -59,7 +59,7 @@ class SnapshotManager {
   // Creates the directory, lists the bundles there, removes unfinished ones, starts the writer.
   Status Open();
   // Captures the window ending at now_ms and queues the bundle. ResourceExhausted when rate
-  // limited (unless `manual`, which only the overall gap limits).
+  // limited (`manual` ones only by the per-reason gap).
   Result<SnapshotInfo> Take(const std::string& reason, const std::string& job, int64_t now_ms,
                             bool manual = false);
   std::vector<SnapshotInfo> List() const;  // newest first
@@ -86,7 +86,7 @@ class SnapshotManager {
   std::map<std::string, SnapshotInfo> snapshots_;  // by id (ids sort by time)
   std::deque<Pending> queue_;
   std::map<std::string, int64_t> last_by_key_;
-  int64_t last_ms_ = 0;
+  std::map<std::string, int64_t> last_by_reason_;
   bool stopping_ = false;
   std::thread thread_;
 };

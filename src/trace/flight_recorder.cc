@@ -4,6 +4,8 @@
 #include <string_view>
 #include <utility>
 
+#include "trace/trace_writer.h"
+
 namespace gpuwatch::trace {
 namespace {
 
@@ -103,11 +105,34 @@ std::vector<std::string> FlightRecorder::Window(int64_t from_ms, int64_t to_ms) 
     std::stable_sort(header.begin(), header.end(),
                      [](const Entry* a, const Entry* b) { return a->t_ms < b->t_ms; });
 
+    // A node described only after from_ms (an agent that started inside the window, while a
+    // job's steps stamped a moment earlier were still on their way): its first node record
+    // leads the window anyway, restamped to the window's first record, since a trace starts
+    // with its node record and keeps each node's records in time order.
+    std::vector<const Entry*> hoisted;
+    for (auto it = first; it < last; ++it)
+      if (!it->node.empty() && !in_force.count(it->node)) {
+        in_force[it->node] = &*it;
+        hoisted.push_back(&*it);
+      }
+
     refs.reserve(header.size() + static_cast<size_t>(last - first));
     for (const Entry* e : header) refs.push_back(e->line);
+    for (const Entry* e : hoisted) {
+      const int64_t t0 = first < last ? first->t_ms : e->t_ms;
+      const std::string& line = *e->line;
+      const std::string_view prefix = "{\"t\":";
+      const size_t comma = line.find(',');
+      if (t0 < e->t_ms && line.compare(0, prefix.size(), prefix) == 0 && comma != std::string::npos)
+        refs.push_back(std::make_shared<const std::string>(
+            std::string(prefix) + FormatTraceTime(t0) + line.substr(comma)));
+      else
+        refs.push_back(e->line);
+    }
     for (auto it = first; it < last; ++it) {
-      if (!it->node.empty() && std::find(header.begin(), header.end(), &*it) != header.end())
-        continue;  // a node record at exactly from_ms, already first
+      if (!it->node.empty() && (std::find(header.begin(), header.end(), &*it) != header.end() ||
+                                std::find(hoisted.begin(), hoisted.end(), &*it) != hoisted.end()))
+        continue;  // a node record already first
       refs.push_back(it->line);
     }
   }

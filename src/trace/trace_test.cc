@@ -896,6 +896,18 @@ TEST(FlightRecorder, NodeRecordIsPinnedAndComesFirst) {
   for (size_t i = 1; i < w.size(); ++i) EXPECT_LE(TOf(w[i - 1]), TOf(w[i]));
 }
 
+TEST(FlightRecorder, ANodeDescribedLateStillLeadsItsWindow) {
+  // An agent that started while a job's steps stamped a moment earlier were on their way.
+  FlightRecorder r;
+  r.Add(kT0 + 100, Line(kT0 + 100, 1));
+  r.Add(kT0 + 500, NodeLine(kT0 + 500, "gpu-a01", "550"));
+  r.Add(kT0 + 600, Line(kT0 + 600, 2));
+  auto w = r.Window(kT0, kT0 + 1000);
+  EXPECT_EQ(Texts(w), (std::vector<std::string>{"node:gpu-a01:550", "line 1", "line 2"}));
+  EXPECT_EQ(TOf(w[0]), TOf(w[1]));  // restamped to the window's first record
+  ValidateRecord(w.front());
+}
+
 TEST(FlightRecorder, NodeRecordSurvivesTheByteBound) {
   const size_t per_line = Line(kT0, 10).size() + FlightRecorder::kLineOverheadBytes;
   FlightRecorder r({.max_bytes = 5 * per_line, .max_age = std::chrono::hours(1)});

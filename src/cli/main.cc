@@ -150,6 +150,37 @@ void AddAgentFlags(CLI::App* app, AgentFlags* f) {
   app->add_option("--log-level", f->log_level, "debug, info, warning or error (default info)");
 }
 
+// Every agent flag by its name without "--": the config file's keys, and the effective
+// configuration whose hash marks a config_change on the time line.
+std::map<std::string, std::string*> FlagFields(AgentFlags* f) {
+  return {{"listen", &f->listen},
+          {"data-dir", &f->data_dir},
+          {"nvml-lib", &f->nvml_lib},
+          {"root-dir", &f->root_dir},
+          {"hostname", &f->hostname},
+          {"gpu-interval", &f->gpu_interval},
+          {"host-interval", &f->host_interval},
+          {"process-interval", &f->process_interval},
+          {"job-env-var", &f->job_env_var},
+          {"model-label", &f->model_label},
+          {"keep-history", &f->keep_history},
+          {"retention-raw", &f->retention_raw},
+          {"retention-1m", &f->retention_1m},
+          {"retention-1h", &f->retention_1h},
+          {"disk-budget", &f->disk_budget},
+          {"wal-sync", &f->wal_sync},
+          {"job-socket", &f->job_socket},
+          {"job-udp", &f->job_udp},
+          {"job-tcp", &f->job_tcp},
+          {"job-interval", &f->job_interval},
+          {"job-hang-factor", &f->job_hang_factor},
+          {"job-hang-min", &f->job_hang_min},
+          {"job-hang-in-phase", &f->job_hang_in_phase},
+          {"job-raw-steps-hz", &f->job_raw_steps_hz},
+          {"kmsg", &f->kmsg},
+          {"log-level", &f->log_level}};
+}
+
 // Applies config-file values to flags the command line did not set.
 Status ApplyConfig(CLI::App* app, AgentFlags* f) {
   if (f->config.empty()) return Status::Ok();
@@ -158,32 +189,7 @@ Status ApplyConfig(CLI::App* app, AgentFlags* f) {
     return Status::IoError("cannot read config " + f->config + ": " + std::strerror(text.err));
   auto kv = ParseConfig(text.data, f->config);
   if (!kv.ok()) return kv.status();
-  std::map<std::string, std::string*> fields = {{"listen", &f->listen},
-                                                {"data-dir", &f->data_dir},
-                                                {"nvml-lib", &f->nvml_lib},
-                                                {"root-dir", &f->root_dir},
-                                                {"hostname", &f->hostname},
-                                                {"gpu-interval", &f->gpu_interval},
-                                                {"host-interval", &f->host_interval},
-                                                {"process-interval", &f->process_interval},
-                                                {"job-env-var", &f->job_env_var},
-                                                {"model-label", &f->model_label},
-                                                {"keep-history", &f->keep_history},
-                                                {"retention-raw", &f->retention_raw},
-                                                {"retention-1m", &f->retention_1m},
-                                                {"retention-1h", &f->retention_1h},
-                                                {"disk-budget", &f->disk_budget},
-                                                {"wal-sync", &f->wal_sync},
-                                                {"job-socket", &f->job_socket},
-                                                {"job-udp", &f->job_udp},
-                                                {"job-tcp", &f->job_tcp},
-                                                {"job-interval", &f->job_interval},
-                                                {"job-hang-factor", &f->job_hang_factor},
-                                                {"job-hang-min", &f->job_hang_min},
-                                                {"job-hang-in-phase", &f->job_hang_in_phase},
-                                                {"job-raw-steps-hz", &f->job_raw_steps_hz},
-                                                {"kmsg", &f->kmsg},
-                                                {"log-level", &f->log_level}};
+  std::map<std::string, std::string*> fields = FlagFields(f);
   for (const auto& [key, value] : *kv) {
     auto it = fields.find(key);
     if (it == fields.end())
@@ -273,6 +279,7 @@ int RunAgent(CLI::App* app, AgentFlags* flags) {
   if (Status st = SetLevel(flags->log_level); !st.ok()) return Fail(st);
   auto opts = MakeOptions(*flags);
   if (!opts.ok()) return Fail(opts.status());
+  for (const auto& [key, value] : FlagFields(flags)) opts->config_text += key + "=" + *value + "\n";
   auto addr = server::ParseListenAddress(flags->listen);
   if (!addr.ok()) return Fail(addr.status());
 

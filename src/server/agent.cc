@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <strings.h>
 #include <sys/stat.h>
+#include <sys/utsname.h>
 
 #include <cerrno>
 #include <cstring>
@@ -395,6 +396,70 @@ void Agent::RecordTrace(const jobs::JobOutputs& out, const std::vector<JobLogLin
   }
 }
 
+void Agent::KeepChangeEvents(const std::vector<ChangeEvent>& changes, const std::string& job) {
+  if (changes.empty()) return;
+  const int64_t now_ms = clock_.NowMs();
+  std::vector<store::EventRecord> records;
+  for (const auto& c : changes) {
+    GW_LOG_INFO("change: {}", c.message);
+    records.push_back(ToEventRecord(c, now_ms, options_.hostname, job));
+    const trace::EventKind k = c.kind == "driver_change"     ? trace::EventKind::kDriverChange
+                               : c.kind == "topology_change" ? trace::EventKind::kTopologyChange
+                                                             : trace::EventKind::kConfigChange;
+    recorder_.Add(now_ms, trace::EventRecordLine(now_ms, options_.hostname, c.gpu_index, k,
+                                                 std::nullopt, c.message, job));
+  }
+  if (event_store_) {
+    std::lock_guard<std::mutex> order(flush_mu_);
+    if (Status st = event_store_->Append(records); !st.ok())
+      GW_LOG_ERROR("cannot keep {} change event(s): {}", records.size(), st.message());
+  }
+}
+
+void Agent::RecordNodeChanges() {
+  if (options_.data_dir.empty()) return;
+  struct utsname u {};
+  std::string kernel = uname(&u) == 0 ? u.release : "";
+  NodeFacts now;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    now = NodeFactsFrom(state_.system, state_.devices, options_.version, options_.config_text,
+                        kernel);
+  }
+  now.gpus_known = gpu_ready_;
+  const std::string path = options_.data_dir + "/node-facts.json";
+  auto prev = LoadNodeFacts(path);
+  if (!prev.ok()) GW_LOG_WARN("{}; starting the change timeline afresh", prev.status().message());
+  if (prev.ok() && *prev) {
+    now = FillUnknownFrom(**prev, std::move(now));
+    KeepChangeEvents(DiffNodeFacts(**prev, now), "");
+  }
+  if (Status st = SaveNodeFacts(path, now); !st.ok())
+    GW_LOG_ERROR("cannot keep the node's facts for the change timeline: {}", st.message());
+  auto nccl = LoadNcclVersions(options_.data_dir + "/nccl-versions.json");
+  if (nccl.ok() && *nccl) nccl_versions_ = std::move(**nccl);
+}
+
+void Agent::ObserveNcclVersions(const std::vector<JobLogLine>& lines,
+                                const std::vector<std::string>& ended_jobs) {
+  bool seen = false;
+  for (const auto& l : lines) {
+    if (l.job.empty()) continue;
+    auto version = ParseNcclVersionLine(l.line);
+    if (!version) continue;
+    seen = true;
+    auto job = jobs_.Job(l.job);
+    auto change = nccl_versions_.Observe(job ? job->template_name : "", l.job, *version);
+    if (change) KeepChangeEvents({*change}, l.job);
+  }
+  for (const auto& j : ended_jobs) nccl_versions_.ForgetJob(j);
+  if (seen && !options_.data_dir.empty()) {
+    if (Status st = SaveNcclVersions(options_.data_dir + "/nccl-versions.json", nccl_versions_);
+        !st.ok())
+      GW_LOG_WARN("cannot keep NCCL versions: {}", st.message());
+  }
+}
+
 void Agent::DrainJobs() {
   jobs::JobOutputs out = jobs_.TakeOutputs();
   if (store_ && !out.steps.empty()) StoreTick(RawStepSeries(options_.hostname, out.steps));
@@ -412,6 +477,7 @@ void Agent::DrainJobs() {
   ReadKernelLog(&lines);
   FlushEvents();
   RecordTrace(out, lines);
+  ObserveNcclVersions(lines, out.ended_jobs);
   // Failures are snapshotted a few seconds late, so the dying lines of their logs are in.
   std::vector<SnapshotDue> due;
   {
@@ -514,6 +580,7 @@ void Agent::Start() {
       snapshots_.reset();
     }
   }
+  RecordNodeChanges();
   stopping_drain_ = false;
   tiers_thread_ = std::thread([this] { RunTiers(); });
   if (gpu_ready_) events_thread_ = std::thread([this] { RunEvents(); });

@@ -28,6 +28,7 @@
 #include "jobs/job_registry.h"
 #include "logs/kmsg.h"
 #include "server/agent_state.h"
+#include "server/change_timeline.h"
 #include "server/job_logs.h"
 #include "server/snapshots.h"
 #include "store/event_store.h"
@@ -54,6 +55,9 @@ struct AgentOptions {
   // failure snapshots hold the same window.
   std::chrono::milliseconds snapshot_window{15 * 60 * 1000};
   size_t recorder_bytes = size_t{64} << 20;
+  // The effective configuration as text: its hash changing between starts is a config_change
+  // event on the time line (R21).
+  std::string config_text;
 };
 
 class Agent {
@@ -148,6 +152,13 @@ class Agent {
   std::vector<SnapshotDue> snapshots_due_;  // guarded by mu_
   bool stopping_drain_ = false;             // written only while the tier thread is not running
   void RecordTrace(const jobs::JobOutputs& out, const std::vector<JobLogLine>& lines);
+  // R21: what changed on this node since the last start (driver, CUDA, kernel, GPUs, config),
+  // and NCCL versions per job template from the jobs' logs.
+  void RecordNodeChanges();
+  void ObserveNcclVersions(const std::vector<JobLogLine>& lines,
+                           const std::vector<std::string>& ended_jobs);
+  void KeepChangeEvents(const std::vector<ChangeEvent>& changes, const std::string& job);
+  NcclVersionTracker nccl_versions_;  // tier thread
   TimeBase clock_;
 
   mutable std::mutex mu_;

@@ -2,7 +2,10 @@
 # Checks gpuwatch against a real GPU: the agent (built elsewhere, carried in build/release)
 # runs on the real NVML under a PyTorch matrix-multiply load; every field it reports is
 # compared with `nvidia-smi --query-gpu`, and the load's process must be attributed.
-# Prints a table; copies the raw outputs to $OUT when set. Changes no GPU setting.
+# Then the task-level line: examples/torch_ddp.py (real PyTorch DDP, NCCL) reports through the
+# Python SDK to the agent, which must attribute the rank to its GPU; its per-step output and
+# the agent's view of the job are kept. Prints a table; copies the raw outputs to $OUT when
+# set. Changes no GPU setting.
 #   scripts/device-check.sh [BUILD_DIR]   (default build/release)
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -19,7 +22,8 @@ nvidia-smi >"$OUT/nvidia-smi.txt" 2>&1
 "$GW" status --capabilities >"$OUT/capabilities.txt" 2>&1; cat "$OUT/capabilities.txt"
 
 PORT=19470
-"$GW" up --listen 127.0.0.1:$PORT --data-dir "$OUT/data" >"$OUT/agent.log" 2>&1 &
+"$GW" up --listen 127.0.0.1:$PORT --data-dir "$OUT/data" --job-socket "$OUT/job.sock" \
+  --process-interval 2s --job-interval 5s >"$OUT/agent.log" 2>&1 &
 AGENT=$!
 LOAD=""
 if python3 -c 'import torch; assert torch.cuda.is_available()' 2>/dev/null; then
@@ -89,5 +93,28 @@ if load_pid and not any(p["pid"] == load_pid for p in procs):
 print("device-check:", "PASS" if bad == 0 else f"{bad} problem(s)")
 PY
 [ -n "$LOAD" ] && wait "$LOAD"
+if python3 -c 'import torch; assert torch.cuda.is_available()' 2>/dev/null; then
+  # One rank per GPU (at most 8), NCCL; the SDK's CUDA-event step timer and comm hook.
+  NGPU=$(nvidia-smi -L | wc -l); [ "$NGPU" -gt 8 ] && NGPU=8
+  if command -v torchrun >/dev/null; then
+    GPUWATCH_SOCKET="$OUT/job.sock" GPUWATCH_JOB=device-ddp timeout 300 \
+      torchrun --standalone --nproc_per_node="$NGPU" examples/torch_ddp.py --steps 300 \
+      >"$OUT/torch_ddp.log" 2>&1
+  else
+    GPUWATCH_SOCKET="$OUT/job.sock" GPUWATCH_JOB=device-ddp timeout 300 \
+      python3 examples/torch_ddp.py --steps 300 >"$OUT/torch_ddp.log" 2>&1
+  fi
+  echo "torch_ddp exit $?; first and last steps:"; head -5 "$OUT/torch_ddp.log"; tail -5 "$OUT/torch_ddp.log"
+  sleep 6
+  curl -s "http://127.0.0.1:$PORT/api/v1/jobs/device-ddp" >"$OUT/job.json"
+  "$GW" job device-ddp --agent "http://127.0.0.1:$PORT" | tee "$OUT/job.txt"
+  python3 - "$OUT/job.json" <<'PY'
+import json, sys
+j = json.load(open(sys.argv[1]))
+ranks = j.get("ranks", [])
+ok = j.get("state") == "finished" and ranks and all(r["steps_total"] >= 300 and r["gpus"] for r in ranks)
+print("job line:", "PASS" if ok else "PROBLEM", j.get("state"), [(r["rank"], r["steps_total"], r["gpus"]) for r in ranks])
+PY
+fi
 kill "$AGENT"; wait "$AGENT"
 echo "raw outputs in $OUT"

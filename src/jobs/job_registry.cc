@@ -369,13 +369,13 @@ void JobRegistry::Tick(int64_t now_ms, const std::vector<model::ProcessAttributi
 
   // pid → (job, rank) of every running rank.
   std::map<uint32_t, std::pair<JobRec*, Rank*>> by_pid;
+  // What this tick shows replaces what the last one showed, for the ranks and jobs it shows:
+  // a rank or job whose processes are gone keeps the GPUs it last used (its record says so).
+  std::map<Rank*, std::set<unsigned>> rank_gpus;
+  std::map<JobRec*, std::pair<std::set<uint32_t>, std::set<unsigned>>> job_procs;
   for (auto& [id, job] : running_) {
-    job.pids.clear();
-    job.gpus.clear();
-    for (auto& [rn, r] : job.ranks) {
-      r.gpus.clear();
+    for (auto& [rn, r] : job.ranks)
       if (r.pid && r.state == Rank::State::kRunning) by_pid[*r.pid] = {&job, &r};
-    }
   }
   std::set<std::string> seen_process_jobs;
   for (const auto& p : procs) {
@@ -388,10 +388,10 @@ void JobRegistry::Tick(int64_t now_ms, const std::vector<model::ProcessAttributi
     }
     if (it != by_pid.end()) {
       Rank& r = *it->second.second;
-      r.gpus.insert(p.gpu_index);
+      rank_gpus[&r].insert(p.gpu_index);
       r.container = p.container_id;
       r.user = p.user;
-      it->second.first->gpus.insert(p.gpu_index);
+      job_procs[it->second.first].second.insert(p.gpu_index);
       it->second.first->gpu_seconds += dt_s;
       continue;
     }
@@ -417,13 +417,19 @@ void JobRegistry::Tick(int64_t now_ms, const std::vector<model::ProcessAttributi
       jit = running_.emplace(id, std::move(job)).first;
     }
     JobRec& job = jit->second;
-    job.pids.insert(p.pid);
-    job.gpus.insert(p.gpu_index);
+    job_procs[&job].first.insert(p.pid);
+    job_procs[&job].second.insert(p.gpu_index);
     if (job.container.empty()) job.container = p.container_id;
     if (job.user.empty()) job.user = p.user;
     job.gpu_seconds += dt_s;
     job.last_seen_ms = now_ms;
     if (!job.sdk) seen_process_jobs.insert(id);
+  }
+
+  for (auto& [r, gpus] : rank_gpus) r->gpus = std::move(gpus);
+  for (auto& [j, pg] : job_procs) {
+    j->pids = std::move(pg.first);
+    j->gpus = std::move(pg.second);
   }
 
   // Liveness of every reporting rank. Jobs end (and leave running_) only after the loop.

@@ -295,6 +295,7 @@ TEST_F(JobRegistryTest, JobsWithoutTheSdkComeFromAttribution) {
   (void)reg.TakeOutputs();
   reg.Tick(kT0 + 20000, {rank0});
   EXPECT_EQ(reg.Job("slurm-77")->state, "gone");
+  EXPECT_EQ(reg.Job("slurm-77")->gpus, std::vector<unsigned>({1}));  // what it last used
   auto kinds = Kinds(reg.TakeOutputs());
   EXPECT_EQ(std::count(kinds.begin(), kinds.end(), "job_end"), 2);
 }

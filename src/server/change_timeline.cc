@@ -12,6 +12,7 @@
 #include <set>
 #include <tuple>
 
+#include "common/file_io.h"
 #include "common/strings.h"
 
 namespace gpuwatch::server {
@@ -32,60 +33,12 @@ std::string Dump(const json& j) {
   return j.dump(-1, ' ', false, json::error_handler_t::replace);
 }
 
-Status Errno(const std::string& what, int err) {
-  std::string m = what + ": " + std::strerror(err);
-  if (err == EACCES || err == EPERM) return Status::PermissionDenied(std::move(m));
-  return Status::IoError(std::move(m));
-}
-
-std::string DirOf(const std::string& path) {
-  const size_t slash = path.rfind('/');
-  if (slash == std::string::npos) return ".";
-  if (slash == 0) return "/";
-  return path.substr(0, slash);
-}
-
-// path.tmp, fsync, rename, fsync the directory: a crash leaves the old file or the new one, and
-// a failure before the rename leaves the old one untouched (and no .tmp behind).
-Status WriteFileAtomically(const std::string& path, sv data) {
-  const std::string tmp = path + ".tmp";
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return Errno("create " + tmp, errno);
-  Status st;
-  while (!data.empty()) {
-    const ssize_t n = ::write(fd, data.data(), data.size());
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      st = Errno("write " + tmp, errno);
-      break;
-    }
-    data.remove_prefix(static_cast<size_t>(n));
-  }
-  if (st.ok() && ::fsync(fd) != 0) st = Errno("fsync " + tmp, errno);
-  if (::close(fd) != 0 && st.ok()) st = Errno("close " + tmp, errno);
-  if (st.ok() && ::rename(tmp.c_str(), path.c_str()) != 0) {
-    st = Errno("rename " + tmp + " to " + path, errno);
-  }
-  if (!st.ok()) {
-    ::unlink(tmp.c_str());
-    return st;
-  }
-  const std::string dir = DirOf(path);
-  const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dfd < 0) return Errno("open directory " + dir, errno);
-  const int rc = ::fsync(dfd);
-  const int err = errno;
-  ::close(dfd);
-  if (rc != 0) return Errno("fsync directory " + dir, err);
-  return Status::Ok();
-}
-
 // The file's text; nullopt when it does not exist.
 Result<std::optional<std::string>> ReadStateFile(const std::string& path) {
   FileReadResult r = ReadSmallFile(path, kMaxFileBytes + 1);
   if (!r.ok) {
     if (r.err == ENOENT) return std::optional<std::string>();
-    return Errno("read " + path, r.err);
+    return ErrnoStatus("read " + path, r.err);
   }
   if (r.data.size() > kMaxFileBytes) {
     return Status::Corruption(path + ": larger than " + std::to_string(kMaxFileBytes) + " bytes");

@@ -9,37 +9,13 @@
 #include <cstdio>
 #include <cstring>
 
+#include "common/file_io.h"
+
 namespace gpuwatch::trace {
 namespace {
 
 // Appends are gathered up to this size before one write (or one gzwrite).
 constexpr size_t kBufferBytes = 256 << 10;
-
-Status Errno(const std::string& what, int err) {
-  std::string msg = what + ": " + std::strerror(err);
-  if (err == EACCES || err == EPERM || err == EROFS) return Status::PermissionDenied(msg);
-  if (err == ENOSPC || err == EDQUOT) return Status::ResourceExhausted(msg);
-  return Status::IoError(msg);
-}
-
-Status WriteAll(int fd, std::string_view data, const std::string& what) {
-  while (!data.empty()) {
-    const ssize_t w = ::write(fd, data.data(), data.size());
-    if (w < 0) {
-      if (errno == EINTR) continue;
-      return Errno(what, errno);
-    }
-    data.remove_prefix(static_cast<size_t>(w));
-  }
-  return Status::Ok();
-}
-
-std::string DirOf(const std::string& path) {
-  const size_t slash = path.rfind('/');
-  if (slash == std::string::npos) return ".";
-  if (slash == 0) return "/";
-  return path.substr(0, slash);
-}
 
 // A failed gz call: errno's Status when zlib says the error was the system's (or has no
 // message), else zlib's message.
@@ -47,7 +23,7 @@ Status GzStatus(const std::string& what, gzFile gz, int saved_errno) {
   int code = Z_OK;
   const char* msg = gz != nullptr ? gzerror(gz, &code) : nullptr;
   if (code == Z_ERRNO || msg == nullptr || *msg == '\0')
-    return Errno(what, saved_errno != 0 ? saved_errno : EIO);
+    return ErrnoStatus(what, saved_errno != 0 ? saved_errno : EIO);
   return Status::IoError(what + ": " + msg);
 }
 
@@ -77,7 +53,7 @@ Status TraceFileWriter::Open(const std::string& path) {
   bytes_appended_ = 0;
   error_ = Status::Ok();
   const int fd = ::open(tmp_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return Errno("cannot create trace file " + tmp_path_, errno);
+  if (fd < 0) return ErrnoStatus("cannot create trace file " + tmp_path_, errno);
   fd_ = fd;
   if (path.ends_with(".gz")) {
     // zlib closes the descriptor it is given; keep our own for fsync.
@@ -87,7 +63,7 @@ Status TraceFileWriter::Open(const std::string& path) {
       const int err = errno;
       if (gz_fd >= 0) ::close(gz_fd);
       Release();
-      return Errno("cannot start gzip stream in " + tmp_path_, err != 0 ? err : ENOMEM);
+      return ErrnoStatus("cannot start gzip stream in " + tmp_path_, err != 0 ? err : ENOMEM);
     }
     gzbuffer(gz, kBufferBytes);
     gz_ = gz;
@@ -146,24 +122,17 @@ Status TraceFileWriter::Close() {
     const int rc = gzclose(static_cast<gzFile>(gz_));
     gz_ = nullptr;
     if (rc != Z_OK && st.ok())
-      st = Errno("finish gzip stream in " + tmp_path_, errno ? errno : EIO);
+      st = ErrnoStatus("finish gzip stream in " + tmp_path_, errno ? errno : EIO);
   }
-  if (st.ok() && ::fsync(fd_) != 0) st = Errno("fsync " + tmp_path_, errno);
-  if (::close(fd_) != 0 && st.ok()) st = Errno("close " + tmp_path_, errno);
+  if (st.ok() && ::fsync(fd_) != 0) st = ErrnoStatus("fsync " + tmp_path_, errno);
+  if (::close(fd_) != 0 && st.ok()) st = ErrnoStatus("close " + tmp_path_, errno);
   fd_ = -1;
   buffer_.clear();
   if (!st.ok()) return st;
   if (::rename(tmp_path_.c_str(), path_.c_str()) != 0)
-    return Errno("rename " + tmp_path_ + " to " + path_, errno);
+    return ErrnoStatus("rename " + tmp_path_ + " to " + path_, errno);
   // The rename is durable only once the directory entry is.
-  const std::string dir = DirOf(path_);
-  const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dfd < 0) return Errno("open directory " + dir, errno);
-  const int rc = ::fsync(dfd);
-  const int err = errno;
-  ::close(dfd);
-  if (rc != 0) return Errno("fsync directory " + dir, err);
-  return Status::Ok();
+  return SyncDir(DirOf(path_));
 }
 
 Status WriteTraceFile(const std::string& path, const std::vector<std::string>& lines) {

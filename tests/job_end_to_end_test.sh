@@ -61,6 +61,18 @@ grep -q 'ended(0)' "$TMP/job.txt" || { cat "$TMP/job.txt"; fail "gpuwatch job: r
 "$GPUWATCH" job no-such-job --agent "$URL" 2>"$TMP/nojob.txt" && fail "gpuwatch job of an unknown id succeeded"
 grep -q 'not found' "$TMP/nojob.txt" || fail "unknown job: no clear message"
 
+# 1b. At 1 kHz every step arrives and is accepted (what it costs is measured in bench/job_sdk,
+#     never timed here).
+GPUWATCH_JOB=toy-1khz python3 "$SRC/examples/train_toy.py" --steps 2000 --hz 1000 \
+  >"$TMP/toy-1khz.out" 2>&1 || { cat "$TMP/toy-1khz.out"; fail "train_toy.py at 1 kHz failed"; }
+# The SDK may drop a batch when the kernel's datagram queue is full on a loaded machine (it
+# says how many messages); everything it sent must be accepted, and nothing it dropped may
+# block it.
+DROPPED=$(python3 -c 'import json,sys; print(json.loads(open(sys.argv[1]).read().strip().splitlines()[-1])["dropped"])' "$TMP/toy-1khz.out")
+wait_job toy-1khz "j['state'] == 'finished' and j['ranks'][0]['steps_total'] >= 2000 - $DROPPED" 10 \
+  || { cat "$TMP/toy-1khz.out"; fail "steps sent at 1 kHz were not all accepted"; }
+[ "$DROPPED" -le 20 ] || fail "the SDK dropped $DROPPED of 2000 messages at 1 kHz"
+
 # 2. Statistics while running: /metrics and the store carry the job's series.
 GPUWATCH_JOB=toy-live python3 "$SRC/examples/train_toy.py" --steps 100000 --step-ms 10 --data-ms 2 \
   --comm-frac 0.2 >"$TMP/toy-live.out" 2>&1 &

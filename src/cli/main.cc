@@ -362,9 +362,10 @@ int RunAgent(CLI::App* app, AgentFlags* flags) {
       GW_LOG_WARN("kernel log {} not read ({}): XIDs come from NVML only", flags->kmsg,
                   st.message());
   }
+  // The agent first: its snapshot manager exists before any HTTP thread can ask for it.
+  agent.Start();
   server::HttpServer http(&agent, db.get(), events.get());
   if (Status st = http.Start(*addr); !st.ok()) return Fail(st);
-  agent.Start();
   GW_LOG_INFO("gpuwatch {} agent on {} serving http://{}:{}/metrics", GPUWATCH_VERSION,
               opts->hostname, addr->host, http.port());
   if (!agent.job_socket_path().empty()) GW_LOG_INFO("jobs report to {}", agent.job_socket_path());

@@ -75,6 +75,11 @@ Status PrepareDir(const std::string& dir) {
   if (!S_ISDIR(st.st_mode)) return Status::PermissionDenied(dir + " is not a directory");
   if (st.st_uid != geteuid() && st.st_uid != 0)
     return Status::PermissionDenied(dir + " belongs to another user");
+  // Anyone who may write the directory could replace the socket with their own.
+  if ((st.st_mode & S_IWOTH) ||
+      ((st.st_mode & S_IWGRP) && st.st_gid != getegid() && st.st_gid != 0))
+    if (!(st.st_mode & S_ISVTX))
+      return Status::PermissionDenied(dir + " is writable by others: the socket could be replaced");
   return Status::Ok();
 }
 

@@ -80,13 +80,29 @@ ProcProbe ProcfsProbe(std::string root_dir) {
 JobRegistry::JobRegistry(JobRegistryOptions options, ProcProbe probe)
     : options_(std::move(options)), probe_(std::move(probe)) {}
 
-bool JobRegistry::PushOutput() {
-  if (pending_count_ >= options_.max_pending) {
+bool JobRegistry::PushOutput(size_t bytes) {
+  if (pending_count_ >= options_.max_pending ||
+      pending_bytes_ + bytes > options_.max_pending_bytes) {
     counters_.outputs_dropped++;
     return false;
   }
   pending_count_++;
+  pending_bytes_ += bytes;
   return true;
+}
+
+JobRegistry::JobRec* JobRegistry::FindRecent(const std::string& id) {
+  for (auto& j : recent_)
+    if (j.id == id) return &j;
+  return nullptr;
+}
+
+void JobRegistry::Shrink(JobRec& job) {
+  for (auto& [rn, r] : job.ranks) {
+    if (!r.recent.empty()) r.final_median_s = Median(r.recent);
+    r.recent = {};
+    r.window = Window{};
+  }
 }
 
 void JobRegistry::Emit(JobEvent e) {
@@ -154,13 +170,37 @@ std::optional<RejectReason> JobRegistry::Accept(const model::JobMessage& m, cons
 
   std::optional<RejectReason> err;
   const bool is_new_job = !running_.count(m.job);
-  if (is_new_job && m.type == model::JobMessageType::kEnd) {
-    // An end for a job never seen (or already retired): nothing to end.
-    counters_.accepted++;
-    return std::nullopt;
+  auto owned_by_other = [&](const JobRec& j) {
+    if (!j.owner_uid) return false;
+    if (!verified) return true;  // nobody can prove over UDP/TCP that the job is theirs
+    return sender.uid && *sender.uid != 0 && *sender.uid != *j.owner_uid;
+  };
+  if (is_new_job) {
+    // A job that ended: its end, its last log lines and annotations still belong to that run;
+    // only a start or a step begins a new one.
+    JobRec* old = FindRecent(m.job);
+    if (old && owned_by_other(*old)) return reject(RejectReason::kPidNotOwned);
+    if (m.type == model::JobMessageType::kEnd) {
+      counters_.accepted++;  // nothing (left) to end
+      return std::nullopt;
+    }
+    if (old &&
+        (m.type == model::JobMessageType::kLog || m.type == model::JobMessageType::kAnnotation)) {
+      if (m.type == model::JobMessageType::kLog) {
+        if (PushOutput(m.text.size()))
+          pending_.logs.push_back({t_ms, m.job, m.rank, m.stream, m.text});
+      } else {
+        Emit({t_ms, "annotation", "info", m.job, m.rank, m.text, ""});
+      }
+      counters_.accepted++;
+      return std::nullopt;
+    }
+  } else if (owned_by_other(running_.at(m.job))) {
+    return reject(RejectReason::kPidNotOwned);
   }
   JobRec* job = FindOrCreate(m.job, t_ms, &err);
   if (!job) return reject(*err);
+  if (!job->owner_uid && verified && job->ranks.empty()) job->owner_uid = sender.uid;
   auto rit = job->ranks.find(m.rank);
   if (rit == job->ranks.end()) {
     if (RankCount() >= options_.max_ranks) {
@@ -209,7 +249,9 @@ std::optional<RejectReason> JobRegistry::Accept(const model::JobMessage& m, cons
       if (!m.user.empty()) job->user = m.user;
       if (!m.project.empty()) job->project = m.project;
       if (m.world_size) job->world_size = m.world_size;
-      rank.last_activity_ms = now_ms;
+      // A start repeated every 30 s by the SDK says the process lives, not that it progresses:
+      // only a new process (restart) resets the hang clock.
+      if (restart) rank.last_activity_ms = now_ms;
       for (const auto& path : m.log_files) {
         // Reading files on a client's word needs its uid: the tailer checks the file's owner.
         if (!verified) continue;
@@ -254,8 +296,9 @@ std::optional<RejectReason> JobRegistry::Accept(const model::JobMessage& m, cons
       }
       const double min_gap_ms =
           options_.raw_steps_max_hz > 0 ? 1000 / options_.raw_steps_max_hz : 0;
-      if (rank.last_raw_ms == 0 || static_cast<double>(t_ms - rank.last_raw_ms) >= min_gap_ms) {
-        rank.last_raw_ms = t_ms;
+      // Limited by arrival time: a client's own `t` could be spaced to slip any limit.
+      if (rank.last_raw_ms == 0 || static_cast<double>(now_ms - rank.last_raw_ms) >= min_gap_ms) {
+        rank.last_raw_ms = now_ms;
         if (PushOutput()) {
           StepOutput out{t_ms, m.job, m.rank, std::nullopt, s};
           if (rank.gpus.size() == 1) out.gpu = *rank.gpus.begin();
@@ -308,7 +351,8 @@ std::optional<RejectReason> JobRegistry::Accept(const model::JobMessage& m, cons
       Emit({t_ms, "annotation", "info", m.job, m.rank, m.text, ""});
       break;
     case model::JobMessageType::kLog:
-      if (PushOutput()) pending_.logs.push_back({t_ms, m.job, m.rank, m.stream, m.text});
+      if (PushOutput(m.text.size()))
+        pending_.logs.push_back({t_ms, m.job, m.rank, m.stream, m.text});
       break;
   }
   counters_.accepted++;
@@ -356,7 +400,10 @@ void JobRegistry::MaybeEndJob(JobRec& job, int64_t t_ms) {
 void JobRegistry::Retire(const std::string& id) {
   auto it = running_.find(id);
   if (it == running_.end()) return;
-  if (PushOutput()) pending_.ended_jobs.push_back(id);
+  // The tailers of an ended job must stop even when the output queue is full.
+  pending_count_++;
+  pending_.ended_jobs.push_back(id);
+  Shrink(it->second);
   recent_.push_front(std::move(it->second));
   running_.erase(it);
   while (recent_.size() > options_.max_recent_jobs) recent_.pop_back();
@@ -376,6 +423,14 @@ void JobRegistry::Tick(int64_t now_ms, const std::vector<model::ProcessAttributi
   for (auto& [id, job] : running_) {
     for (auto& [rn, r] : job.ranks)
       if (r.pid && r.state == Rank::State::kRunning) by_pid[*r.pid] = {&job, &r};
+  }
+  std::set<uint32_t> recent_rank_pids;
+  std::set<std::string> recent_sdk_ids;
+  for (const auto& j : recent_) {
+    if (!j.sdk) continue;
+    recent_sdk_ids.insert(j.id);
+    for (const auto& [rn, r] : j.ranks)
+      if (r.pid) recent_rank_pids.insert(*r.pid);
   }
   std::set<std::string> seen_process_jobs;
   for (const auto& p : procs) {
@@ -401,6 +456,10 @@ void JobRegistry::Tick(int64_t now_ms, const std::vector<model::ProcessAttributi
       id = p.container_id.empty() ? "pid-" + std::to_string(p.pid)
                                   : "container-" + p.container_id.substr(0, 12);
     auto jit = running_.find(id);
+    // A process of a reporting job that already ended (a rank still releasing its GPU after
+    // its end message) is that job's tail, not a new job that would overwrite its record.
+    if (jit == running_.end() && (recent_rank_pids.count(p.pid) || recent_sdk_ids.count(id)))
+      continue;
     if (jit == running_.end()) {
       if (running_.size() >= options_.max_jobs) continue;
       JobRec job;
@@ -440,7 +499,9 @@ void JobRegistry::Tick(int64_t now_ms, const std::vector<model::ProcessAttributi
       continue;
     }
     for (auto& [rn, r] : job.ranks) {
-      if (r.state != Rank::State::kRunning || !r.pid) continue;
+      // A pid named over UDP/TCP may be a container's own numbering: /proc here cannot judge
+      // it, so such a rank ends by its end message (and is watched by the hang rule).
+      if (r.state != Rank::State::kRunning || !r.pid || !r.pid_verified) continue;
       auto info = probe_ ? probe_(*r.pid) : std::nullopt;
       // A recycled pid (another start time) or a zombie is as dead as a missing one.
       if (info && r.pid_start_time && info->start_time != *r.pid_start_time) info.reset();
@@ -500,6 +561,12 @@ void JobRegistry::CheckHang(JobRec& job, int64_t now_ms) {
     job.state = "hung";
     Emit({now_ms, "job_hung", "critical", job.id, std::nullopt,
           fmt::format("job {} looks hung: {}", job.id, why), ""});
+  } else if (!any_hung && job.hung) {
+    // Cleared other than by a step (a hung rank died, restarted or left its phase).
+    job.hung = false;
+    job.state = "running";
+    Emit({now_ms, "job_resumed", "info", job.id, std::nullopt,
+          fmt::format("job {} is no longer hung", job.id), ""});
   }
 }
 
@@ -565,6 +632,7 @@ JobOutputs JobRegistry::TakeOutputs() {
   JobOutputs out = std::move(pending_);
   pending_ = JobOutputs{};
   pending_count_ = 0;
+  pending_bytes_ = 0;
   return out;
 }
 
@@ -614,7 +682,7 @@ JobView JobRegistry::View(const JobRec& j) const {
     rv.steps_total = r.steps_total;
     rv.last_step = r.last_step;
     rv.last_step_ms = r.last_step_ms;
-    if (!r.recent.empty()) rv.median_step_s = Median(r.recent);
+    rv.median_step_s = r.recent.empty() ? r.final_median_s : std::optional(Median(r.recent));
     rv.phase = r.phase;
     rv.window = r.stats;
     rv.scalars = r.scalars;

@@ -40,8 +40,8 @@ struct Sender {
 // What the registry needs to know about a live process.
 struct ProcInfo {
   uint32_t uid = 0;
-  uint64_t start_time = 0;  // clock ticks since boot (/proc/PID/stat field 22): detects reuse
-  char state = 'R';         // /proc/PID/stat field 3: 'T' stopped, 'Z' zombie, …
+  uint64_t start_time = 0;      // clock ticks since boot (/proc/PID/stat field 22): detects reuse
+  char state = 'R';             // /proc/PID/stat field 3: 'T' stopped, 'Z' zombie, …
   std::vector<uint32_t> nspid;  // "NSpid:" outermost first: the pid inside its container last
 };
 // nullopt: no such process.
@@ -56,13 +56,14 @@ struct JobRegistryOptions {
   // A rank in a phase other than data/comm (eval, a checkpoint) is judged hung only after
   // this long: those phases have no step time to compare with.
   int64_t hang_in_phase_ms = 600000;
-  double raw_steps_max_hz = 20;  // raw step outputs per rank per second at most
-  size_t max_jobs = 1024;        // running jobs (protocol and attribution)
-  size_t max_ranks = 4096;       // over all running jobs
-  size_t max_recent_jobs = 256;  // ended jobs kept for `gpuwatch jobs`
-  size_t max_pending = 200000;   // outputs not yet taken; beyond, dropped and counted
-  size_t reservoir = 1024;       // step durations sampled per rank per window for quantiles
-  size_t median_steps = 256;     // recent steps the hang median is taken over
+  double raw_steps_max_hz = 20;          // raw step outputs per rank per second at most
+  size_t max_jobs = 1024;                // running jobs (protocol and attribution)
+  size_t max_ranks = 4096;               // over all running jobs
+  size_t max_recent_jobs = 256;          // ended jobs kept for `gpuwatch jobs`
+  size_t max_pending = 200000;           // outputs not yet taken; beyond, dropped and counted
+  size_t max_pending_bytes = 64u << 20;  // … and their text (log lines) at most this many bytes
+  size_t reservoir = 1024;               // step durations sampled per rank per window for quantiles
+  size_t median_steps = 256;             // recent steps the hang median is taken over
   std::string job_env_var = "SLURM_JOB_ID";  // only names the attribution source in views
 };
 
@@ -212,7 +213,8 @@ class JobRegistry {
     std::optional<uint64_t> last_step;
     std::string phase;
     int64_t phase_since_ms = 0;
-    std::deque<double> recent;  // the last median_steps durations
+    std::deque<double> recent;             // the last median_steps durations
+    std::optional<double> final_median_s;  // kept when `recent` is freed (job retired)
     Window window;
     WindowStats stats;
     std::map<std::string, double> scalars;
@@ -220,6 +222,10 @@ class JobRegistry {
   struct JobRec {
     std::string id;
     bool sdk = true;
+    // The uid of the first credentialed sender: only it (and root) may speak for the job, so
+    // one user cannot end, restart or add dying ranks to another's job. nullopt: the job was
+    // started over UDP/TCP (or by attribution), where nobody can prove who they are.
+    std::optional<uint32_t> owner_uid;
     std::string template_name, user, project;
     std::optional<uint32_t> world_size;
     int64_t start_ms = 0, end_ms = 0, last_step_ms = 0;
@@ -244,7 +250,11 @@ class JobRegistry {
   void CheckHang(JobRec& job, int64_t now_ms);
   JobView View(const JobRec& j) const;
   size_t RankCount() const;
-  bool PushOutput();  // false when the output queue is full (counted)
+  bool PushOutput(size_t bytes = 0);  // false when the output queue is full (counted)
+  // The record of a job that left running_: its per-step state (reservoir, recent steps) is
+  // freed, what the views show is kept.
+  static void Shrink(JobRec& job);
+  JobRec* FindRecent(const std::string& id);
 
   const JobRegistryOptions options_;
   const ProcProbe probe_;
@@ -252,7 +262,7 @@ class JobRegistry {
   std::map<std::string, JobRec> running_;
   std::deque<JobRec> recent_;  // newest first
   JobOutputs pending_;
-  size_t pending_count_ = 0;
+  size_t pending_count_ = 0, pending_bytes_ = 0;
   RegistryCounters counters_;
   int64_t last_tick_ms_ = 0;
   std::minstd_rand rng_{12345};

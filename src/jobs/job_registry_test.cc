@@ -142,12 +142,59 @@ TEST_F(JobRegistryTest, AClientCannotClaimAnotherUsersPid) {
   m.rank = 1;
   m.pid = 101;
   EXPECT_FALSE(reg.Accept(m, {200, 0}, kT0));
-  // UDP/TCP: no credentials, the pid is taken as given but unverified.
+  // UDP/TCP: no credentials, the pid is taken as given but unverified (a job of its own: see
+  // OneUserCannotSpeakForAnothersJob).
+  m.job = "udp";
   m.rank = 2;
   m.pid = 200;
   EXPECT_FALSE(reg.Accept(m, Sender{}, kT0));
-  EXPECT_EQ(reg.Job("j")->ranks[2].rank, 2u);
-  EXPECT_FALSE(reg.Job("j")->ranks[2].pid_verified);
+  EXPECT_EQ(reg.Job("udp")->ranks[0].rank, 2u);
+  EXPECT_FALSE(reg.Job("udp")->ranks[0].pid_verified);
+}
+
+TEST_F(JobRegistryTest, OneUserCannotSpeakForAnothersJob) {
+  JobRegistry reg = Make();
+  procs.procs[300] = {2000, 8, 'S', {}};  // another user's process
+  ASSERT_FALSE(reg.Accept(Start("alice", 0), {100, 1000}, kT0));
+  // Bob cannot restart alice's rank, add a rank that will "die", or end her job…
+  EXPECT_EQ(reg.Accept(Start("alice", 0), {300, 2000}, kT0), RejectReason::kPidNotOwned);
+  EXPECT_EQ(reg.Accept(Start("alice", 1), {300, 2000}, kT0), RejectReason::kPidNotOwned);
+  model::JobMessage end;
+  end.type = model::JobMessageType::kEnd;
+  end.job = "alice";
+  end.exit_code = 1;
+  EXPECT_EQ(reg.Accept(end, {300, 2000}, kT0), RejectReason::kPidNotOwned);
+  // … nor can anybody over UDP/TCP, who cannot prove who they are.
+  EXPECT_EQ(reg.Accept(end, Sender{}, kT0), RejectReason::kPidNotOwned);
+  EXPECT_EQ(reg.Job("alice")->state, "running");
+  EXPECT_EQ(reg.Job("alice")->ranks.size(), 1u);
+  // Root may; alice herself may.
+  EXPECT_FALSE(reg.Accept(Start("alice", 1), {200, 0}, kT0));
+  end.exit_code = 0;
+  end.rank = 0;
+  EXPECT_FALSE(reg.Accept(end, {100, 1000}, kT0));
+  // After the job ended, bob cannot write lines into its record either.
+  end.rank = 1;
+  EXPECT_FALSE(reg.Accept(end, {200, 0}, kT0));
+  EXPECT_EQ(reg.Job("alice")->state, "finished");
+  model::JobMessage line;
+  line.type = model::JobMessageType::kLog;
+  line.job = "alice";
+  line.text = "fake";
+  EXPECT_EQ(reg.Accept(line, {300, 2000}, kT0), RejectReason::kPidNotOwned);
+  // Her own late line still belongs to the ended run and does not revive it.
+  EXPECT_FALSE(reg.Accept(line, {100, 1000}, kT0));
+  EXPECT_EQ(reg.Job("alice")->state, "finished");
+}
+
+TEST_F(JobRegistryTest, UdpRanksAreNotJudgedByThisHostsProcfs) {
+  JobRegistry reg = Make();
+  model::JobMessage m = Start("udp", 0);
+  m.pid = 4000;  // the pid as a container sees it: no such process here
+  ASSERT_FALSE(reg.Accept(m, Sender{}, kT0));
+  reg.Tick(kT0 + 1000, {});
+  EXPECT_EQ(reg.Job("udp")->state, "running");
+  EXPECT_EQ(reg.Job("udp")->ranks[0].state, "running");
 }
 
 TEST_F(JobRegistryTest, LogFilesOnlyForCredentialedSenders) {
@@ -155,7 +202,7 @@ TEST_F(JobRegistryTest, LogFilesOnlyForCredentialedSenders) {
   model::JobMessage m = Start("j", 0);
   m.log_files = {"/var/log/x.log"};
   EXPECT_FALSE(reg.Accept(m, {100, 1000}, kT0));
-  m.rank = 1;
+  m.job = "udp-job";
   EXPECT_FALSE(reg.Accept(m, Sender{}, kT0));
   auto out = reg.TakeOutputs();
   ASSERT_EQ(out.log_files.size(), 1u);

@@ -74,6 +74,16 @@ void LogTailer::Close() {
 }
 
 Status LogTailer::Open(bool from_end) {
+  // The path is judged before it is opened: opening a device has effects of its own (a
+  // watchdog reboots the node when closed carelessly, a tape rewinds), and the path comes
+  // from a job. The fstat below then confirms the file opened is the file judged.
+  struct stat pre {};
+  if (::stat(path_.c_str(), &pre) != 0) return ErrnoStatus("stat", path_, errno);
+  if (!S_ISREG(pre.st_mode))
+    return Status::InvalidArgument(path_ + ": refused, " + std::string(FileKind(pre.st_mode)));
+  if (options_.check) {
+    if (Status c = options_.check(pre); !c.ok()) return c;
+  }
   // O_NONBLOCK: opening a FIFO for reading would otherwise block until a writer appears;
   // O_NOCTTY: a tty at the path must not become the agent's controlling terminal.
   const int fd = ::open(path_.c_str(), O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
@@ -84,9 +94,10 @@ Status LogTailer::Open(bool from_end) {
     ::close(fd);
     return ErrnoStatus("fstat", path_, err);
   }
-  if (!S_ISREG(st.st_mode)) {
+  if (!S_ISREG(st.st_mode) || st.st_dev != pre.st_dev || st.st_ino != pre.st_ino) {
     ::close(fd);
-    return Status::InvalidArgument(path_ + ": refused, " + std::string(FileKind(st.st_mode)));
+    return Status::InvalidArgument(path_ + ": refused, " + std::string(FileKind(st.st_mode)) +
+                                   " (or replaced while being opened)");
   }
   if (options_.check) {
     Status c = options_.check(st);

@@ -62,17 +62,15 @@ Status Agent::Init() {
 void Agent::RecordEvent(model::GpuEvent e) {
   if (e.kind == model::GpuEventKind::kXid) {
     // The same XID from the other source (NVML's event set, the kernel log) is one error.
-    while (!recent_xids_.empty() && e.time_ms - recent_xids_.front().time_ms > kXidDedupMs)
-      recent_xids_.pop_front();
-    for (const auto& r : recent_xids_) {
-      if (r.gpu_index == e.gpu_index && r.code == e.code && r.source != e.source &&
-          std::abs(r.time_ms - e.time_ms) <= kXidDedupMs) {
+    auto& last = last_xid_by_source_[{e.gpu_index, e.code}];
+    for (const auto& [source, t] : last) {
+      if (source != e.source && std::abs(t - e.time_ms) <= kXidDedupMs) {
         ++xid_duplicates_;
         return;
       }
     }
-    recent_xids_.push_back(e);
-    if (recent_xids_.size() > 10000) recent_xids_.pop_front();
+    last[e.source] = e.time_ms;
+    if (last_xid_by_source_.size() > 4096) last_xid_by_source_.erase(last_xid_by_source_.begin());
     ++state_.xid_counts[{e.gpu_index, e.code}];
     state_.last_xid[e.gpu_index] = e.code;
   }
@@ -115,7 +113,7 @@ void Agent::RecordEvent(model::GpuEvent e) {
               e.time_ms, options_.hostname, gpu, *kind,
               e.kind == model::GpuEventKind::kXid ? std::optional(e.code) : std::nullopt, e.text));
     // A lost GPU takes its job down: keep the minutes before it (R22).
-    if (e.kind == model::GpuEventKind::kGpuLost)
+    if (e.kind == model::GpuEventKind::kGpuLost && snapshots_due_.size() < 64)
       snapshots_due_.push_back({e.time_ms + 5000, "gpu_lost", ""});
   }
   GW_LOG_WARN("GPU {} event {}: {}", e.gpu_index, model::GpuEventKindName(e.kind), e.text);
@@ -364,7 +362,7 @@ void Agent::RecordTrace(const jobs::JobOutputs& out, const std::vector<JobLogLin
           if (!v->gpus.empty()) j.gpus = v->gpus;
         } else {
           // The job's exit code: the first failing rank's, else 0 when every rank said 0.
-          bool all_known = true;
+          bool all_known = !v->ranks.empty();
           for (const auto& r : v->ranks) {
             if (r.exit_code && *r.exit_code != 0 && !j.exit_code) j.exit_code = r.exit_code;
             all_known &= r.exit_code.has_value();
@@ -483,6 +481,7 @@ void Agent::DrainJobs() {
   {
     std::lock_guard<std::mutex> lock(mu_);
     for (const auto& e : out.events) {
+      if (snapshots_due_.size() >= 64) break;  // the rate limits would refuse the rest anyway
       if (e.kind == "job_end" && e.severity == "critical")
         snapshots_due_.push_back({e.t_ms + 5000, "job_failed", e.job});
       else if (e.kind == "job_hung")
@@ -548,9 +547,20 @@ void Agent::DrainJobs() {
       r.message.resize(store::kMaxEventMessageBytes);
     records.push_back(std::move(r));
   }
+  // Job events were put first; the batches are cut small, so a flood of log lines can never
+  // make one over-large batch that takes a job's end down with it.
   std::lock_guard<std::mutex> order(flush_mu_);
-  if (Status st = event_store_->Append(records); !st.ok())
-    GW_LOG_ERROR("cannot keep {} job event(s) and log line(s): {}", records.size(), st.message());
+  size_t begin = 0;
+  while (begin < records.size()) {
+    size_t end = begin, bytes = 0;
+    while (end < records.size() && end - begin < 1000 && bytes < (4u << 20))
+      bytes += records[end++].message.size() + 256;
+    std::vector<store::EventRecord> batch(std::make_move_iterator(records.begin() + begin),
+                                          std::make_move_iterator(records.begin() + end));
+    if (Status st = event_store_->Append(batch); !st.ok())
+      GW_LOG_ERROR("cannot keep {} job event(s) and log line(s): {}", batch.size(), st.message());
+    begin = end;
+  }
 }
 
 void Agent::PollEvents(int timeout_ms) {

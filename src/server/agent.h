@@ -138,7 +138,8 @@ class Agent {
   // XIDs of the last kXidDedupMs per (GPU, code) and source: NVML and the kernel log report
   // the same error; it is counted once. Guarded by mu_.
   static constexpr int64_t kXidDedupMs = 10000;
-  std::deque<model::GpuEvent> recent_xids_;
+  // (GPU, code) -> source -> time of the last XID from that source.
+  std::map<std::pair<unsigned, uint64_t>, std::map<std::string, int64_t>> last_xid_by_source_;
   uint64_t xid_duplicates_ = 0;
   trace::FlightRecorder recorder_;
   std::unique_ptr<SnapshotManager> snapshots_;

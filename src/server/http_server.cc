@@ -101,7 +101,9 @@ Status HttpServer::Start(const ListenAddress& addr) {
       const std::string v = req.get_param_value(name);
       char* end = nullptr;
       double secs = std::strtod(v.c_str(), &end);
-      if (v.empty() || *end != '\0' || !std::isfinite(secs)) return std::nullopt;
+      // Beyond ±3000 years the ms would not fit an int64.
+      if (v.empty() || *end != '\0' || !std::isfinite(secs) || std::fabs(secs) > 1e11)
+        return std::nullopt;
       return static_cast<int64_t>(secs * 1000);
     };
     auto start = param_ms("start", now_ms - 15 * 60 * 1000);

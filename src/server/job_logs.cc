@@ -58,9 +58,11 @@ std::vector<JobLogLine> JobLogs::EndJob(const std::string& job) {
     PollOne(it->first, *it->second, &out);
     std::vector<logs::TailedLine> rest;
     it->second->FlushPartial(&rest);
-    for (auto& l : rest)
-      out.push_back({job, std::get<1>(it->first), std::get<2>(it->first), std::move(l.text), true,
-                     logs::ClassifyLogLine(l.text)});
+    for (auto& l : rest) {
+      const logs::LogLineClass cls = logs::ClassifyLogLine(l.text);  // before the move
+      out.push_back(
+          {job, std::get<1>(it->first), std::get<2>(it->first), std::move(l.text), true, cls});
+    }
     last_error_.erase(it->first);
     it = tailers_.erase(it);
   }

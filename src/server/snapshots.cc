@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
@@ -155,8 +156,9 @@ Status SnapshotManager::Write(Pending& p) {
     q.job = p.info.job;
     q.kinds = {"log"};
     q.limit = options_.max_job_log_lines;
-    q.newest_first = false;
+    q.newest_first = true;  // the lines around the failure, when there are more than the limit
     auto lines = events_->Query(q);
+    if (lines.ok()) std::reverse(lines->begin(), lines->end());
     if (lines.ok()) {
       std::vector<std::string> text;
       text.reserve(lines->size());
@@ -200,7 +202,14 @@ void SnapshotManager::Run() {
 
 void SnapshotManager::Prune() {
   while (snapshots_.size() > options_.max_snapshots) {
+    // Manual snapshots go first: anyone on the node can ask for one, and they must not push
+    // out the failures.
     auto oldest = snapshots_.begin();
+    for (auto it = snapshots_.begin(); it != snapshots_.end(); ++it)
+      if (it->second.reason == "manual" && it->second.state != "pending") {
+        oldest = it;
+        break;
+      }
     if (oldest->second.state == "pending") break;
     std::error_code ec;
     fs::remove_all(options_.dir + "/" + oldest->first, ec);

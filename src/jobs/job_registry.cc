@@ -394,12 +394,17 @@ void JobRegistry::MaybeEndJob(JobRec& job, int64_t t_ms) {
         fmt::format("job {} {} ({} ranks)", job.id, failed ? "failed" : "finished",
                     job.ranks.size()),
         fmt::format("{{\"state\":\"{}\"}}", job.state)});
-  Retire(job.id);
+  Retire(job.id, t_ms);
 }
 
-void JobRegistry::Retire(const std::string& id) {
+void JobRegistry::Retire(const std::string& id, int64_t now_ms) {
   auto it = running_.find(id);
   if (it == running_.end()) return;
+  // The steps since the last window close are the job's last statistics: a job shorter than
+  // a window would otherwise end with none.
+  bool steps_pending = false;
+  for (const auto& [rn, r] : it->second.ranks) steps_pending |= r.window.steps > 0;
+  if (steps_pending) CloseJobWindow(it->second, now_ms, /*final=*/true);
   // The tailers of an ended job must stop even when the output queue is full.
   pending_count_++;
   pending_.ended_jobs.push_back(id);
@@ -527,7 +532,7 @@ void JobRegistry::Tick(int64_t now_ms, const std::vector<model::ProcessAttributi
     job.end_ms = now_ms;
     Emit({now_ms, "job_end", "info", id, std::nullopt,
           fmt::format("job {}: its GPU processes are gone", id), "{\"state\":\"gone\"}"});
-    Retire(id);
+    Retire(id, now_ms);
   }
   for (auto& [id, job] : running_)
     if (job.sdk) CheckHang(job, now_ms);
@@ -572,7 +577,11 @@ void JobRegistry::CheckHang(JobRec& job, int64_t now_ms) {
 
 void JobRegistry::CloseWindow(int64_t now_ms) {
   std::lock_guard<std::mutex> lock(mu_);
-  for (auto& [id, job] : running_) {
+  for (auto& [id, job] : running_) CloseJobWindow(job, now_ms, /*final=*/false);
+}
+
+void JobRegistry::CloseJobWindow(JobRec& job, int64_t now_ms, bool final) {
+  {
     WindowStats js;
     js.end_ms = now_ms;
     bool first = true;
@@ -597,7 +606,7 @@ void JobRegistry::CloseWindow(int64_t now_ms) {
       }
       s.loss = w.loss;
       s.grad_norm = w.grad_norm;
-      if (r.state == Rank::State::kRunning) {
+      if (r.state == Rank::State::kRunning || final) {
         // The job runs at its slowest rank; samples add up over ranks.
         js.window_s = s.window_s;
         js.steps = first ? s.steps : std::min(js.steps, s.steps);

@@ -246,7 +246,9 @@ class JobRegistry {
   void Emit(JobEvent e);
   void EndRank(JobRec& job, Rank& r, int64_t t_ms, std::optional<int> code, bool died);
   void MaybeEndJob(JobRec& job, int64_t t_ms);
-  void Retire(const std::string& id);
+  void Retire(const std::string& id, int64_t now_ms);
+  // Closes one job's window. `final`: the job is over, so ended ranks count in its totals.
+  void CloseJobWindow(JobRec& job, int64_t now_ms, bool final);
   void CheckHang(JobRec& job, int64_t now_ms);
   JobView View(const JobRec& j) const;
   size_t RankCount() const;

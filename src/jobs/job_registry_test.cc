@@ -382,6 +382,24 @@ TEST_F(JobRegistryTest, BoundedByItsLimits) {
   EXPECT_EQ(reg.Jobs().size(), 2u);
 }
 
+TEST_F(JobRegistryTest, AJobShorterThanAWindowEndsWithItsStatistics) {
+  JobRegistry reg = Make();
+  for (int i = 0; i < 10; ++i)
+    ASSERT_FALSE(reg.Accept(Step("j", 0, i, 0.1, kT0 + 100 * i), {100, 1000}, kT0 + 100 * i));
+  model::JobMessage end;
+  end.type = model::JobMessageType::kEnd;
+  end.job = "j";
+  end.exit_code = 0;
+  end.t_s = (kT0 + 1000) / 1000.0;
+  ASSERT_FALSE(reg.Accept(end, {100, 1000}, kT0 + 1000));
+  auto j = reg.Job("j");
+  EXPECT_EQ(j->state, "finished");
+  EXPECT_EQ(j->ranks[0].window.steps, 10u);
+  EXPECT_DOUBLE_EQ(*j->ranks[0].window.step_p50_s, 0.1);
+  EXPECT_DOUBLE_EQ(j->window.iterations_per_s, 10);
+  EXPECT_DOUBLE_EQ(*j->ranks[0].median_step_s, 0.1);  // kept after the per-step state is freed
+}
+
 TEST_F(JobRegistryTest, RawStepsAreRateCapped) {
   JobRegistryOptions o;
   o.raw_steps_max_hz = 10;

@@ -3,6 +3,7 @@
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <cctype>
 #include <string>
 #include <unordered_set>
 #include <utility>
@@ -322,6 +323,10 @@ StatusIds ParseStatusIds(std::string_view text) {
     if (StartsWith(line, "Uid:")) {
       std::vector<std::string_view> f = SplitAny(line.substr(4), " \t");
       if (!f.empty()) ids.uid = ParseInt<uint32_t>(f[0]);
+    } else if (StartsWith(line, "Cpus_allowed_list:")) {
+      std::string_view v = line.substr(18);
+      while (!v.empty() && (v.front() == ' ' || v.front() == '\t')) v.remove_prefix(1);
+      ids.cpus_allowed = ParseCpuList(v);
     } else if (StartsWith(line, "NSpid:")) {
       ids.nspid.clear();
       for (std::string_view f : SplitAny(line.substr(6), " \t")) {
@@ -336,6 +341,56 @@ StatusIds ParseStatusIds(std::string_view text) {
     }
   }
   return ids;
+}
+
+std::optional<std::vector<unsigned>> ParseCpuList(std::string_view list) {
+  while (!list.empty() && (list.back() == '\n' || list.back() == ' ')) list.remove_suffix(1);
+  std::vector<unsigned> cpus;
+  if (list.empty()) return cpus;
+  for (std::string_view part : SplitAny(list, ",")) {
+    const size_t dash = part.find('-');
+    auto lo = ParseInt<unsigned>(part.substr(0, dash));
+    auto hi = dash == std::string_view::npos ? lo : ParseInt<unsigned>(part.substr(dash + 1));
+    if (!lo || !hi || *lo > *hi || *hi > kMaxCpu) return std::nullopt;
+    for (unsigned c = *lo; c <= *hi; ++c) cpus.push_back(c);
+    if (cpus.size() > kMaxCpu + 1) return std::nullopt;
+  }
+  std::sort(cpus.begin(), cpus.end());
+  cpus.erase(std::unique(cpus.begin(), cpus.end()), cpus.end());
+  return cpus;
+}
+
+void Attributor::LoadNumaNodes() {
+  numa_cpus_.clear();
+  for (unsigned node = 0; node < 1024; ++node) {
+    FileReadResult f = ReadSmallFile(
+        root_ + "/sys/devices/system/node/node" + std::to_string(node) + "/cpulist", 1 << 16);
+    if (!f.ok) {
+      if (node >= 8 && numa_cpus_.empty()) break;  // no NUMA sysfs at all
+      continue;                                    // nodes may be sparse (node0, node2)
+    }
+    if (auto cpus = ParseCpuList(f.data)) numa_cpus_[node] = std::move(*cpus);
+    if (numa_cpus_.size() >= 64) break;
+  }
+}
+
+std::optional<int> Attributor::GpuNumaNode(const std::string& pci_bus_id) {
+  auto it = gpu_numa_.find(pci_bus_id);
+  if (it != gpu_numa_.end()) return it->second;
+  // NVML's "00000000:18:00.0" is sysfs's "0000:18:00.0" (a 4-digit domain, lower case).
+  std::string sysfs = pci_bus_id.size() > 8 && pci_bus_id.compare(0, 4, "0000") == 0
+                          ? pci_bus_id.substr(4)
+                          : pci_bus_id;
+  for (char& c : sysfs) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  std::optional<int> node;
+  FileReadResult f = ReadSmallFile(root_ + "/sys/bus/pci/devices/" + sysfs + "/numa_node", 64);
+  if (f.ok) {
+    std::string_view v = f.data;
+    while (!v.empty() && (v.back() == '\n' || v.back() == ' ')) v.remove_suffix(1);
+    node = ParseInt<int>(v);  // -1: the platform does not say
+  }
+  if (gpu_numa_.size() < 1024) gpu_numa_[pci_bus_id] = node;
+  return node;
 }
 
 std::optional<uint64_t> ParseStatStartTime(std::string_view text) {
@@ -444,6 +499,9 @@ std::vector<model::ProcessAttribution> Attributor::Attribute(
   std::vector<model::ProcessAttribution> out;
   out.reserve(procs.size());
   std::unordered_set<uint32_t> seen;
+  if (!procs.empty()) LoadNumaNodes();
+  // A process's CPU affinity can change while it runs (taskset, numactl): read each tick.
+  std::unordered_map<uint32_t, std::vector<unsigned>> cpu_nodes;
   for (const GpuProcessRef& ref : procs) {
     const uint32_t pid = ref.process.pid;
     if (seen.insert(pid).second) {
@@ -456,6 +514,30 @@ std::vector<model::ProcessAttribution> Attributor::Attribute(
       }
     }
     const ProcInfo& info = cache_.at(pid);
+    if (!numa_cpus_.empty() && !cpu_nodes.count(pid)) {
+      std::vector<unsigned>& nodes = cpu_nodes[pid];
+      FileReadResult st =
+          ReadSmallFile(root_ + "/proc/" + std::to_string(pid) + "/status", 1 << 16);
+      std::optional<std::vector<unsigned>> allowed;
+      if (st.ok) allowed = ParseStatusIds(st.data).cpus_allowed;
+      if (allowed) {
+        for (const auto& [node, cpus] : numa_cpus_) {
+          // Both lists are sorted: one linear intersection test.
+          auto a = allowed->begin();
+          auto b = cpus.begin();
+          while (a != allowed->end() && b != cpus.end()) {
+            if (*a == *b) {
+              nodes.push_back(node);
+              break;
+            }
+            if (*a < *b)
+              ++a;
+            else
+              ++b;
+          }
+        }
+      }
+    }
 
     model::ProcessAttribution& a = out.emplace_back();
     a.pid = pid;
@@ -474,8 +556,10 @@ std::vector<model::ProcessAttribution> Attributor::Attribute(
     auto gpu = std::find_if(gpus.begin(), gpus.end(), [&](const model::GpuStaticInfo& g) {
       return g.index == ref.gpu_index;
     });
+    if (auto n = cpu_nodes.find(pid); n != cpu_nodes.end()) a.cpu_numa_nodes = n->second;
     if (gpu == gpus.end()) continue;
     a.gpu_uuid = gpu->uuid;
+    if (!gpu->pci_bus_id.empty()) a.gpu_numa_node = GpuNumaNode(gpu->pci_bus_id);
     if (info.env_known && info.container_devices_known) {
       DeviceTarget target{gpu->uuid, ref.process.gpu_instance_id, ref.process.compute_instance_id};
       a.visible_index = ResolveVisibleIndex(

@@ -114,7 +114,13 @@ std::map<std::string, std::string> ParseEnviron(std::string_view proc_environ_by
 struct StatusIds {
   std::optional<uint32_t> uid;  // real uid (first field of "Uid:")
   std::vector<uint32_t> nspid;  // "NSpid:" outermost first, innermost last (Linux 4.1+)
+  std::optional<std::vector<unsigned>> cpus_allowed;  // "Cpus_allowed_list:" (sched affinity)
 };
+
+// A kernel CPU list ("0-55,112-167", "3", "" = none): the CPUs, ascending, deduplicated.
+// nullopt when malformed or naming a CPU above kMaxCpu (bounded work on any input).
+inline constexpr unsigned kMaxCpu = 65535;
+std::optional<std::vector<unsigned>> ParseCpuList(std::string_view list);
 StatusIds ParseStatusIds(std::string_view proc_pid_status);
 
 // Field 22 of /proc/<pid>/stat (start time in clock ticks since boot). The comm field may hold
@@ -169,6 +175,12 @@ class Attributor {
 
   ProcInfo Resolve(uint32_t pid, std::optional<uint64_t> start_time);
   std::string UserName(uint32_t uid);
+  // NUMA (R11): node -> its CPUs (from /sys/devices/system/node), and each GPU's node from its
+  // PCI device in sysfs, read once per Attribute call / cached per bus id.
+  void LoadNumaNodes();
+  std::optional<int> GpuNumaNode(const std::string& pci_bus_id);
+  std::map<unsigned, std::vector<unsigned>> numa_cpus_;
+  std::unordered_map<std::string, std::optional<int>> gpu_numa_;
 
   std::string root_;
   std::string job_env_var_;

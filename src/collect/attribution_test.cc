@@ -588,3 +588,65 @@ TEST(AttributorTest, PasswdReloadedWhenChanged) {
 
 }  // namespace
 }  // namespace gpuwatch::collect
+
+namespace gpuwatch::collect {
+namespace {
+
+TEST(CpuListTest, ParsesKernelCpuLists) {
+  EXPECT_EQ(ParseCpuList("0-3,8,10-11\n"), (std::vector<unsigned>{0, 1, 2, 3, 8, 10, 11}));
+  EXPECT_EQ(ParseCpuList(""), std::vector<unsigned>{});
+  EXPECT_EQ(ParseCpuList("5,1-2,2"), (std::vector<unsigned>{1, 2, 5}));
+  EXPECT_EQ(ParseCpuList("3-1"), std::nullopt);
+  EXPECT_EQ(ParseCpuList("0-99999999"), std::nullopt);  // bounded on any input
+  EXPECT_EQ(ParseCpuList("a-b"), std::nullopt);
+}
+
+// R11: a process whose CPU affinity excludes its GPU's NUMA node.
+TEST(AttributorTest, NumaNodesOfAffinityAgainstTheGpusNode) {
+  char tmpl[] = "/tmp/gw-numa-XXXXXX";
+  const std::string root = mkdtemp(tmpl);
+  auto write = [&](const std::string& rel, const std::string& text) {
+    std::filesystem::create_directories(std::filesystem::path(root + rel).parent_path());
+    std::ofstream(root + rel) << text;
+  };
+  write("/sys/devices/system/node/node0/cpulist", "0-31\n");
+  write("/sys/devices/system/node/node1/cpulist", "32-63\n");
+  write("/sys/bus/pci/devices/0000:18:00.0/numa_node", "0\n");
+  write("/sys/bus/pci/devices/0000:9a:00.0/numa_node", "1\n");
+  write("/proc/700/stat", "700 (train) S 1 700 700 0 -1 4194560 0 0 0 0 0 0 0 0 20 0 1 0 12345\n");
+  write("/proc/700/status", "Name:\ttrain\nUid:\t0\t0\t0\t0\nCpus_allowed_list:\t32-47\n");
+  write("/proc/701/stat", "701 (wide) S 1 701 701 0 -1 4194560 0 0 0 0 0 0 0 0 20 0 1 0 12346\n");
+  write("/proc/701/status", "Name:\twide\nUid:\t0\t0\t0\t0\nCpus_allowed_list:\t0-63\n");
+  std::vector<model::GpuStaticInfo> gpus(2);
+  gpus[0].index = 0;
+  gpus[0].uuid = "GPU-a";
+  gpus[0].pci_bus_id = "00000000:18:00.0";
+  gpus[1].index = 1;
+  gpus[1].uuid = "GPU-b";
+  gpus[1].pci_bus_id = "00000000:9A:00.0";
+  Attributor attr(root);
+  GpuProcessRef p0{0, {}}, p1{1, {}}, p2{0, {}};
+  p0.process.pid = 700;  // pinned to node 1's CPUs, using node 0's GPU
+  p1.process.pid = 700;  // … and node 1's GPU
+  p2.process.pid = 701;  // allowed everywhere
+  auto a = attr.Attribute({p0, p1, p2}, gpus);
+  ASSERT_EQ(a.size(), 3u);
+  EXPECT_EQ(a[0].cpu_numa_nodes, std::vector<unsigned>{1});
+  EXPECT_EQ(a[0].gpu_numa_node, 0);
+  EXPECT_TRUE(a[0].numa_mismatch());
+  EXPECT_EQ(a[1].gpu_numa_node, 1);
+  EXPECT_FALSE(a[1].numa_mismatch());
+  EXPECT_EQ(a[2].cpu_numa_nodes, (std::vector<unsigned>{0, 1}));
+  EXPECT_FALSE(a[2].numa_mismatch());
+  // Without NUMA sysfs nothing is claimed.
+  std::filesystem::remove_all(root + "/sys");
+  Attributor bare(root);
+  auto b = bare.Attribute({p0}, gpus);
+  EXPECT_TRUE(b[0].cpu_numa_nodes.empty());
+  EXPECT_FALSE(b[0].gpu_numa_node.has_value());
+  EXPECT_FALSE(b[0].numa_mismatch());
+  std::filesystem::remove_all(root);
+}
+
+}  // namespace
+}  // namespace gpuwatch::collect

@@ -64,7 +64,7 @@ constexpr std::array<GpuMetricDesc, kNumGpuMetrics> kGpu = {{
 }};
 
 constexpr MetricType kI = MetricType::kInfo;
-constexpr std::array<OtherMetricDesc, 60> kOther = {{
+constexpr std::array<OtherMetricDesc, 61> kOther = {{
   // GPU, beyond scalars.
   {"gpuwatch_gpu_info", kI, "serial, vbios_version, minor_number, mig_mode", "Static facts of a GPU; value 1."},
   {"gpuwatch_gpu_up", kG, "", "1 while the GPU answers NVML, 0 after it was lost (XID 79, GPU_IS_LOST)."},
@@ -80,6 +80,7 @@ constexpr std::array<OtherMetricDesc, 60> kOther = {{
   {"gpuwatch_mig_sm_active", kG, "GPU_I_ID, GPU_I_PROFILE, mig_uuid", "SM activity of a MIG instance (GPM)."},
   // Attribution.
   {"gpuwatch_gpu_attribution_info", kI, "user, job, container", "Who uses a GPU now; value 1. Join on UUID in PromQL (one series per user/job/container on the GPU)."},
+  {"gpuwatch_process_numa_mismatch", kG, "pid, command, job, cpu_numa_nodes, gpu_numa_node", "1 when the process's CPU affinity excludes its GPU's NUMA node (R11): host-GPU traffic crosses sockets."},
   {"gpuwatch_process_gpu_memory_bytes", kG, "pid, command, user, container, pod_uid, job, visible_index, GPU_I_ID", "GPU memory used by one process on one GPU."},
   // Host.
   {"gpuwatch_host_cpu_seconds_total", kC, "Hostname, mode", "CPU time over all CPUs by mode (user+nice+system+irq+softirq+steal as busy, idle, iowait)."},

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace gpuwatch::model {
 
@@ -23,6 +24,17 @@ struct ProcessAttribution {
   std::string pod_uid;               // Kubernetes pod UID when the cgroup shows one
   std::string job_id;                // SLURM_JOB_ID or the configured env var
   std::optional<int> visible_index;  // the CUDA index this process sees the GPU as
+  // NUMA (R11): the nodes the process's CPU affinity covers (empty: unknown), and the GPU's.
+  std::vector<unsigned> cpu_numa_nodes;
+  std::optional<int> gpu_numa_node;
+  // True when both are known and the affinity excludes the GPU's node: the process's host
+  // memory traffic to its GPU crosses the socket interconnect.
+  bool numa_mismatch() const {
+    if (!gpu_numa_node || *gpu_numa_node < 0 || cpu_numa_nodes.empty()) return false;
+    for (unsigned n : cpu_numa_nodes)
+      if (static_cast<int>(n) == *gpu_numa_node) return false;
+    return true;
+  }
 };
 
 }  // namespace gpuwatch::model

@@ -260,7 +260,10 @@ void Agent::TickProcesses() {
   const int64_t now_ms = clock_.NowMs();
   jobs_.Tick(now_ms, attributed);
   for (const auto& p : attributed)
-    recorder_.Add(now_ms, trace::ProcRecord(now_ms, options_.hostname, p));
+    recorder_.Add(now_ms,
+                  trace::ProcRecord(
+                      now_ms, options_.hostname, p,
+                      p.cpu_numa_nodes.empty() ? std::nullopt : std::optional(p.cpu_numa_nodes)));
   const double secs = std::chrono::duration<double>(Clock::now() - start).count();
   std::lock_guard<std::mutex> lock(mu_);
   state_.processes = std::move(attributed);

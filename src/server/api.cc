@@ -112,6 +112,10 @@ json ProcessesJson(const AgentState& s) {
     j["uid"] = p.uid ? json(*p.uid) : json(nullptr);
     j["container_pid"] = p.container_pid ? json(*p.container_pid) : json(nullptr);
     j["visible_index"] = p.visible_index ? json(*p.visible_index) : json(nullptr);
+    j["cpu_numa_nodes"] = p.cpu_numa_nodes;
+    j["gpu_numa_node"] =
+        p.gpu_numa_node && *p.gpu_numa_node >= 0 ? json(*p.gpu_numa_node) : json(nullptr);
+    j["numa_mismatch"] = p.numa_mismatch();
     j["used_memory_bytes"] = p.used_memory_bytes ? json(*p.used_memory_bytes) : json(nullptr);
     if (p.gpu_instance_id) j["gpu_instance_id"] = *p.gpu_instance_id;
     if (p.compute_instance_id) j["compute_instance_id"] = *p.compute_instance_id;

@@ -295,6 +295,26 @@ void RenderPrometheus(const AgentState& s, std::string* out) {
                p.gpu_instance_id ? std::to_string(*p.gpu_instance_id) : ""),
            static_cast<double>(*p.used_memory_bytes));
     }
+    // R11: only where both ends are known, so a 0 is a statement, not a missing reading.
+    bool numa_known = false;
+    for (const auto& p : s.processes)
+      numa_known |= !p.cpu_numa_nodes.empty() && p.gpu_numa_node && *p.gpu_numa_node >= 0;
+    if (numa_known) {
+      HeaderOther(b, "gpuwatch_process_numa_mismatch");
+      for (const auto& p : s.processes) {
+        if (p.gpu_index >= labels.size() || p.cpu_numa_nodes.empty() || !p.gpu_numa_node ||
+            *p.gpu_numa_node < 0)
+          continue;
+        std::string nodes;
+        for (unsigned n : p.cpu_numa_nodes) nodes += (nodes.empty() ? "" : ",") + std::to_string(n);
+        Line(b, "gpuwatch_process_numa_mismatch", labels[p.gpu_index],
+             fmt::format(
+                 "pid=\"{}\",command=\"{}\",job=\"{}\",cpu_numa_nodes=\"{}\",gpu_numa_node=\"{}\"",
+                 p.pid, EscapeLabelValue(p.command), EscapeLabelValue(p.job_id), nodes,
+                 *p.gpu_numa_node),
+             p.numa_mismatch() ? 1 : 0);
+      }
+    }
   }
 
   // Host.

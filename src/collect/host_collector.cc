@@ -1,6 +1,7 @@
 #include "collect/host_collector.h"
 
 #include <dirent.h>
+#include <sys/timex.h>
 
 #include <algorithm>
 #include <array>
@@ -72,6 +73,14 @@ void HostCollector::Warn(int64_t now_ms, const std::string& path, std::string_vi
   GW_LOG_WARN("host: {}: {}", path, what);
 }
 
+ClockState ClockStateFromTimex(int rc, long offset, long maxerror, int status) {
+  ClockState c;
+  c.offset_ms = static_cast<double>(offset) / ((status & STA_NANO) ? 1e6 : 1e3);
+  c.max_error_ms = static_cast<double>(maxerror) / 1e3;  // always µs
+  c.synced = rc != TIME_ERROR && !(status & STA_UNSYNC);
+  return c;
+}
+
 Status HostCollector::Collect(int64_t time_ms, model::HostSample* out) {
   *out = model::HostSample{};
   out->time_ms = time_ms;
@@ -83,6 +92,17 @@ Status HostCollector::Collect(int64_t time_ms, model::HostSample* out) {
   any |= ReadNetDev(time_ms, out);
   any |= ReadInfiniband(time_ms, out);
   if (!any) return Status::Unavailable("no host file readable under '" + root_ + "/'");
+  // The clock is this machine's, not the fixture tree's: read it only for the real root.
+  if (root_.empty() || root_ == "/") {
+    struct timex tx {};
+    const int rc = ::adjtimex(&tx);
+    if (rc >= 0) {
+      const ClockState c = ClockStateFromTimex(rc, tx.offset, tx.maxerror, tx.status);
+      out->clock_offset_ms = c.offset_ms;
+      out->clock_max_error_ms = c.max_error_ms;
+      out->clock_synced = c.synced;
+    }
+  }
   return Status::Ok();
 }
 

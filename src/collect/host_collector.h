@@ -20,6 +20,14 @@
 
 namespace gpuwatch::collect {
 
+// R7: the clock state from an adjtimex(2) reading. Pure; `rc` is adjtimex's return value
+// (TIME_ERROR when the clock is not synchronized). Offsets are in ns when STA_NANO is set.
+struct ClockState {
+  double offset_ms = 0, max_error_ms = 0;
+  bool synced = false;
+};
+ClockState ClockStateFromTimex(int rc, long offset, long maxerror, int status);
+
 class HostCollector {
  public:
   // `root_dir` is prepended to every path ("/" in production; a fixture tree in tests).

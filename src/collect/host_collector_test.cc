@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 #include <stdlib.h>
+#include <sys/timex.h>
 
 #include <filesystem>
 #include <fstream>
@@ -255,6 +256,25 @@ TEST(HostCollectorTest, NothingReadableIsUnavailable) {
   testing::internal::GetCapturedStderr();
   EXPECT_EQ(st.code(), StatusCode::kUnavailable);
   EXPECT_TRUE(s.nics.empty());
+}
+
+}  // namespace
+}  // namespace gpuwatch::collect
+
+namespace gpuwatch::collect {
+namespace {
+
+TEST(ClockStateTest, FromAdjtimex) {
+  // chrony/ntpd discipline: synchronized, 250 µs still being slewed, 16 ms error bound.
+  ClockState c = ClockStateFromTimex(TIME_OK, 250, 16000, 0);
+  EXPECT_TRUE(c.synced);
+  EXPECT_DOUBLE_EQ(c.offset_ms, 0.25);
+  EXPECT_DOUBLE_EQ(c.max_error_ms, 16);
+  // STA_NANO: the offset is in nanoseconds.
+  EXPECT_DOUBLE_EQ(ClockStateFromTimex(TIME_OK, 2500000, 0, STA_NANO).offset_ms, 2.5);
+  // No time source: the kernel says TIME_ERROR / STA_UNSYNC.
+  EXPECT_FALSE(ClockStateFromTimex(TIME_ERROR, 0, 16000000, STA_UNSYNC).synced);
+  EXPECT_FALSE(ClockStateFromTimex(TIME_OK, 0, 0, STA_UNSYNC).synced);
 }
 
 }  // namespace

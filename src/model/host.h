@@ -46,6 +46,10 @@ struct HostSample {
   std::optional<double> load1, load5, load15;
   std::vector<NicSample> nics;
   std::vector<IbPortSample> ib_ports;
+  // R7: the kernel's view of its clock discipline (adjtimex): the offset still being slewed
+  // out, the maximum error bound, and whether a time source (NTP/PTP/chrony) keeps it synced.
+  std::optional<double> clock_offset_ms, clock_max_error_ms;
+  std::optional<bool> clock_synced;
 };
 
 }  // namespace gpuwatch::model

@@ -64,7 +64,7 @@ constexpr std::array<GpuMetricDesc, kNumGpuMetrics> kGpu = {{
 }};
 
 constexpr MetricType kI = MetricType::kInfo;
-constexpr std::array<OtherMetricDesc, 61> kOther = {{
+constexpr std::array<OtherMetricDesc, 64> kOther = {{
   // GPU, beyond scalars.
   {"gpuwatch_gpu_info", kI, "serial, vbios_version, minor_number, mig_mode", "Static facts of a GPU; value 1."},
   {"gpuwatch_gpu_up", kG, "", "1 while the GPU answers NVML, 0 after it was lost (XID 79, GPU_IS_LOST)."},
@@ -91,6 +91,9 @@ constexpr std::array<OtherMetricDesc, 61> kOther = {{
   {"gpuwatch_host_memory_available_bytes", kG, "Hostname", "MemAvailable."},
   {"gpuwatch_host_memory_used_bytes", kG, "Hostname", "MemTotal - MemAvailable."},
   {"gpuwatch_host_swap_used_bytes", kG, "Hostname", "SwapTotal - SwapFree."},
+  {"gpuwatch_host_clock_offset_seconds", kG, "Hostname", "Clock offset the kernel is still slewing out (adjtimex; R7): the node's distance from its time source as the kernel sees it."},
+  {"gpuwatch_host_clock_max_error_seconds", kG, "Hostname", "The kernel's maximum clock error bound (adjtimex maxerror)."},
+  {"gpuwatch_host_clock_synced", kG, "Hostname", "1 while a time source (NTP, PTP, chrony) keeps the clock synchronized, 0 when unsynchronized."},
   {"gpuwatch_host_load1", kG, "Hostname", "1-minute load average."},
   {"gpuwatch_host_load5", kG, "Hostname", "5-minute load average."},
   {"gpuwatch_host_load15", kG, "Hostname", "15-minute load average."},

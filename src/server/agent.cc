@@ -159,6 +159,8 @@ void Agent::TickGpu() {
     trace::NodeExtras extras;
     for (size_t i = 0; i < n; ++i)
       extras.gpus.push_back(trace::NodeGpuExtraFromSample(devices[i].index, samples[i]));
+    if (prev_host_ && prev_host_->clock_offset_ms)
+      extras.clock_offset_ms = prev_host_->clock_offset_ms;
     recorder_.Add(now_ms,
                   trace::NodeRecord(now_ms, options_.hostname, gpu_->System(), devices, extras));
   }

@@ -343,6 +343,12 @@ void RenderPrometheus(const AgentState& s, std::string* out) {
     opt("gpuwatch_host_load1", h.load1);
     opt("gpuwatch_host_load5", h.load5);
     opt("gpuwatch_host_load15", h.load15);
+    if (h.clock_offset_ms) {
+      opt("gpuwatch_host_clock_offset_seconds", std::optional(*h.clock_offset_ms / 1000));
+      opt("gpuwatch_host_clock_max_error_seconds", std::optional(*h.clock_max_error_ms / 1000));
+    }
+    if (h.clock_synced)
+      opt("gpuwatch_host_clock_synced", std::optional(*h.clock_synced ? 1.0 : 0.0));
     if (!h.nics.empty()) {
       auto nic = [&](const char* name, auto get) {
         HeaderOther(b, name);

@@ -39,6 +39,16 @@ std::vector<store::Head::Input> SeriesForStore(const AgentState& s, int64_t host
         {"gpuwatch_host_cpu_iowait_percent", &h.iowait_pct},
         {"gpuwatch_host_memory_used_bytes", &h.mem_used_bytes},
         {"gpuwatch_host_load1", &h.load1}};
+    std::optional<double> offset_s, synced;
+    if (h.clock_offset_ms) offset_s = *h.clock_offset_ms / 1000;
+    if (h.clock_synced) synced = *h.clock_synced ? 1.0 : 0.0;
+    for (const auto& [name, v] : {std::pair<const char*, const std::optional<double>*>{
+                                      "gpuwatch_host_clock_offset_seconds", &offset_s},
+                                  {"gpuwatch_host_clock_synced", &synced}}) {
+      if (!*v) continue;
+      out.push_back({{{std::string(store::kMetricNameLabel), name}, {"Hostname", s.hostname}},
+                     {{h.time_ms, **v}}});
+    }
     for (const auto& [name, v] : kHost) {
       if (!*v) continue;
       out.push_back({{{std::string(store::kMetricNameLabel), name}, {"Hostname", s.hostname}},

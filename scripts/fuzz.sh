@@ -19,6 +19,10 @@ clang++ $FLAGS -o kmsg_fuzz ../../src/logs/kmsg_fuzz.cc ../../src/logs/kmsg.cc \
   ../../src/logs/log_classify.cc $COMMON -lfmt
 clang++ $FLAGS -o job_protocol_fuzz ../../src/jobs/job_protocol_fuzz.cc ../../src/jobs/job_protocol.cc \
   ../../src/jobs/job_registry.cc ../../src/collect/attribution.cc $COMMON -lfmt
+clang++ $FLAGS -o topo_fuzz ../../src/topo/topo_fuzz.cc ../../src/topo/topo_text.cc \
+  ../../src/topo/topology.cc $COMMON -lfmt
+clang++ $FLAGS -o nccl_fuzz ../../src/nccl/nccl_fuzz.cc ../../src/nccl/nccl_log.cc \
+  ../../src/nccl/nccl_analysis.cc $COMMON -lfmt
 clang++ $FLAGS -o cli_fuzz ../../src/cli/cli_fuzz.cc ../../src/cli/config_file.cc \
   ../../src/server/listen_address.cc $COMMON -lfmt
 STORE="../../src/store/chunkenc.cc ../../src/store/labels.cc ../../src/store/remote_write.cc"
@@ -41,3 +45,5 @@ mkdir -p corpus/attribution && ./attribution_fuzz -max_total_time="$SECS" corpus
 mkdir -p corpus/kmsg && ./kmsg_fuzz -max_total_time="$SECS" corpus/kmsg ../../tests/fixtures/kmsg
 mkdir -p corpus/job_protocol && ./job_protocol_fuzz -max_total_time="$SECS" corpus/job_protocol ../../tests/fixtures/job_protocol
 mkdir -p corpus/cli && ./cli_fuzz -max_total_time="$SECS" corpus/cli ../../tests/fixtures/config
+mkdir -p corpus/nccl && ./nccl_fuzz -max_total_time="$SECS" corpus/nccl ../../tests/fixtures/nccl
+mkdir -p corpus/topo && ./topo_fuzz -max_total_time="$SECS" corpus/topo ../../tests/fixtures/topo

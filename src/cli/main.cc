@@ -13,6 +13,7 @@
 
 #include "cli/config_file.h"
 #include "cli/job_view.h"
+#include "cli/link_tools.h"
 #include "cli/record.h"
 #include "cli/status_view.h"
 #include "cli/store_admin.h"
@@ -483,6 +484,22 @@ int Main(int argc, char** argv) {
       ->required();
   record_cmd->add_option("--agent", rec.agent_url, "The agent's URL");
 
+  std::string link_file, link_topo;
+  bool link_json = false;
+  auto* topo_cmd = app.add_subcommand("topo", "Node topology (R8)");
+  topo_cmd->require_subcommand(1);
+  auto* topo_import = topo_cmd->add_subcommand(
+      "import", "Parse a `nvidia-smi topo -m` capture (from any machine) into the topology model");
+  topo_import->add_option("file", link_file, "The capture")->required();
+  topo_import->add_flag("--json", link_json, "Print the model as JSON");
+  auto* nccl_cmd = app.add_subcommand(
+      "nccl",
+      "Analyze an NCCL_DEBUG=INFO log: version, ranks, the transport of every channel, "
+      "and fallbacks against the topology (R9)");
+  nccl_cmd->add_option("file", link_file, "The log")->required();
+  nccl_cmd->add_option("--topo", link_topo, "A `nvidia-smi topo -m` capture of the node");
+  nccl_cmd->add_flag("--json", link_json, "Print JSON");
+
   auto* docs = app.add_subcommand("docs", "Print generated documentation");
   docs->require_subcommand(1);
   auto* docs_metrics = docs->add_subcommand("metrics", "docs/metrics.md, from the metric catalog");
@@ -511,6 +528,9 @@ int Main(int argc, char** argv) {
       std::cout << (jobs_cmd->parsed() ? RenderJobsTable(*j) : RenderJobTable(*j));
     return 0;
   }
+  if (topo_import->parsed()) return RunTopoImport(link_file, link_json, std::cout, std::cerr);
+  if (nccl_cmd->parsed())
+    return RunNcclAnalysis(link_file, link_topo, link_json, std::cout, std::cerr);
   if (record_cmd->parsed()) {
     auto ms = ParseDurationMs(rec_duration);
     if (!ms.ok()) return Fail(ms.status());

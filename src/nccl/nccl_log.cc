@@ -236,6 +236,33 @@ bool IsWrapperPrefix(sv before) {
   return digit;
 }
 
+// `before` ends with "host:pid:tid [dev] NCCL INFO ": NCCL's own prefix (NCCL >= 2.19 logs the
+// version as an INFO line).
+bool EndsWithNcclInfoPrefix(sv before) {
+  constexpr sv kInfo = "NCCL INFO ";
+  if (before.size() < kInfo.size() || before.substr(before.size() - kInfo.size()) != kInfo) {
+    return false;
+  }
+  before.remove_suffix(kInfo.size());
+  if (before.size() < 2 || before.back() != ' ') return false;
+  before.remove_suffix(1);
+  if (before.back() != ']') return false;
+  const size_t lb = before.rfind('[');
+  if (lb == sv::npos || lb == 0 || before[lb - 1] != ' ') return false;
+  sv dev = before.substr(lb + 1, before.size() - lb - 2);
+  if (!dev.empty() && dev.front() == '-') dev.remove_prefix(1);
+  if (dev.empty() || !std::all_of(dev.begin(), dev.end(), IsDigit)) return false;
+  // "host:pid:tid": two ":<digits>" fields behind a host name.
+  sv host = before.substr(0, lb - 1);
+  for (int field = 0; field < 2; ++field) {
+    size_t n = 0;
+    while (n < host.size() && IsDigit(host[host.size() - 1 - n])) ++n;
+    if (n == 0 || n == host.size() || host[host.size() - 1 - n] != ':') return false;
+    host.remove_suffix(n + 1);
+  }
+  return !host.empty() && host.back() != ' ';
+}
+
 // "NCCL version X" at the end of `s` (after trailing blanks), X a version token.
 std::optional<sv> VersionAtEnd(sv s, size_t* key_pos) {
   constexpr sv kKey = "NCCL version ";
@@ -1323,6 +1350,18 @@ NcclLogReport ParseNcclLog(std::string_view text) {
     start = end + 1;
   }
   return parser.Finish();
+}
+
+std::optional<std::string> ParseNcclVersionLine(std::string_view line) {
+  constexpr sv kKey = "NCCL version ";
+  for (size_t pos = line.find(kKey); pos != npos; pos = line.find(kKey, pos + 1)) {
+    const sv version = TrimRight(line.substr(pos + kKey.size()));
+    if (!IsVersionToken(version)) continue;  // also: anything after the version
+    const sv before = line.substr(0, pos);
+    if (EndsWithNcclInfoPrefix(before)) return std::string(version);
+    if (version.find("+cuda") != npos && IsWrapperPrefix(before)) return std::string(version);
+  }
+  return std::nullopt;
 }
 
 }  // namespace gpuwatch::nccl

@@ -192,6 +192,14 @@ struct NcclLogReport {
   const NcclHost* FindHost(std::string_view name) const;
 };
 
+// The NCCL version from an NCCL_DEBUG=INFO banner line: "2.18.3+cuda12.2", or the bare version
+// when the build names no CUDA. Recognised forms (see ../shared/real/nccl):
+//   host:pid:tid [dev] NCCL INFO NCCL version 2.25.1+cuda12.8   (NCCL >= 2.19)
+//   NCCL version 2.18.5+cuda12.0                                  (older: on a line of its own)
+// either one behind launcher or paste prefixes ("[1,0]<stdout>:", "> ", "[0] ", a timestamp).
+// The old form must name its CUDA ("+cuda"), so prose that mentions a version does not match.
+std::optional<std::string> ParseNcclVersionLine(std::string_view line);
+
 NcclLogReport ParseNcclLog(std::string_view text);
 
 // The family of a transport as printed after "via ": "P2P/IPC/read" -> "P2P/IPC",

@@ -249,83 +249,6 @@ void DiffGpus(const std::vector<GpuFacts>& before, const std::vector<GpuFacts>& 
   for (auto& c : changes) out->push_back(std::move(c.event));
 }
 
-// ---- NCCL banner ----
-
-bool IsDigit(char c) { return c >= '0' && c <= '9'; }
-
-sv TrimRight(sv s) {
-  while (!s.empty() &&
-         (s.back() == ' ' || s.back() == '\t' || s.back() == '\r' || s.back() == '\n'))
-    s.remove_suffix(1);
-  return s;
-}
-
-// "2.18.3", "2.18.3+cuda12.2": major.minor.patch, then build-suffix characters, no blank.
-bool IsVersionToken(sv s) {
-  size_t i = 0;
-  for (int part = 0; part < 3; ++part) {
-    if (part > 0) {
-      if (i >= s.size() || s[i] != '.') return false;
-      ++i;
-    }
-    const size_t start = i;
-    while (i < s.size() && IsDigit(s[i])) ++i;
-    if (i == start) return false;
-  }
-  for (; i < s.size(); ++i) {
-    const char c = s[i];
-    const bool ok = IsDigit(c) || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '.' ||
-                    c == '+' || c == '-' || c == '_';
-    if (!ok) return false;
-  }
-  return true;
-}
-
-// `before` ends with "host:pid:tid [dev] NCCL INFO ": NCCL's own prefix (NCCL >= 2.19 logs the
-// version as an INFO line).
-bool EndsWithNcclInfoPrefix(sv before) {
-  constexpr sv kInfo = "NCCL INFO ";
-  if (before.size() < kInfo.size() || before.substr(before.size() - kInfo.size()) != kInfo) {
-    return false;
-  }
-  before.remove_suffix(kInfo.size());
-  if (before.size() < 2 || before.back() != ' ') return false;
-  before.remove_suffix(1);
-  if (before.back() != ']') return false;
-  const size_t lb = before.rfind('[');
-  if (lb == sv::npos || lb == 0 || before[lb - 1] != ' ') return false;
-  sv dev = before.substr(lb + 1, before.size() - lb - 2);
-  if (!dev.empty() && dev.front() == '-') dev.remove_prefix(1);
-  if (dev.empty() || !std::all_of(dev.begin(), dev.end(), IsDigit)) return false;
-  // "host:pid:tid": two ":<digits>" fields behind a host name.
-  sv host = before.substr(0, lb - 1);
-  for (int field = 0; field < 2; ++field) {
-    size_t n = 0;
-    while (n < host.size() && IsDigit(host[host.size() - 1 - n])) ++n;
-    if (n == 0 || n == host.size() || host[host.size() - 1 - n] != ':') return false;
-    host.remove_suffix(n + 1);
-  }
-  return !host.empty() && host.back() != ' ';
-}
-
-// What may stand before the old, bare "NCCL version …" line: nothing, or a launcher's or a
-// paste's prefix — "[1,0]<stdout>:", "> ", "[0] ", "[80746] ", or a timestamp.
-bool IsWrapperPrefix(sv before) {
-  before = TrimWhitespace(before);
-  if (before.empty()) return true;
-  const char last = before.back();
-  if (last == ':' || last == '>' || last == ']') return true;
-  bool digit = false;
-  for (char c : before) {
-    if (IsDigit(c)) {
-      digit = true;
-    } else if (std::string_view(" -:.,/TZ").find(c) == sv::npos) {
-      return false;
-    }
-  }
-  return digit;
-}
-
 std::string Plural(size_t n, const char* one, const char* many) {
   return std::to_string(n) + " " + (n == 1 ? one : many);
 }
@@ -516,18 +439,6 @@ store::EventRecord ToEventRecord(const ChangeEvent& e, int64_t t_ms, const std::
 }
 
 // ---- NCCL ----
-
-std::optional<std::string> ParseNcclVersionLine(std::string_view line) {
-  constexpr sv kKey = "NCCL version ";
-  for (size_t pos = line.find(kKey); pos != sv::npos; pos = line.find(kKey, pos + 1)) {
-    const sv version = TrimRight(line.substr(pos + kKey.size()));
-    if (!IsVersionToken(version)) continue;  // also: anything after the version
-    const sv before = line.substr(0, pos);
-    if (EndsWithNcclInfoPrefix(before)) return std::string(version);
-    if (version.find("+cuda") != sv::npos && IsWrapperPrefix(before)) return std::string(version);
-  }
-  return std::nullopt;
-}
 
 NcclVersionTracker::NcclVersionTracker(size_t max_templates, size_t max_jobs)
     : max_templates_(std::max<size_t>(1, max_templates)),

@@ -26,6 +26,7 @@
 
 #include "common/status.h"
 #include "model/gpu.h"
+#include "nccl/nccl_log.h"
 #include "store/event_store.h"
 
 namespace gpuwatch::server {
@@ -112,13 +113,9 @@ std::vector<ChangeEvent> DiffNodeFacts(const NodeFacts& before, const NodeFacts&
 store::EventRecord ToEventRecord(const ChangeEvent& e, int64_t t_ms, const std::string& node,
                                  const std::string& job = "");
 
-// The NCCL version from an NCCL_DEBUG=INFO banner line: "2.18.3+cuda12.2", or the bare version
-// when the build names no CUDA. Recognised forms (see ../shared/real/nccl):
-//   host:pid:tid [dev] NCCL INFO NCCL version 2.25.1+cuda12.8   (NCCL >= 2.19)
-//   NCCL version 2.18.5+cuda12.0                                  (older: on a line of its own)
-// either one behind launcher or paste prefixes ("[1,0]<stdout>:", "> ", "[0] ", a timestamp).
-// The old form must name its CUDA ("+cuda"), so prose that mentions a version does not match.
-std::optional<std::string> ParseNcclVersionLine(std::string_view line);
+// One line's NCCL version banner: the NCCL module recognises it (nccl/nccl_log.h), for the
+// whole-log analysis and for the live per-line tracker below alike.
+using nccl::ParseNcclVersionLine;
 
 // Remembers the NCCL version of the last job of each template (bounded: least recently seen
 // templates are forgotten first) and the versions each recent job's ranks reported (bounded the

@@ -12,18 +12,12 @@
 #include "common/time_base.h"
 #include "jobs/job_listener.h"
 #include "jobs/job_registry.h"
+#include "jobs/testing/eventually.h"
 
 namespace gpuwatch::jobs {
 namespace {
 
-template <typename F>
-bool Eventually(F pred) {
-  for (int i = 0; i < 500; ++i) {
-    if (pred()) return true;
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
-  return pred();
-}
+using ::gpuwatch::jobs::testing::Eventually;
 
 TEST(JobSdkRoundTripTest, CppSdkMessagesAreAllAccepted) {
   char tmpl[] = "/tmp/gw-sdk-rt-XXXXXX";

@@ -14,6 +14,7 @@
 #include <thread>
 
 #include "common/time_base.h"
+#include "jobs/testing/eventually.h"
 
 namespace gpuwatch::jobs {
 namespace {
@@ -48,14 +49,7 @@ int ConnectLoopback(int type, int port) {
 }
 
 // Waits up to 5 s for `pred` (the listener thread works asynchronously).
-template <typename F>
-bool Eventually(F pred) {
-  for (int i = 0; i < 500; ++i) {
-    if (pred()) return true;
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
-  return pred();
-}
+using ::gpuwatch::jobs::testing::Eventually;
 
 class JobListenerTest : public ::testing::Test {
  protected:

@@ -362,13 +362,15 @@ std::optional<std::vector<unsigned>> ParseCpuList(std::string_view list) {
 
 void Attributor::LoadNumaNodes() {
   numa_cpus_.clear();
-  for (unsigned node = 0; node < 1024; ++node) {
-    FileReadResult f = ReadSmallFile(
-        root_ + "/sys/devices/system/node/node" + std::to_string(node) + "/cpulist", 1 << 16);
-    if (!f.ok) {
-      if (node >= 8 && numa_cpus_.empty()) break;  // no NUMA sysfs at all
-      continue;                                    // nodes may be sparse (node0, node2)
-    }
+  // The kernel lists its nodes ("0-1", or sparse "0,2"): read those, not every possible name.
+  const std::string dir = root_ + "/sys/devices/system/node/";
+  FileReadResult online = ReadSmallFile(dir + "online", 4096);
+  if (!online.ok) return;                  // no NUMA sysfs: nothing is claimed
+  auto nodes = ParseCpuList(online.data);  // the same list format as CPUs
+  if (!nodes) return;
+  for (unsigned node : *nodes) {
+    FileReadResult f = ReadSmallFile(dir + "node" + std::to_string(node) + "/cpulist", 1 << 16);
+    if (!f.ok) continue;
     if (auto cpus = ParseCpuList(f.data)) numa_cpus_[node] = std::move(*cpus);
     if (numa_cpus_.size() >= 64) break;
   }

@@ -609,6 +609,7 @@ TEST(AttributorTest, NumaNodesOfAffinityAgainstTheGpusNode) {
     std::filesystem::create_directories(std::filesystem::path(root + rel).parent_path());
     std::ofstream(root + rel) << text;
   };
+  write("/sys/devices/system/node/online", "0-1\n");
   write("/sys/devices/system/node/node0/cpulist", "0-31\n");
   write("/sys/devices/system/node/node1/cpulist", "32-63\n");
   write("/sys/bus/pci/devices/0000:18:00.0/numa_node", "0\n");

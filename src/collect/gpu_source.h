@@ -13,6 +13,7 @@
 
 #include "common/status.h"
 #include "model/gpu.h"
+#include "topo/snapshot.h"
 
 namespace gpuwatch::collect {
 
@@ -34,6 +35,14 @@ class GpuSource {
   virtual Status Processes(size_t index, std::vector<model::GpuProcess>* out) = 0;
   // Blocks up to timeout_ms for XID/ECC events; appends what arrived.
   virtual Status WaitEvents(int timeout_ms, int64_t now_ms, std::vector<model::GpuEvent>* out) = 0;
+  // R8: the vendor's half of a topology snapshot — each GPU's identity, PCIe link and NVLinks,
+  // and the PCIe path and P2P support of every pair — appended to out->gpus, gpu_pci_paths and
+  // p2p_read (out->warnings says what could not be read). Called from the collector thread.
+  // A source without topology answers NotSupported and the snapshot has sysfs facts only.
+  virtual Status ProbeTopology(topo::NodeSnapshot* out) {
+    (void)out;
+    return Status::NotSupported(std::string(Name()) + " has no topology probe");
+  }
 };
 
 }  // namespace gpuwatch::collect

@@ -11,36 +11,18 @@
 #include <utility>
 #include <vector>
 
+#include "collect/internal/sysfs.h"
 #include "common/log.h"
 #include "common/strings.h"
 
 namespace gpuwatch::collect {
 namespace {
 
+using internal::ErrnoText;
+using internal::ListDir;
+
 constexpr int64_t kWarnIntervalMs = 60 * 60 * 1000;
 constexpr size_t kMaxWarnedPaths = 4096;
-
-std::string ErrnoText(int err) { return std::error_code(err, std::generic_category()).message(); }
-
-// Entries of a directory except "." and "..", sorted so output order is stable across ticks
-// (readdir order is not). sysfs class entries are symlinks, so d_type is not filtered.
-// Returns false with `*err` set when the directory cannot be opened.
-bool ListDir(const std::string& path, std::vector<std::string>* names, int* err) {
-  names->clear();
-  DIR* dir = ::opendir(path.c_str());
-  if (dir == nullptr) {
-    *err = errno;
-    return false;
-  }
-  while (const dirent* e = ::readdir(dir)) {
-    std::string_view name(e->d_name);
-    if (name == "." || name == "..") continue;
-    names->emplace_back(name);
-  }
-  ::closedir(dir);
-  std::sort(names->begin(), names->end());
-  return true;
-}
 
 // Value of a "Key:   1234 kB" line in /proc/meminfo, in bytes. nullopt when the number is not
 // numeric. Every meminfo size is printed in kB (KiB, despite the unit's spelling).
@@ -352,11 +334,8 @@ void HostCollector::ReadIbPort(int64_t now_ms, const std::string& dir, model::Ib
   if (!f.ok) {
     Warn(now_ms, path, ErrnoText(f.err));
   } else {
-    std::string_view s = TrimWhitespace(f.data);
-    const size_t colon = s.find(':');
-    if (colon != std::string_view::npos) s = TrimWhitespace(s.substr(colon + 1));
-    if (s.empty()) Warn(now_ms, path, "empty");
-    port->state = std::string(s);
+    port->state = internal::ParseIbPortState(f.data);
+    if (port->state.empty()) Warn(now_ms, path, "empty");
   }
   // "400 Gb/sec (4X NDR)" -> 400; "2.5 Gb/sec (1X SDR)" -> 2.5.
   path = dir + "/rate";
@@ -364,13 +343,9 @@ void HostCollector::ReadIbPort(int64_t now_ms, const std::string& dir, model::Ib
   if (!f.ok) {
     Warn(now_ms, path, ErrnoText(f.err));
   } else {
-    std::vector<std::string_view> words = SplitAny(f.data, " \t\n");
-    std::optional<double> gbps;
-    if (words.size() >= 2 && StartsWith(words[1], "Gb/s")) gbps = ParseDouble(words[0]);
-    if (gbps) {
-      port->rate_gbps = gbps;
-    } else {
-      Warn(now_ms, path, words.empty() ? "empty" : "unexpected format");
+    port->rate_gbps = internal::ParseIbRateGbps(f.data);
+    if (!port->rate_gbps) {
+      Warn(now_ms, path, TrimWhitespace(f.data).empty() ? "empty" : "unexpected format");
     }
   }
   path = dir + "/link_layer";

@@ -164,6 +164,42 @@ typedef enum nvmlEnableState_enum {
   NVML_FEATURE_ENABLED = 1
 } nvmlEnableState_t;
 
+// nvmlDeviceGetTopologyCommonAncestor: the PCIe path between two GPUs.
+typedef enum nvmlGpuLevel_enum {
+  NVML_TOPOLOGY_INTERNAL = 0,
+  NVML_TOPOLOGY_SINGLE = 10,
+  NVML_TOPOLOGY_MULTIPLE = 20,
+  NVML_TOPOLOGY_HOSTBRIDGE = 30,
+  NVML_TOPOLOGY_NODE = 40,
+  NVML_TOPOLOGY_SYSTEM = 50,
+} nvmlGpuTopologyLevel_t;
+
+typedef enum nvmlGpuP2PCapsIndex_enum {
+  NVML_P2P_CAPS_INDEX_READ = 0,
+  NVML_P2P_CAPS_INDEX_WRITE = 1,
+  NVML_P2P_CAPS_INDEX_NVLINK = 2,
+  NVML_P2P_CAPS_INDEX_ATOMICS = 3,
+  NVML_P2P_CAPS_INDEX_PCI = 4,
+  NVML_P2P_CAPS_INDEX_UNKNOWN = 5,
+} nvmlGpuP2PCapsIndex_t;
+
+typedef enum nvmlGpuP2PStatus_enum {
+  NVML_P2P_STATUS_OK = 0,
+  NVML_P2P_STATUS_CHIPSET_NOT_SUPPORED = 1,  // sic, as nvml.h spells it
+  NVML_P2P_STATUS_GPU_NOT_SUPPORTED = 2,
+  NVML_P2P_STATUS_IOH_TOPOLOGY_NOT_SUPPORTED = 3,
+  NVML_P2P_STATUS_DISABLED_BY_REGKEY = 4,
+  NVML_P2P_STATUS_NOT_SUPPORTED = 5,
+  NVML_P2P_STATUS_UNKNOWN = 6,
+} nvmlGpuP2PStatus_t;
+
+typedef enum nvmlIntNvLinkDeviceType_enum {
+  NVML_NVLINK_DEVICE_TYPE_GPU = 0x00,
+  NVML_NVLINK_DEVICE_TYPE_IBMNPU = 0x01,
+  NVML_NVLINK_DEVICE_TYPE_SWITCH = 0x02,
+  NVML_NVLINK_DEVICE_TYPE_UNKNOWN = 0xFF,
+} nvmlIntNvLinkDeviceType_t;
+
 typedef enum nvmlNvLinkErrorCounter_enum {
   NVML_NVLINK_ERROR_DL_REPLAY = 0,
   NVML_NVLINK_ERROR_DL_RECOVERY = 1,
@@ -366,6 +402,13 @@ typedef struct nvmlGpmSupport_st {
   X(nvmlDeviceGetNvLinkRemotePciInfo_v2,                                                          \
     (nvmlDevice_t device, unsigned int link, nvmlPciInfo_t* pci))                                 \
   X(nvmlDeviceGetFieldValues, (nvmlDevice_t device, int valuesCount, nvmlFieldValue_t* values))   \
+  X(nvmlDeviceGetNvLinkVersion, (nvmlDevice_t device, unsigned int link, unsigned int* version))  \
+  X(nvmlDeviceGetNvLinkRemoteDeviceType,                                                          \
+    (nvmlDevice_t device, unsigned int link, nvmlIntNvLinkDeviceType_t* pNvLinkDeviceType))       \
+  X(nvmlDeviceGetTopologyCommonAncestor,                                                          \
+    (nvmlDevice_t device1, nvmlDevice_t device2, nvmlGpuTopologyLevel_t * pathInfo))              \
+  X(nvmlDeviceGetP2PStatus, (nvmlDevice_t device1, nvmlDevice_t device2,                          \
+                             nvmlGpuP2PCapsIndex_t p2pIndex, nvmlGpuP2PStatus_t * p2pStatus))     \
   X(nvmlDeviceGetFanSpeed, (nvmlDevice_t device, unsigned int* speed))                            \
   X(nvmlDeviceGetComputeRunningProcesses_v3,                                                      \
     (nvmlDevice_t device, unsigned int* infoCount, nvmlProcessInfo_t* infos))                     \

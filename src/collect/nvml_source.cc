@@ -959,4 +959,175 @@ Status NvmlSource::WaitEvents(int timeout_ms, int64_t now_ms, std::vector<model:
   return Status::Ok();
 }
 
+// --- topology (R8) -----------------------------------------------------------------------------
+
+namespace {
+
+std::optional<topo::PciPath> PathOfLevel(nvmlGpuTopologyLevel_t level) {
+  switch (level) {
+    case NVML_TOPOLOGY_INTERNAL:  // two GPUs on one board: one bridge between them
+    case NVML_TOPOLOGY_SINGLE:
+      return topo::PciPath::kSingleBridge;
+    case NVML_TOPOLOGY_MULTIPLE:
+      return topo::PciPath::kMultipleBridges;
+    case NVML_TOPOLOGY_HOSTBRIDGE:
+      return topo::PciPath::kHostBridge;
+    case NVML_TOPOLOGY_NODE:
+      return topo::PciPath::kNumaNode;
+    case NVML_TOPOLOGY_SYSTEM:
+      return topo::PciPath::kSystem;
+  }
+  return std::nullopt;  // a level a newer driver added: the sysfs path decides instead
+}
+
+// `nvidia-smi topo -p2p r` legend.
+const char* P2PToken(nvmlGpuP2PStatus_t st) {
+  switch (st) {
+    case NVML_P2P_STATUS_OK:
+      return "OK";
+    case NVML_P2P_STATUS_CHIPSET_NOT_SUPPORED:
+      return "CNS";
+    case NVML_P2P_STATUS_GPU_NOT_SUPPORTED:
+      return "GNS";
+    case NVML_P2P_STATUS_IOH_TOPOLOGY_NOT_SUPPORTED:
+      return "TNS";
+    case NVML_P2P_STATUS_DISABLED_BY_REGKEY:
+      return "DIS";
+    case NVML_P2P_STATUS_NOT_SUPPORTED:
+      return "NS";
+  }
+  return "U";
+}
+
+const char* RemoteKind(nvmlIntNvLinkDeviceType_t t) {
+  switch (t) {
+    case NVML_NVLINK_DEVICE_TYPE_GPU:
+      return "gpu";
+    case NVML_NVLINK_DEVICE_TYPE_IBMNPU:
+      return "npu";
+    case NVML_NVLINK_DEVICE_TYPE_SWITCH:
+      return "nvswitch";
+    case NVML_NVLINK_DEVICE_TYPE_UNKNOWN:
+      break;
+  }
+  return "unknown";
+}
+
+}  // namespace
+
+Status NvmlSource::ProbeTopology(topo::NodeSnapshot* out) {
+  if (!initialized_) return Status::Unavailable("NVML is not initialized");
+  if (!out->gpus.empty()) return Status::InvalidArgument("ProbeTopology wants an empty snapshot");
+  const auto& f = lib_->fn();
+  out->driver_version = system_.driver_version;
+  auto warn = [&](std::string w) { out->warnings.push_back(std::move(w)); };
+  const size_t first = out->gpus.size();
+  for (const auto& dp : state_) {
+    const Device& d = *dp;
+    const model::GpuStaticInfo& info = devices_[d.index];
+    const std::string g = "GPU" + std::to_string(d.index);
+    topo::GpuFacts gf;
+    gf.index = d.index;
+    gf.name = info.name;
+    gf.uuid = info.uuid;
+    gf.pci_bus_id = topo::NormalizePciBusId(info.pci_bus_id);
+    if (d.lost) {
+      warn(g + ": lost; only its identity is known");
+      out->gpus.push_back(std::move(gf));
+      continue;
+    }
+    auto uint_of = [&](auto fn, const char* what) -> std::optional<unsigned> {
+      unsigned v = 0;
+      if (fn == nullptr) return std::nullopt;
+      nvmlReturn_t rc = fn(d.handle, &v);
+      if (rc == NVML_SUCCESS) return v;
+      if (!IsUnsupported(rc)) warn(g + ": " + what + ": " + NvmlErrorName(rc));
+      return std::nullopt;
+    };
+    gf.pcie_gen = uint_of(f.nvmlDeviceGetCurrPcieLinkGeneration, "PCIe generation");
+    gf.pcie_max_gen = uint_of(f.nvmlDeviceGetMaxPcieLinkGeneration, "max PCIe generation");
+    gf.pcie_width = uint_of(f.nvmlDeviceGetCurrPcieLinkWidth, "PCIe width");
+    gf.pcie_max_width = uint_of(f.nvmlDeviceGetMaxPcieLinkWidth, "max PCIe width");
+    if (f.nvmlDeviceGetNvLinkState != nullptr) {
+      for (unsigned l = 0; l < NVML_NVLINK_MAX_LINKS; ++l) {
+        nvmlEnableState_t st{};
+        nvmlReturn_t rc = f.nvmlDeviceGetNvLinkState(d.handle, l, &st);
+        if (rc != NVML_SUCCESS) {
+          if (!IsUnsupported(rc)) {
+            warn(g + " NVLink " + std::to_string(l) + ": state: " + NvmlErrorName(rc));
+          }
+          continue;
+        }
+        topo::NvLinkFacts lf;
+        lf.link = l;
+        lf.active = st == NVML_FEATURE_ENABLED;
+        nvmlPciInfo_t pci{};
+        if (f.nvmlDeviceGetNvLinkRemotePciInfo_v2 != nullptr &&
+            f.nvmlDeviceGetNvLinkRemotePciInfo_v2(d.handle, l, &pci) == NVML_SUCCESS) {
+          pci.busId[sizeof(pci.busId) - 1] = 0;
+          lf.remote_pci_bus_id = topo::NormalizePciBusId(pci.busId);
+        }
+        nvmlIntNvLinkDeviceType_t type = NVML_NVLINK_DEVICE_TYPE_UNKNOWN;
+        if (f.nvmlDeviceGetNvLinkRemoteDeviceType != nullptr &&
+            f.nvmlDeviceGetNvLinkRemoteDeviceType(d.handle, l, &type) == NVML_SUCCESS) {
+          lf.remote_kind = RemoteKind(type);
+        }
+        unsigned version = 0;
+        if (f.nvmlDeviceGetNvLinkVersion != nullptr &&
+            f.nvmlDeviceGetNvLinkVersion(d.handle, l, &version) == NVML_SUCCESS) {
+          lf.version = version;
+        }
+        gf.nvlinks.push_back(std::move(lf));
+      }
+    }
+    out->gpus.push_back(std::move(gf));
+  }
+  // The far end of each NVLink: one of our GPUs (older drivers lack the device-type query, so
+  // a remote PCI address that is one of ours also says "gpu"), else what the type said.
+  for (size_t i = first; i < out->gpus.size(); ++i) {
+    for (topo::NvLinkFacts& l : out->gpus[i].nvlinks) {
+      for (size_t j = first; j < out->gpus.size(); ++j) {
+        if (j != i && !l.remote_pci_bus_id.empty() &&
+            out->gpus[j].pci_bus_id == l.remote_pci_bus_id) {
+          l.remote_kind = "gpu";
+          l.remote_gpu = out->gpus[j].index;
+        }
+      }
+    }
+  }
+
+  const size_t n = state_.size();
+  out->gpu_pci_paths.assign(n, std::vector<std::optional<topo::PciPath>>(n));
+  out->p2p_read.assign(n, std::vector<std::optional<std::string>>(n));
+  bool ancestor_warned = false, p2p_warned = false;
+  for (size_t i = 0; i < n; ++i) {
+    for (size_t j = 0; j < n; ++j) {
+      if (i == j || state_[i]->lost || state_[j]->lost) continue;
+      nvmlDevice_t a = state_[i]->handle, b = state_[j]->handle;
+      nvmlGpuTopologyLevel_t level{};
+      if (f.nvmlDeviceGetTopologyCommonAncestor != nullptr) {
+        nvmlReturn_t rc = f.nvmlDeviceGetTopologyCommonAncestor(a, b, &level);
+        if (rc == NVML_SUCCESS) {
+          out->gpu_pci_paths[i][j] = PathOfLevel(level);
+        } else if (!ancestor_warned) {
+          ancestor_warned = true;
+          warn(std::string("PCIe common ancestor: ") + NvmlErrorName(rc) +
+               " (the sysfs PCI paths decide)");
+        }
+      }
+      nvmlGpuP2PStatus_t p2p{};
+      if (f.nvmlDeviceGetP2PStatus != nullptr) {
+        nvmlReturn_t rc = f.nvmlDeviceGetP2PStatus(a, b, NVML_P2P_CAPS_INDEX_READ, &p2p);
+        if (rc == NVML_SUCCESS) {
+          out->p2p_read[i][j] = P2PToken(p2p);
+        } else if (!p2p_warned) {
+          p2p_warned = true;
+          warn(std::string("P2P status: ") + NvmlErrorName(rc));
+        }
+      }
+    }
+  }
+  return Status::Ok();
+}
+
 }  // namespace gpuwatch::collect

@@ -40,6 +40,7 @@ class NvmlSource final : public GpuSource {
   Status Sample(size_t index, int64_t time_ms, model::GpuSample* out) override;
   Status Processes(size_t index, std::vector<model::GpuProcess>* out) override;
   Status WaitEvents(int timeout_ms, int64_t now_ms, std::vector<model::GpuEvent>* out) override;
+  Status ProbeTopology(topo::NodeSnapshot* out) override;
 
  private:
   struct Device;

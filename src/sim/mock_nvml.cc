@@ -872,6 +872,109 @@ extern "C" nvmlReturn_t nvmlDeviceGetNvLinkRemotePciInfo_v2(nvmlDevice_t device,
                     });
 }
 
+extern "C" nvmlReturn_t nvmlDeviceGetNvLinkVersion(nvmlDevice_t device, unsigned int link,
+                                                   unsigned int* version) {
+  return DeviceCall(Fn::nvmlDeviceGetNvLinkVersion, device,
+                    version != nullptr && link < NVML_NVLINK_MAX_LINKS,
+                    [&](State&, Target d, double) -> nvmlReturn_t {
+                      if (nvmlReturn_t rc = gpuwatch::sim::CheckLink(*d.gpu, link)) return rc;
+                      if (d.gpu->nvlink_version == 0) return NVML_ERROR_NOT_SUPPORTED;
+                      *version = d.gpu->nvlink_version;
+                      return NVML_SUCCESS;
+                    });
+}
+
+extern "C" nvmlReturn_t nvmlDeviceGetNvLinkRemoteDeviceType(
+    nvmlDevice_t device, unsigned int link, nvmlIntNvLinkDeviceType_t* pNvLinkDeviceType) {
+  return DeviceCall(Fn::nvmlDeviceGetNvLinkRemoteDeviceType, device,
+                    pNvLinkDeviceType != nullptr && link < NVML_NVLINK_MAX_LINKS,
+                    [&](State&, Target d, double) -> nvmlReturn_t {
+                      if (nvmlReturn_t rc = gpuwatch::sim::CheckLink(*d.gpu, link)) return rc;
+                      // Every mock NVLink goes to an NVSwitch (see RemotePciInfo above).
+                      *pNvLinkDeviceType = NVML_NVLINK_DEVICE_TYPE_SWITCH;
+                      return NVML_SUCCESS;
+                    });
+}
+
+namespace gpuwatch::sim {
+namespace {
+
+// Both handles must be whole GPUs of the scenario; NVML answers INVALID_ARGUMENT otherwise.
+template <typename Body>
+nvmlReturn_t PairCall(Fn fn, nvmlDevice_t device1, nvmlDevice_t device2, bool args_ok,
+                      Body&& body) noexcept {
+  try {
+    State& s = TheState();
+    std::lock_guard<std::mutex> lock(s.mu);
+    if (s.refcount == 0) return NVML_ERROR_UNINITIALIZED;
+    std::optional<Target> a = Decode(s, device1), b = Decode(s, device2);
+    if (!a || !b || a->mig != nullptr || b->mig != nullptr || !args_ok) {
+      return NVML_ERROR_INVALID_ARGUMENT;
+    }
+    auto inner = [&](State& st, Target ta, double t) -> nvmlReturn_t {
+      if (t >= b->gpu->lost_at_s) return NVML_ERROR_GPU_IS_LOST;
+      return body(st, *ta.gpu, *b->gpu, t);
+    };
+    return Checked(s, fn, *a, inner);
+  } catch (...) {
+    return NVML_ERROR_UNKNOWN;
+  }
+}
+
+bool NvlinkUp(const GpuSpec& g, double t) {
+  return g.nvlink_count > 0 && Round(g.Value(Field::kNvlinkActiveLinks, t)) > 0;
+}
+
+}  // namespace
+}  // namespace gpuwatch::sim
+
+extern "C" nvmlReturn_t nvmlDeviceGetTopologyCommonAncestor(nvmlDevice_t device1,
+                                                            nvmlDevice_t device2,
+                                                            nvmlGpuTopologyLevel_t* pathInfo) {
+  using gpuwatch::sim::GpuSpec;
+  return gpuwatch::sim::PairCall(
+      Fn::nvmlDeviceGetTopologyCommonAncestor, device1, device2, pathInfo != nullptr,
+      [&](State&, const GpuSpec& a, const GpuSpec& b, double) -> nvmlReturn_t {
+        if (a.index == b.index) {
+          *pathInfo = NVML_TOPOLOGY_INTERNAL;
+        } else if (a.pcie_switch == b.pcie_switch) {
+          *pathInfo = NVML_TOPOLOGY_SINGLE;
+        } else if (a.numa_node == b.numa_node) {
+          *pathInfo = NVML_TOPOLOGY_NODE;
+        } else {
+          *pathInfo = NVML_TOPOLOGY_SYSTEM;
+        }
+        return NVML_SUCCESS;
+      });
+}
+
+extern "C" nvmlReturn_t nvmlDeviceGetP2PStatus(nvmlDevice_t device1, nvmlDevice_t device2,
+                                               nvmlGpuP2PCapsIndex_t p2pIndex,
+                                               nvmlGpuP2PStatus_t* p2pStatus) {
+  using gpuwatch::sim::GpuSpec;
+  return gpuwatch::sim::PairCall(
+      Fn::nvmlDeviceGetP2PStatus, device1, device2,
+      p2pStatus != nullptr && p2pIndex >= NVML_P2P_CAPS_INDEX_READ &&
+          p2pIndex < NVML_P2P_CAPS_INDEX_UNKNOWN,
+      [&](State&, const GpuSpec& a, const GpuSpec& b, double t) -> nvmlReturn_t {
+        const bool nvlink = gpuwatch::sim::NvlinkUp(a, t) && gpuwatch::sim::NvlinkUp(b, t);
+        if (p2pIndex == NVML_P2P_CAPS_INDEX_NVLINK) {
+          *p2pStatus = nvlink ? NVML_P2P_STATUS_OK : NVML_P2P_STATUS_NOT_SUPPORTED;
+        } else if (nvlink) {
+          *p2pStatus = NVML_P2P_STATUS_OK;
+        } else if (a.model == gpuwatch::sim::Model::kRtx4090 ||
+                   b.model == gpuwatch::sim::Model::kRtx4090) {
+          // GeForce drivers report P2P as unsupported by the GPU.
+          *p2pStatus = NVML_P2P_STATUS_GPU_NOT_SUPPORTED;
+        } else if (a.numa_node != b.numa_node) {
+          *p2pStatus = NVML_P2P_STATUS_IOH_TOPOLOGY_NOT_SUPPORTED;
+        } else {
+          *p2pStatus = NVML_P2P_STATUS_OK;
+        }
+        return NVML_SUCCESS;
+      });
+}
+
 extern "C" nvmlReturn_t nvmlDeviceGetFieldValues(nvmlDevice_t device, int valuesCount,
                                                  nvmlFieldValue_t* values) {
   namespace sim = gpuwatch::sim;

@@ -96,7 +96,9 @@ const std::vector<Feature>& Features() {
         f(Fn::nvmlDeviceGetMaxPcieLinkGeneration), f(Fn::nvmlDeviceGetMaxPcieLinkWidth)}},
       {"nvlink",
        {f(Fn::nvmlDeviceGetNvLinkState), f(Fn::nvmlDeviceGetNvLinkErrorCounter),
-        f(Fn::nvmlDeviceGetNvLinkRemotePciInfo_v2), kCapNvlinkField}},
+        f(Fn::nvmlDeviceGetNvLinkRemotePciInfo_v2), f(Fn::nvmlDeviceGetNvLinkVersion),
+        f(Fn::nvmlDeviceGetNvLinkRemoteDeviceType), kCapNvlinkField}},
+      {"topology", {f(Fn::nvmlDeviceGetTopologyCommonAncestor), f(Fn::nvmlDeviceGetP2PStatus)}},
       {"processes",
        {f(Fn::nvmlDeviceGetComputeRunningProcesses_v3),
         f(Fn::nvmlDeviceGetComputeRunningProcesses_v2)}},
@@ -386,6 +388,14 @@ GpuSpec MakeGpu(Model model, unsigned index) {
   g.minor_number = index;
   g.architecture = d.architecture;
   g.nvlink_count = d.nvlink_count;
+  g.nvlink_version = model == Model::kH100 ? 4 : model == Model::kA100 ? 3 : 0;
+  // HGX H100 boards give each GPU its own PCIe switch (shared with a NIC); HGX A100 boards put
+  // two GPUs behind one; the PCIe shapes follow 8-GPU servers with a switch per CPU socket
+  // (GPU0-3 and GPU4-7, as in ../shared/real/topo/nccltests307_*).
+  g.pcie_switch = model == Model::kH100      ? index
+                  : model == Model::kA100    ? index / 2
+                  : model == Model::kRtx4090 ? index / 4
+                                             : index / 2;
   g.mig_capable = d.mig_capable;
   for (std::string_view feature : d.unsupported) g.unsupported |= *CapsOf(feature);
 
@@ -486,6 +496,8 @@ Result<Shape> ParseShape(std::string_view s, std::string_view origin) {
 Scenario FromShape(Shape shape) {
   Scenario s;
   for (unsigned i = 0; i < shape.count; ++i) s.gpus.push_back(MakeGpu(shape.model, i));
+  // Two sockets from 4 GPUs up, half the GPUs on each.
+  for (GpuSpec& g : s.gpus) g.numa_node = shape.count >= 4 ? g.index * 2 / shape.count : 0;
   return s;
 }
 
@@ -859,11 +871,29 @@ class Parser {
   }
 
   Status ApplyGpu(const json& entry, const std::string& path, Scenario* scenario) {
-    GW_RETURN_IF_ERROR(ExpectObject(
-        entry, path,
-        {"gpu", "model", "name", "uuid", "serial", "vbios_version", "pci_bus_id", "pci_device_id",
-         "pci_subsystem_id", "minor_number", "architecture", "nvlink_count", "unsupported",
-         "supported", "values", "changes", "processes", "mig", "lost_at_s"}));
+    GW_RETURN_IF_ERROR(ExpectObject(entry, path,
+                                    {"gpu",
+                                     "model",
+                                     "name",
+                                     "uuid",
+                                     "serial",
+                                     "vbios_version",
+                                     "pci_bus_id",
+                                     "pci_device_id",
+                                     "pci_subsystem_id",
+                                     "minor_number",
+                                     "architecture",
+                                     "nvlink_count",
+                                     "nvlink_version",
+                                     "numa_node",
+                                     "pcie_switch",
+                                     "unsupported",
+                                     "supported",
+                                     "values",
+                                     "changes",
+                                     "processes",
+                                     "mig",
+                                     "lost_at_s"}));
     if (!entry.contains("gpu")) return Fail(path, "missing key \"gpu\"");
     Result<uint64_t> index = Integer(entry["gpu"], Pointer(path, "gpu"), kMaxGpus);
     if (!index.ok()) return index.status();
@@ -882,7 +912,9 @@ class Parser {
         return Fail(Pointer(path, "model"), "unknown GPU model \"" + *name + "\" (expected " +
                                                 std::string(kModelList) + ")");
       }
+      const unsigned numa_node = gpu.numa_node;  // the socket is the slot's, not the card's
       gpu = MakeGpu(*model, gpu.index);
+      gpu.numa_node = numa_node;
     }
     for (auto [key, dst] :
          {std::pair{"name", &gpu.name}, std::pair{"uuid", &gpu.uuid},
@@ -918,7 +950,10 @@ class Parser {
     for (auto [key, dst, max] :
          {std::tuple{"minor_number", &gpu.minor_number, 255u},
           std::tuple{"architecture", &gpu.architecture, 0xFFFFFFFFu},
-          std::tuple{"nvlink_count", &gpu.nvlink_count, unsigned{NVML_NVLINK_MAX_LINKS}}}) {
+          std::tuple{"nvlink_count", &gpu.nvlink_count, unsigned{NVML_NVLINK_MAX_LINKS}},
+          std::tuple{"nvlink_version", &gpu.nvlink_version, 7u},
+          std::tuple{"numa_node", &gpu.numa_node, 63u},
+          std::tuple{"pcie_switch", &gpu.pcie_switch, 255u}}) {
       if (!entry.contains(key)) continue;
       Result<uint64_t> n = Integer(entry[key], Pointer(path, key), max);
       if (!n.ok()) return n.status();

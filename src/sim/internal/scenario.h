@@ -193,6 +193,11 @@ struct GpuSpec {
   unsigned minor_number = 0;
   unsigned architecture = 0;
   unsigned nvlink_count = 0;
+  unsigned nvlink_version = 0;  // NVLink generation (nvmlDeviceGetNvLinkVersion); 0 = no NVLink
+  // Placement, for nvmlDeviceGetTopologyCommonAncestor / nvmlDeviceGetP2PStatus: GPUs with the
+  // same pcie_switch share one PCIe switch (PIX); else the same numa_node is NODE, else SYS.
+  unsigned numa_node = 0;
+  unsigned pcie_switch = 0;
   bool mig_capable = false;
   CapSet unsupported;
   std::array<Timeline, kNumFields> fields;

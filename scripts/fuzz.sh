@@ -23,6 +23,8 @@ clang++ $FLAGS -o topo_fuzz ../../src/topo/topo_fuzz.cc ../../src/topo/topo_text
   ../../src/topo/topology.cc $COMMON -lfmt
 clang++ $FLAGS -o nccl_fuzz ../../src/nccl/nccl_fuzz.cc ../../src/nccl/nccl_log.cc \
   ../../src/nccl/nccl_analysis.cc $COMMON -lfmt
+clang++ $FLAGS -o nccl_tests_fuzz ../../src/nccl/nccl_tests_fuzz.cc ../../src/nccl/nccl_tests.cc \
+  ../../src/nccl/linkbase.cc ../../src/nccl/nccl_log.cc $COMMON -lfmt
 clang++ $FLAGS -o cli_fuzz ../../src/cli/cli_fuzz.cc ../../src/cli/config_file.cc \
   ../../src/server/listen_address.cc $COMMON -lfmt
 STORE="../../src/store/chunkenc.cc ../../src/store/labels.cc ../../src/store/remote_write.cc"
@@ -46,4 +48,5 @@ mkdir -p corpus/kmsg && ./kmsg_fuzz -max_total_time="$SECS" corpus/kmsg ../../te
 mkdir -p corpus/job_protocol && ./job_protocol_fuzz -max_total_time="$SECS" corpus/job_protocol ../../tests/fixtures/job_protocol
 mkdir -p corpus/cli && ./cli_fuzz -max_total_time="$SECS" corpus/cli ../../tests/fixtures/config
 mkdir -p corpus/nccl && ./nccl_fuzz -max_total_time="$SECS" corpus/nccl ../../tests/fixtures/nccl
+mkdir -p corpus/nccl_tests && ./nccl_tests_fuzz -max_total_time="$SECS" corpus/nccl_tests ../../tests/fixtures/nccltests
 mkdir -p corpus/topo && ./topo_fuzz -max_total_time="$SECS" corpus/topo ../../tests/fixtures/topo

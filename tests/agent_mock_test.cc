@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <set>
 #include <thread>
 
 #include "collect/nvml_source.h"
@@ -13,6 +14,7 @@
 #include "server/agent.h"
 #include "server/api.h"
 #include "server/exposition.h"
+#include "store/event_store.h"
 #include "store/head.h"
 
 namespace gpuwatch {
@@ -192,6 +194,80 @@ TEST(AgentMockTest, TicksAreKeptInTheStore) {
   EXPECT_EQ((*reopened)->SelectRaw(*store::ParseSelector("gpuwatch_gpu_up"), 0, INT64_MAX)->size(),
             8u);
   reopened->reset();
+  std::filesystem::remove_all(dir);
+}
+
+// R8: the topology check archives the first snapshot quietly, then each change as a new
+// version with one topology_change event per change; an unchanged node writes nothing.
+TEST(AgentMockTest, TopologyCheckArchivesAndReportsChanges) {
+  const std::string dir = ::testing::TempDir() + "/agent_topo_" + std::to_string(getpid());
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  auto events = store::EventStore::Open(dir + "/events");
+  ASSERT_TRUE(events.ok()) << events.status().ToString();
+  const std::string degraded = dir + "/degraded.json";
+  std::ofstream(degraded) << R"({"shape": "8xH100", "gpus": [
+      {"gpu": 2, "values": {"pcie_width": 8}},
+      {"gpu": 5, "values": {"nvlink_active_links": 17}}]})";
+  auto run = [&](const std::string& scenario) {
+    setenv("GPUWATCH_MOCK_NVML", scenario.c_str(), 1);
+    collect::NvmlSourceOptions o;
+    o.library_path = kMock;
+    server::AgentOptions ao;
+    ao.hostname = "test-node";
+    ao.root_dir = kFixtures + "/root";
+    ao.data_dir = dir;
+    server::Agent agent(ao, std::make_unique<collect::NvmlSource>(o));
+    EXPECT_TRUE(agent.Init().ok());
+    agent.SetEventStore(events->get());
+    agent.TickTopology();
+    return agent.WithState([](const server::AgentState& s) {
+      EXPECT_TRUE(s.topology != nullptr);
+      return std::tuple(s.topology_version, s.baselines_stale_before_ms,
+                        s.topology ? s.topology->matrix.gpu_links[5][0] : "");
+    });
+  };
+  auto topology_events = [&] {
+    store::EventQuery q;
+    q.end_ms = INT64_MAX;
+    q.kinds = {"topology_change"};
+    auto r = (*events)->Query(q);
+    EXPECT_TRUE(r.ok());
+    return r.ok() ? *r : std::vector<store::EventRecord>{};
+  };
+
+  auto [v1, stale1, cell1] = run("8xH100");
+  EXPECT_EQ(v1, 1);
+  EXPECT_GT(stale1, 0);
+  EXPECT_EQ(cell1, "NV18");
+  EXPECT_TRUE(topology_events().empty());
+
+  auto [v2, stale2, cell2] = run(degraded);
+  EXPECT_EQ(v2, 2);
+  EXPECT_GE(stale2, stale1);
+  EXPECT_EQ(cell2, "NV17");
+  std::vector<store::EventRecord> ev = topology_events();
+  ASSERT_EQ(ev.size(), 2u);
+  std::set<std::string> messages;
+  for (const auto& e : ev) {
+    messages.insert(e.message);
+    EXPECT_EQ(e.severity, "warning");
+    EXPECT_NE(e.fields_json.find("\"baselines_stale\":true"), std::string::npos);
+    EXPECT_NE(e.fields_json.find("\"topology_version\":2"), std::string::npos);
+    EXPECT_FALSE(e.gpu.empty());
+  }
+  EXPECT_EQ(messages.count("GPU2 PCIe width x16 → x8 (max x16)"), 1u);
+  EXPECT_EQ(messages.count("GPU5 NVLink 17 to nvswitch 0000:c6:00.0 went down"), 1u)
+      << *messages.begin();
+
+  auto [v3, stale3, cell3] = run(degraded);  // nothing changed since v2
+  EXPECT_EQ(v3, 2);
+  EXPECT_EQ(stale3, stale2);
+  EXPECT_EQ(topology_events().size(), 2u);
+  EXPECT_EQ(std::distance(std::filesystem::directory_iterator(dir + "/topology"),
+                          std::filesystem::directory_iterator{}),
+            2);
+  events->reset();
   std::filesystem::remove_all(dir);
 }
 

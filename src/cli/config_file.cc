@@ -46,11 +46,14 @@ Result<long long> ParseDurationMs(std::string_view s) {
   } else if (!s.empty() && s.back() == 'm') {
     scale = 60000.0;
     num = s.substr(0, s.size() - 1);
+  } else if (!s.empty() && s.back() == 'h') {
+    scale = 3600000.0;
+    num = s.substr(0, s.size() - 1);
   }
   auto v = ParseDouble(num);
   if (!v || *v <= 0 || *v * scale > 86400000.0 * 7)
     return Status::InvalidArgument("bad duration '" + std::string(s) +
-                                   "': expected e.g. 500ms, 1s, 2m");
+                                   "': expected e.g. 500ms, 1s, 2m, 1h");
   long long ms = static_cast<long long>(*v * scale + 0.5);
   if (ms < 10) return Status::InvalidArgument("duration '" + std::string(s) + "' is below 10ms");
   return ms;

@@ -26,6 +26,9 @@ TEST(ConfigFileTest, ErrorsNameTheLine) {
 TEST(ConfigFileTest, Durations) {
   EXPECT_EQ(*ParseDurationMs("1s"), 1000);
   EXPECT_EQ(*ParseDurationMs("500ms"), 500);
+  EXPECT_EQ(*ParseDurationMs("1h"), 3600000);
+  EXPECT_EQ(*ParseDurationMs("1.5h"), 5400000);
+  EXPECT_FALSE(ParseDurationMs("200h").ok());  // beyond a week
   EXPECT_EQ(*ParseDurationMs("2m"), 120000);
   EXPECT_EQ(*ParseDurationMs("1.5"), 1500);
   EXPECT_FALSE(ParseDurationMs("fast").ok());

@@ -14,9 +14,11 @@
 #include "cli/config_file.h"
 #include "cli/job_view.h"
 #include "cli/link_tools.h"
+#include "cli/linkbase_cmd.h"
 #include "cli/record.h"
 #include "cli/status_view.h"
 #include "cli/store_admin.h"
+#include "cli/topo_cmd.h"
 #include "collect/nvml_source.h"
 #include "common/log.h"
 #include "common/strings.h"
@@ -59,6 +61,7 @@ struct AgentFlags {
   std::string job_interval = "15s";
   std::string job_hang_factor = "10";
   std::string job_hang_min = "60s";
+  std::string topology_interval = "1h";
   std::string job_hang_in_phase = "10m";
   std::string job_raw_steps_hz = "20";
   std::string kmsg = "/dev/kmsg";
@@ -134,6 +137,9 @@ void AddAgentFlags(CLI::App* app, AgentFlags* f) {
                   "/run/gpuwatch/job.sock, a user-writable path when not root; off: none)");
   app->add_option("--job-udp", f->job_udp, "Also take job messages on UDP host:port (loopback)");
   app->add_option("--job-tcp", f->job_tcp, "Also take job messages on TCP host:port (loopback)");
+  app->add_option("--topology-interval", f->topology_interval,
+                  "Check the node's topology against its archive this often (default 1h; also "
+                  "at start)");
   app->add_option("--job-interval", f->job_interval,
                   "Job tier: the window of step statistics (default 15s)");
   app->add_option("--job-hang-factor", f->job_hang_factor,
@@ -174,6 +180,7 @@ std::map<std::string, std::string*> FlagFields(AgentFlags* f) {
           {"job-udp", &f->job_udp},
           {"job-tcp", &f->job_tcp},
           {"job-interval", &f->job_interval},
+          {"topology-interval", &f->topology_interval},
           {"job-hang-factor", &f->job_hang_factor},
           {"job-hang-min", &f->job_hang_min},
           {"job-hang-in-phase", &f->job_hang_in_phase},
@@ -219,7 +226,8 @@ Result<server::AgentOptions> MakeOptions(const AgentFlags& f) {
       {&f.gpu_interval, &o.gpu_interval},
       {&f.host_interval, &o.host_interval},
       {&f.process_interval, &o.process_interval},
-      {&f.job_interval, &o.job_interval}};
+      {&f.job_interval, &o.job_interval},
+      {&f.topology_interval, &o.topology_interval}};
   for (auto [text, out] : durations) {
     auto ms = ParseDurationMs(*text);
     if (!ms.ok()) return ms.status();
@@ -486,8 +494,38 @@ int Main(int argc, char** argv) {
 
   std::string link_file, link_topo;
   bool link_json = false;
-  auto* topo_cmd = app.add_subcommand("topo", "Node topology (R8)");
-  topo_cmd->require_subcommand(1);
+  TopoOptions topo_opts;
+  std::string topo_a, topo_b;
+  auto* topo_cmd = app.add_subcommand(
+      "topo",
+      "Node topology (R8): without a subcommand, this node's live `nvidia-smi topo -m` matrix "
+      "with its NVLinks, PCIe links and NICs");
+  topo_cmd->require_subcommand(0, 1);
+  auto add_topo_flags = [&topo_opts](CLI::App* c, bool live) {
+    c->add_flag("--json", topo_opts.json, "Print the snapshot as JSON (docs/format/topology.md)");
+    c->add_option("--data-dir", topo_opts.data_dir,
+                  "The agent's --data-dir (its topology archive is <data-dir>/topology)");
+    if (live) {
+      c->add_option("--nvml-lib", topo_opts.nvml_lib,
+                    "NVML library to dlopen (default libnvidia-ml.so.1)");
+      c->add_option("--root", topo_opts.root, "sysfs root (default /)");
+    }
+  };
+  add_topo_flags(topo_cmd, true);
+  topo_cmd->add_flag("--p2p", topo_opts.p2p, "Also print the P2P read support matrix");
+  auto* topo_list = topo_cmd->add_subcommand("list", "The archived topology versions");
+  add_topo_flags(topo_list, false);
+  auto* topo_show = topo_cmd->add_subcommand("show", "One archived version, or a snapshot file");
+  topo_show->add_option("version", topo_a, "v3, 3, or a file")->required();
+  add_topo_flags(topo_show, false);
+  auto* topo_diff = topo_cmd->add_subcommand(
+      "diff",
+      "What changed between two topologies: each an archived version (v3), live, or a file "
+      "(snapshot JSON or a topo -m capture); default the newest version against live. Exit 0 "
+      "when nothing changed, 1 when something did");
+  topo_diff->add_option("a", topo_a, "The older topology (default: the newest archived)");
+  topo_diff->add_option("b", topo_b, "The newer topology (default: live)");
+  add_topo_flags(topo_diff, true);
   auto* topo_import = topo_cmd->add_subcommand(
       "import", "Parse a `nvidia-smi topo -m` capture (from any machine) into the topology model");
   topo_import->add_option("file", link_file, "The capture")->required();
@@ -499,6 +537,42 @@ int Main(int argc, char** argv) {
   nccl_cmd->add_option("file", link_file, "The log")->required();
   nccl_cmd->add_option("--topo", link_topo, "A `nvidia-smi topo -m` capture of the node");
   nccl_cmd->add_flag("--json", link_json, "Print JSON");
+
+  LinkbaseOptions lb;
+  auto* linkbase_cmd = app.add_subcommand(
+      "linkbase",
+      "Link baselines (R12): nccl-tests bus bandwidth per size, kept per node set; later runs "
+      "are judged against it");
+  linkbase_cmd->require_subcommand(1);
+  auto add_linkbase_flags = [&lb](CLI::App* c) {
+    c->add_option("--dir", lb.dir,
+                  "Where baselines are kept (default <--data-dir>/linkbase, else "
+                  "/var/lib/gpuwatch/linkbase)");
+    c->add_option("--data-dir", lb.data_dir, "The agent's --data-dir: baselines in its linkbase/");
+    c->add_flag("--json", lb.json, "Print JSON");
+  };
+  auto add_run_flags = [&lb](CLI::App* c) {
+    c->add_option("file", lb.file, "all_reduce_perf, all_gather_perf, … output")->required();
+    c->add_option("--name", lb.name,
+                  "Key of the baseline (default: the capture's host names, sorted, joined by ',')");
+    c->add_option("--collective", lb.collective,
+                  "The collective, when the capture does not say (e.g. all_gather_perf)");
+  };
+  auto* lb_import = linkbase_cmd->add_subcommand(
+      "import",
+      "Store a run as the next baseline version of its node set; compare it with the "
+      "previous version");
+  add_run_flags(lb_import);
+  add_linkbase_flags(lb_import);
+  auto* lb_show =
+      linkbase_cmd->add_subcommand("show", "List baselines: key, collective, versions, peak busbw");
+  add_linkbase_flags(lb_show);
+  auto* lb_compare = linkbase_cmd->add_subcommand(
+      "compare",
+      "Judge a run against the latest baseline without storing it (exit 0 ok, 3 degraded, 4 "
+      "insufficient, 2 error)");
+  add_run_flags(lb_compare);
+  add_linkbase_flags(lb_compare);
 
   auto* docs = app.add_subcommand("docs", "Print generated documentation");
   docs->require_subcommand(1);
@@ -529,8 +603,15 @@ int Main(int argc, char** argv) {
     return 0;
   }
   if (topo_import->parsed()) return RunTopoImport(link_file, link_json, std::cout, std::cerr);
+  if (topo_list->parsed()) return RunTopoList(topo_opts, std::cout, std::cerr);
+  if (topo_show->parsed()) return RunTopoShow(topo_opts, topo_a, std::cout, std::cerr);
+  if (topo_diff->parsed()) return RunTopoDiff(topo_opts, topo_a, topo_b, std::cout, std::cerr);
+  if (topo_cmd->parsed()) return RunTopoLive(topo_opts, std::cout, std::cerr);
   if (nccl_cmd->parsed())
     return RunNcclAnalysis(link_file, link_topo, link_json, std::cout, std::cerr);
+  if (lb_import->parsed()) return RunLinkbaseImport(lb, std::cout, std::cerr);
+  if (lb_show->parsed()) return RunLinkbaseShow(lb, std::cout, std::cerr);
+  if (lb_compare->parsed()) return RunLinkbaseCompare(lb, std::cout, std::cerr);
   if (record_cmd->parsed()) {
     auto ms = ParseDurationMs(rec_duration);
     if (!ms.ok()) return Fail(ms.status());

@@ -2,6 +2,7 @@
 
 #include <dirent.h>
 #include <sys/timex.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <array>
@@ -255,6 +256,8 @@ bool HostCollector::ReadNetDev(int64_t now_ms, model::HostSample* out) {
 
 void HostCollector::ReadNicSysfs(int64_t now_ms, model::NicSample* nic) {
   const std::string dir = root_ + "/sys/class/net/" + nic->name;
+  // Hardware has a parent device; veth, bridges, bonds and tunnels do not.
+  nic->physical = ::access((dir + "/device").c_str(), F_OK) == 0;
   const std::string oper_path = dir + "/operstate";
   FileReadResult f = ReadSmallFile(oper_path, 256);
   if (!f.ok) {
@@ -374,6 +377,11 @@ void HostCollector::ReadIbPort(int64_t now_ms, const std::string& dir, model::Ib
   port->local_ack_timeout_err = ReadCounter(now_ms, h + "local_ack_timeout_err");
   port->out_of_sequence = ReadCounter(now_ms, h + "out_of_sequence");
   port->packet_seq_err = ReadCounter(now_ms, h + "packet_seq_err");
+  port->rnr_nak_retry_err = ReadCounter(now_ms, h + "rnr_nak_retry_err");
+  port->implied_nak_seq_err = ReadCounter(now_ms, h + "implied_nak_seq_err");
+  port->np_ecn_marked_roce_packets = ReadCounter(now_ms, h + "np_ecn_marked_roce_packets");
+  port->np_cnp_sent = ReadCounter(now_ms, h + "np_cnp_sent");
+  port->rp_cnp_handled = ReadCounter(now_ms, h + "rp_cnp_handled");
 }
 
 }  // namespace gpuwatch::collect

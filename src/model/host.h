@@ -18,6 +18,9 @@ struct NicSample {
   uint64_t rx_dropped = 0, tx_dropped = 0;
   std::optional<bool> link_up;       // /sys/class/net/<if>/operstate
   std::optional<double> speed_mbps;  // /sys/class/net/<if>/speed
+  // Backed by a device (/sys/class/net/<if>/device): a NIC, not a veth, bridge or tunnel, whose
+  // coming and going is container churn rather than a fault.
+  bool physical = false;
 };
 
 struct IbPortSample {
@@ -32,6 +35,10 @@ struct IbPortSample {
   std::optional<uint64_t> xmit_discards, port_xmit_wait;
   // hw_counters (RDMA transport): retransmission-related.
   std::optional<uint64_t> local_ack_timeout_err, out_of_sequence, packet_seq_err;
+  std::optional<uint64_t> rnr_nak_retry_err, implied_nak_seq_err;
+  // hw_counters (RoCE congestion control): packets that arrived ECN-marked, congestion
+  // notifications this port sent as receiver, and those it acted on as sender.
+  std::optional<uint64_t> np_ecn_marked_roce_packets, np_cnp_sent, rp_cnp_handled;
 };
 
 struct HostSample {

@@ -64,7 +64,7 @@ constexpr std::array<GpuMetricDesc, kNumGpuMetrics> kGpu = {{
 }};
 
 constexpr MetricType kI = MetricType::kInfo;
-constexpr std::array<OtherMetricDesc, 64> kOther = {{
+constexpr std::array<OtherMetricDesc, 73> kOther = {{
   // GPU, beyond scalars.
   {"gpuwatch_gpu_info", kI, "serial, vbios_version, minor_number, mig_mode", "Static facts of a GPU; value 1."},
   {"gpuwatch_gpu_up", kG, "", "1 while the GPU answers NVML, 0 after it was lost (XID 79, GPU_IS_LOST)."},
@@ -104,9 +104,19 @@ constexpr std::array<OtherMetricDesc, 64> kOther = {{
   {"gpuwatch_nic_up", kG, "Hostname, interface", "1 when operstate is up."},
   {"gpuwatch_ib_port_receive_bytes_total", kC, "Hostname, device, port", "InfiniBand/RoCE port bytes received (port_rcv_data x 4)."},
   {"gpuwatch_ib_port_transmit_bytes_total", kC, "Hostname, device, port", "InfiniBand/RoCE port bytes transmitted (port_xmit_data x 4)."},
-  {"gpuwatch_ib_port_errors_total", kC, "Hostname, device, port, counter", "Port error counters: symbol_error, port_rcv_errors, link_downed, link_error_recovery, port_xmit_discards, local_ack_timeout_err, out_of_sequence, packet_seq_err."},
+  {"gpuwatch_ib_port_errors_total", kC, "Hostname, device, port, counter", "Port error counters: symbol_error, port_rcv_errors, link_downed, link_error_recovery, port_xmit_discards; RDMA retransmission counters (hw_counters): local_ack_timeout_err, out_of_sequence, packet_seq_err, rnr_nak_retry_err, implied_nak_seq_err."},
+  {"gpuwatch_ib_port_congestion_total", kC, "Hostname, device, port, counter", "Congestion counters: port_xmit_wait (ticks a packet waited to be sent), and for RoCE np_ecn_marked_roce_packets, np_cnp_sent, rp_cnp_handled (ECN marks and congestion notifications)."},
   {"gpuwatch_ib_port_up", kG, "Hostname, device, port, link_layer", "1 when the port state is ACTIVE."},
   {"gpuwatch_ib_port_rate_gbps", kG, "Hostname, device, port", "Port rate in Gb/s."},
+  // Link rates (R10, R12): computed by the agent between ticks, counter resets handled.
+  {"gpuwatch_link_bytes_per_second", kG, "Hostname, link_type, and per link_type: interface (nic); device, port (ib_port); gpu, UUID, link (nvlink); gpu, UUID, peer (nvlink_peer); gpu, UUID (pcie); direction", "Throughput of a link, rx or tx: NIC and IB port bytes, NVLink data bytes per link and per far end (peer GPUn or nvswitch), PCIe (NVML's 20 ms window)."},
+  {"gpuwatch_link_rated_bytes_per_second", kG, "Hostname, link_type, and per link_type: interface (nic); device, port (ib_port); gpu, UUID, link (nvlink); gpu, UUID, peer (nvlink_peer); gpu, UUID (pcie)", "What the link can carry per direction: NIC speed, IB port rate, NVLink by generation (20/25/25/25/50 GB/s for NVLink1-5), PCIe by current generation and width."},
+  {"gpuwatch_link_utilization_ratio", kG, "Hostname, link_type, and per link_type: interface (nic); device, port (ib_port); gpu, UUID, link (nvlink); gpu, UUID, peer (nvlink_peer); gpu, UUID (pcie); direction", "Throughput over rated bandwidth, 0..1."},
+  {"gpuwatch_link_errors_per_second", kG, "Hostname, link_type, and per link_type: interface (nic); device, port (ib_port); gpu, UUID, link (nvlink); gpu, UUID, peer (nvlink_peer); gpu, UUID (pcie)", "Error counters' rate: NIC rx+tx errors, IB symbol+receive errors, NVLink CRC+replay+recovery."},
+  {"gpuwatch_link_drops_per_second", kG, "Hostname, link_type, and per link_type: interface (nic); device, port (ib_port); gpu, UUID, link (nvlink); gpu, UUID, peer (nvlink_peer); gpu, UUID (pcie)", "NIC rx+tx drops, IB transmit discards."},
+  {"gpuwatch_link_retransmits_per_second", kG, "Hostname, link_type, and per link_type: interface (nic); device, port (ib_port); gpu, UUID, link (nvlink); gpu, UUID, peer (nvlink_peer); gpu, UUID (pcie)", "IB/RoCE transport retransmission counters' rate (local ACK timeouts, out-of-sequence, sequence errors, RNR NAK retries)."},
+  {"gpuwatch_link_xmit_wait_per_second", kG, "Hostname, link_type, and per link_type: interface (nic); device, port (ib_port); gpu, UUID, link (nvlink); gpu, UUID, peer (nvlink_peer); gpu, UUID (pcie)", "IB port_xmit_wait ticks per second: time packets waited for credit, the fabric's congestion signal."},
+  {"gpuwatch_link_ecn_marked_per_second", kG, "Hostname, link_type, and per link_type: interface (nic); device, port (ib_port); gpu, UUID, link (nvlink); gpu, UUID, peer (nvlink_peer); gpu, UUID (pcie)", "RoCE packets received ECN-marked per second: congestion on the path."},
   // Jobs (R5): the job protocol's window statistics per rank, per job, and the raw steps.
   {"gpuwatch_job_info", kI, "Hostname, job, template, user, project, source", "A running job; value 1. source = sdk (job protocol) or process (GPU process attribution only)."},
   {"gpuwatch_job_hung", kG, "Hostname, job", "1 while the job has live processes and no step for --job-hang-factor x its median step time."},

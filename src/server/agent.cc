@@ -7,12 +7,16 @@
 
 #include <cerrno>
 #include <cstring>
+#include <nlohmann/json.hpp>
 
+#include "collect/topology_probe.h"
 #include "common/log.h"
+#include "common/strings.h"
 #include "server/api.h"
 #include "server/event_api.h"
 #include "server/job_metrics.h"
 #include "server/store_sink.h"
+#include "topo/archive.h"
 #include "trace/trace_writer.h"
 
 namespace gpuwatch::server {
@@ -122,6 +126,38 @@ void Agent::RecordEvent(model::GpuEvent e) {
   while (state_.recent_events.size() > options_.max_recent_events) state_.recent_events.pop_front();
 }
 
+namespace {
+
+// What the node record says of placement and wiring (trace format: numa_node, cpu_affinity,
+// topology.gpu_links, nics), from the last topology snapshot.
+void AddTopologyExtras(const topo::NodeSnapshot& t, trace::NodeExtras* extras) {
+  for (trace::NodeGpuExtra& e : extras->gpus) {
+    for (const topo::GpuFacts& g : t.gpus) {
+      if (g.index != e.index) continue;
+      e.numa_node = g.numa_node;
+      e.cpu_affinity = g.cpu_affinity.value_or("");
+    }
+  }
+  bool complete = !t.matrix.gpu_links.empty();
+  for (const auto& row : t.matrix.gpu_links)
+    for (const auto& cell : row) complete &= !cell.empty();
+  if (complete) extras->gpu_links = t.matrix.gpu_links;  // a cell we could not read is not "X"
+  for (const topo::NicFacts& n : t.nics) {
+    trace::NodeNic nic;
+    nic.name = n.name;
+    nic.pci_bus_id = n.pci_bus_id;
+    nic.numa_node = n.numa_node;
+    for (const auto& p : n.ports) {
+      if (nic.type.empty() && !p.link_layer.empty())
+        nic.type = p.link_layer == "InfiniBand" ? "ib" : "eth";
+      if (p.rate_gbps) nic.link_gbps = std::max(nic.link_gbps.value_or(0), *p.rate_gbps);
+    }
+    extras->nics.push_back(std::move(nic));
+  }
+}
+
+}  // namespace
+
 void Agent::TickGpu() {
   if (!gpu_ready_) return;
   const auto start = Clock::now();
@@ -159,6 +195,12 @@ void Agent::TickGpu() {
     trace::NodeExtras extras;
     for (size_t i = 0; i < n; ++i)
       extras.gpus.push_back(trace::NodeGpuExtraFromSample(devices[i].index, samples[i]));
+    std::shared_ptr<const topo::NodeSnapshot> topo_now;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      topo_now = state_.topology;
+    }
+    if (topo_now) AddTopologyExtras(*topo_now, &extras);
     if (prev_host_ && prev_host_->clock_offset_ms)
       extras.clock_offset_ms = prev_host_->clock_offset_ms;
     recorder_.Add(now_ms,
@@ -174,10 +216,17 @@ void Agent::TickGpu() {
       recorder_.Add(samples[i].time_ms, std::move(m));
     prev_gpu_samples_[i] = samples[i];
   }
+  std::shared_ptr<const topo::NodeSnapshot> topology;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    topology = state_.topology;
+  }
+  std::vector<LinkRate> gpu_rates = link_rates_.UpdateGpus(devices, samples, topology.get());
   std::vector<store::Head::Input> to_store;
   {
     std::lock_guard<std::mutex> lock(mu_);
     for (auto& e : events) RecordEvent(std::move(e));
+    state_.gpu_link_rates = std::move(gpu_rates);
     state_.gpu_samples = std::move(samples);
     state_.caps = std::move(caps);
     state_.tick_seconds["gpu"] = secs;
@@ -224,15 +273,38 @@ void Agent::TickHost() {
   model::HostSample h;
   Status st = host_.Collect(clock_.NowMs(), &h);
   const double secs = std::chrono::duration<double>(Clock::now() - start).count();
+  std::vector<LinkRate> host_rates;
+  std::vector<VanishedLink> vanished;
   if (st.ok()) {
     recorder_.Add(h.time_ms,
                   trace::HostRecord(options_.hostname, h, prev_host_ ? &*prev_host_ : nullptr));
     prev_host_ = h;
+    host_rates = link_rates_.UpdateHost(h, &vanished);
+  }
+  if (!vanished.empty()) {
+    // A NIC or port that left between two ticks (driver crash, PCIe error, unplugged cable on
+    // some drivers): a change on the time line now, not at the next hourly topology check.
+    std::vector<ChangeEvent> changes;
+    for (const VanishedLink& v : vanished) {
+      ChangeEvent e;
+      e.kind = "topology_change";
+      e.severity = "warning";
+      e.message = (v.kind == "nic" ? "NIC " : "InfiniBand port ") + v.name + " disappeared";
+      e.fields_json = nlohmann::json{
+          {"what", v.kind == "nic" ? "nic_removed" : "nic_port_removed"},
+          {"subject",
+           v.name}}.dump();
+      changes.push_back(std::move(e));
+    }
+    KeepChangeEvents(changes, "");
   }
   std::vector<store::Head::Input> to_store;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (st.ok()) state_.host = std::move(h);
+    if (st.ok()) {
+      state_.host = std::move(h);
+      state_.host_link_rates = std::move(host_rates);
+    }
     state_.tick_seconds["host"] = secs;
     ++state_.tick_counts["host"];
     // With GPUs the hardware tick stores the host sample beside its own; without, it is here.
@@ -417,6 +489,93 @@ void Agent::KeepChangeEvents(const std::vector<ChangeEvent>& changes, const std:
     if (Status st = event_store_->Append(records); !st.ok())
       GW_LOG_ERROR("cannot keep {} change event(s): {}", records.size(), st.message());
   }
+}
+
+namespace {
+
+// A change that takes capacity away (a link down or narrower, a device gone) warns; the rest
+// (a link back, a device added) is information.
+bool IsLoss(const topo::TopologyChange& c) {
+  return c.kind == "nvlink_lost" || c.kind == "gpu_removed" || c.kind == "nic_removed" ||
+         c.kind == "pcie_width_changed" || c.kind == "pcie_gen_changed" ||
+         c.kind == "nic_port_changed" || c.kind == "link_changed";
+}
+
+std::optional<unsigned> GpuOfSubject(const std::string& subject) {
+  if (subject.rfind("GPU", 0) != 0) return std::nullopt;
+  size_t end = 3;
+  while (end < subject.size() && subject[end] >= '0' && subject[end] <= '9') ++end;
+  return ParseInt<unsigned>(std::string_view(subject).substr(3, end - 3));
+}
+
+}  // namespace
+
+void Agent::TickTopology() {
+  const auto t0 = Clock::now();
+  const int64_t now_ms = clock_.NowMs();
+  auto snap = std::make_shared<topo::NodeSnapshot>(collect::ProbeNodeTopology(
+      gpu_ready_ ? gpu_.get() : nullptr, options_.root_dir, options_.hostname, now_ms));
+  int version = 0;
+  int64_t stale_before_ms = 0;
+  std::vector<topo::TopologyChange> changes;
+  if (!options_.data_dir.empty()) {
+    topo::TopologyArchive archive(options_.data_dir + "/topology");
+    std::vector<std::string> skipped;
+    auto latest = archive.Latest(&skipped);
+    for (const auto& why : skipped) GW_LOG_WARN("topology archive: skipped {}", why);
+    bool write = false;
+    if (latest.ok()) {
+      changes = topo::DiffSnapshots(latest->second, *snap);
+      version = latest->first;
+      stale_before_ms = latest->second.taken_at_ms;
+      write = !changes.empty();
+    } else if (latest.status().code() == StatusCode::kNotFound) {
+      write = true;  // the node's first snapshot: nothing to compare with
+    } else {
+      GW_LOG_ERROR("topology archive: {}", latest.status().message());
+    }
+    if (write) {
+      auto v = archive.Append(*snap);
+      if (v.ok()) {
+        version = *v;
+        stale_before_ms = now_ms;
+        GW_LOG_INFO("topology: archived version {} ({} GPUs, {} NICs, {} warnings)", *v,
+                    snap->gpus.size(), snap->nics.size(), snap->warnings.size());
+      } else {
+        GW_LOG_ERROR("topology archive: {}", v.status().message());
+      }
+    }
+  }
+  // A GPU added, removed or moved is already on the change timeline from the node's facts
+  // (NVML's device list is fixed while the agent runs): archived, not reported twice.
+  std::vector<ChangeEvent> events;
+  for (const topo::TopologyChange& c : changes) {
+    if (c.kind == "gpu_added" || c.kind == "gpu_removed" || c.kind == "gpu_moved") continue;
+    nlohmann::json fields = {
+        {"what", c.kind},   {"subject", c.subject},        {"before", c.before},
+        {"after", c.after}, {"topology_version", version}, {"baselines_stale", true}};
+    ChangeEvent e;
+    e.kind = "topology_change";
+    e.severity = IsLoss(c) ? "warning" : "info";
+    e.message = c.summary;
+    e.fields_json = fields.dump();
+    e.gpu_index = GpuOfSubject(c.subject);
+    if (e.gpu_index) {
+      for (const auto& g : snap->gpus) {
+        if (g.index == *e.gpu_index) e.gpu_uuid = g.uuid;
+      }
+    }
+    events.push_back(std::move(e));
+  }
+  KeepChangeEvents(events, "");
+  if (!changes.empty()) node_record_ms_ = 0;  // the trace's next node record shows the change
+  std::lock_guard<std::mutex> lock(mu_);
+  state_.topology = std::move(snap);
+  state_.topology_version = version;
+  state_.baselines_stale_before_ms = stale_before_ms;
+  if (!changes.empty()) state_.topology_changes = std::move(changes);
+  state_.tick_seconds["topology"] = std::chrono::duration<double>(Clock::now() - t0).count();
+  ++state_.tick_counts["topology"];
 }
 
 void Agent::RecordNodeChanges() {
@@ -627,7 +786,9 @@ void Agent::RunTiers() {
     Clock::time_point next;
   };
   const auto now = Clock::now();
-  Tier tiers[] = {{options_.gpu_interval, &Agent::TickGpu, now},
+  // The topology check first: the first node record of the trace then carries the wiring.
+  Tier tiers[] = {{options_.topology_interval, &Agent::TickTopology, now},
+                  {options_.gpu_interval, &Agent::TickGpu, now},
                   {options_.host_interval, &Agent::TickHost, now},
                   {options_.process_interval, &Agent::TickProcesses, now},
                   {options_.job_interval, &Agent::TickJobs, now + options_.job_interval},

@@ -50,6 +50,10 @@ struct AgentOptions {
   size_t max_recent_events = 1000;
   // The task-level line (R5): the job tier closes a statistics window each job_interval.
   std::chrono::milliseconds job_interval{15000};
+  // R8: the topology is snapshotted at start and at this interval, compared with the newest
+  // archived version (<data-dir>/topology/), archived when it changed, and each change is a
+  // topology_change event.
+  std::chrono::milliseconds topology_interval{60 * 60 * 1000};
   jobs::JobRegistryOptions jobs;
   // The flight recorder keeps this much of everything in trace form (R22, `gpuwatch record`);
   // failure snapshots hold the same window.
@@ -89,6 +93,8 @@ class Agent {
   std::vector<std::string> TraceWindow(int64_t from_ms, int64_t to_ms) const {
     return recorder_.Window(from_ms, to_ms);
   }
+  // "" without a data dir.
+  const std::string& data_dir() const { return options_.data_dir; }
   // Failure snapshots; null without a data dir.
   SnapshotManager* snapshots() const { return snapshots_.get(); }
   // Starts the tier and event threads. REQUIRES: Init() succeeded.
@@ -103,6 +109,9 @@ class Agent {
   void PollEvents(int timeout_ms);
   // The job tier: closes the registry's window, stores its statistics, publishes them.
   void TickJobs();
+  // The topology check (R8): snapshot, compare, archive, events. At start and each
+  // topology_interval; synchronous (tests, `gpuwatch doctor`).
+  void TickTopology();
   // Routes what the registry produced (events, raw steps, log lines) to the stores; each second.
   void DrainJobs();
   void ReadKernelLog(std::vector<JobLogLine>* lines);  // new NVRM lines; XIDs recorded
@@ -130,6 +139,7 @@ class Agent {
   int64_t stored_host_ms_ = 0;  // newest host tick already in the store (tier thread only)
   std::vector<bool> gpu_lost_;  // per GPU, as of the last hardware tick (tier thread only)
   collect::HostCollector host_;
+  LinkRateTracker link_rates_;      // tier thread
   collect::Attributor attributor_;  // used only by the processes tier
   jobs::JobRegistry jobs_;
   std::unique_ptr<jobs::JobListener> listener_;

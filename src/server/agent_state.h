@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <deque>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <utility>
@@ -15,6 +16,8 @@
 #include "model/gpu.h"
 #include "model/host.h"
 #include "model/process.h"
+#include "server/link_rates.h"
+#include "topo/snapshot.h"
 
 namespace gpuwatch::server {
 
@@ -38,6 +41,16 @@ struct AgentState {
   // Jobs as of the last job-tier window (R5): what /metrics shows of them.
   std::vector<jobs::JobView> jobs;
   jobs::RegistryCounters job_counters;
+  // The topology (R8) as of the last check; null before the first. topology_version is the
+  // archive version it equals (0 without a data dir). Baselines learned before
+  // baselines_stale_before_ms describe another topology and are stale (R13).
+  std::shared_ptr<const topo::NodeSnapshot> topology;
+  int topology_version = 0;
+  int64_t baselines_stale_before_ms = 0;
+  std::vector<topo::TopologyChange> topology_changes;  // of the last change seen by this agent
+  // Link rates and utilisation (R10, R12) between the last two host ticks (NICs, IB ports) and
+  // the last two hardware ticks (NVLink per link and per far end, PCIe).
+  std::vector<LinkRate> host_link_rates, gpu_link_rates;
   std::map<std::string, double> tick_seconds;  // tier -> duration of its last tick
   std::map<std::string, uint64_t> tick_counts;
 };

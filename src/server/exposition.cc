@@ -113,6 +113,52 @@ static void RenderJobPoints(const std::vector<JobMetricPoint>& points, Buf& b) {
   }
 }
 
+namespace {
+
+// Link rates (R10, R12): one family per measure, a series per link with its kind's labels.
+void RenderLinkRates(const AgentState& s, const std::string& host, Buf& b) {
+  std::vector<const LinkRate*> all;
+  for (const auto& r : s.host_link_rates) all.push_back(&r);
+  for (const auto& r : s.gpu_link_rates) all.push_back(&r);
+  if (all.empty()) return;
+  auto labels_of = [](const LinkRate& r) {
+    std::string l = fmt::format("link_type=\"{}\"", r.kind);
+    for (const auto& [k, v] : r.labels) l += fmt::format(",{}=\"{}\"", k, EscapeLabelValue(v));
+    return l;
+  };
+  auto directional = [&](const char* name, std::optional<double> LinkRate::*rx,
+                         std::optional<double> LinkRate::*tx) {
+    bool have = false;
+    for (const LinkRate* r : all) have |= (r->*rx).has_value() || (r->*tx).has_value();
+    if (!have) return;
+    HeaderOther(b, name);
+    for (const LinkRate* r : all) {
+      const std::string l = labels_of(*r);
+      if (auto v = r->*rx) Line(b, name, host, l + ",direction=\"rx\"", *v);
+      if (auto v = r->*tx) Line(b, name, host, l + ",direction=\"tx\"", *v);
+    }
+  };
+  auto single = [&](const char* name, std::optional<double> LinkRate::*field) {
+    bool have = false;
+    for (const LinkRate* r : all) have |= (r->*field).has_value();
+    if (!have) return;
+    HeaderOther(b, name);
+    for (const LinkRate* r : all)
+      if (auto v = r->*field) Line(b, name, host, labels_of(*r), *v);
+  };
+  directional("gpuwatch_link_bytes_per_second", &LinkRate::rx_bytes_per_s,
+              &LinkRate::tx_bytes_per_s);
+  single("gpuwatch_link_rated_bytes_per_second", &LinkRate::rated_bytes_per_s);
+  directional("gpuwatch_link_utilization_ratio", &LinkRate::rx_util, &LinkRate::tx_util);
+  single("gpuwatch_link_errors_per_second", &LinkRate::errors_per_s);
+  single("gpuwatch_link_drops_per_second", &LinkRate::drops_per_s);
+  single("gpuwatch_link_retransmits_per_second", &LinkRate::retransmits_per_s);
+  single("gpuwatch_link_xmit_wait_per_second", &LinkRate::xmit_wait_per_s);
+  single("gpuwatch_link_ecn_marked_per_second", &LinkRate::ecn_marked_per_s);
+}
+
+}  // namespace
+
 void RenderPrometheus(const AgentState& s, std::string* out) {
   Buf& b = *out;
   b.clear();
@@ -406,12 +452,31 @@ void RenderPrometheus(const AgentState& s, std::string* out) {
           {"local_ack_timeout_err", &model::IbPortSample::local_ack_timeout_err},
           {"out_of_sequence", &model::IbPortSample::out_of_sequence},
           {"packet_seq_err", &model::IbPortSample::packet_seq_err},
+          {"rnr_nak_retry_err", &model::IbPortSample::rnr_nak_retry_err},
+          {"implied_nak_seq_err", &model::IbPortSample::implied_nak_seq_err},
       };
       for (const auto& p : h.ib_ports)
         for (const auto& [cname, field] : errs)
           if (auto v = p.*field)
             Line(b, "gpuwatch_ib_port_errors_total", host,
                  port_labels(p) + fmt::format(",counter=\"{}\"", cname), static_cast<double>(*v));
+      const std::pair<const char*, std::optional<uint64_t> model::IbPortSample::*> congestion[] = {
+          {"port_xmit_wait", &model::IbPortSample::port_xmit_wait},
+          {"np_ecn_marked_roce_packets", &model::IbPortSample::np_ecn_marked_roce_packets},
+          {"np_cnp_sent", &model::IbPortSample::np_cnp_sent},
+          {"rp_cnp_handled", &model::IbPortSample::rp_cnp_handled},
+      };
+      bool have_congestion = false;
+      for (const auto& p : h.ib_ports)
+        for (const auto& [cname, field] : congestion) have_congestion |= (p.*field).has_value();
+      if (have_congestion) {
+        HeaderOther(b, "gpuwatch_ib_port_congestion_total");
+        for (const auto& p : h.ib_ports)
+          for (const auto& [cname, field] : congestion)
+            if (auto v = p.*field)
+              Line(b, "gpuwatch_ib_port_congestion_total", host,
+                   port_labels(p) + fmt::format(",counter=\"{}\"", cname), static_cast<double>(*v));
+      }
       HeaderOther(b, "gpuwatch_ib_port_up");
       for (const auto& p : h.ib_ports)
         Line(b, "gpuwatch_ib_port_up", host,
@@ -427,6 +492,7 @@ void RenderPrometheus(const AgentState& s, std::string* out) {
       }
     }
   }
+  RenderLinkRates(s, host, b);
   RenderJobPoints(JobMetricPoints(s.hostname, s.jobs, s.job_counters), b);
 }
 

@@ -14,6 +14,8 @@
 #include "server/gzip.h"
 #include "server/query_api.h"
 #include "server/remote_write_handler.h"
+#include "topo/archive.h"
+#include "topo/topo_text.h"
 
 namespace gpuwatch::server {
 namespace {
@@ -178,6 +180,63 @@ Status HttpServer::Start(const ListenAddress& addr) {
             res.set_content(std::move(body), req.matches[2].str() == "trace.jsonl.gz"
                                                  ? "application/gzip"
                                                  : "text/plain; charset=utf-8");
+          });
+  // R8: the node's topology as of the last check, and the archive of its versions.
+  srv.Get("/api/v1/topology", [agent](const httplib::Request&, httplib::Response& res) {
+    auto j = agent->WithState([](const AgentState& s) -> std::optional<nlohmann::json> {
+      if (!s.topology) return std::nullopt;
+      nlohmann::json changes = nlohmann::json::array();
+      for (const auto& c : s.topology_changes) {
+        changes.push_back({{"kind", c.kind},
+                           {"subject", c.subject},
+                           {"before", c.before},
+                           {"after", c.after},
+                           {"summary", c.summary}});
+      }
+      return nlohmann::json{{"version", s.topology_version},
+                            {"baselines_stale_before_ms", s.baselines_stale_before_ms},
+                            {"last_changes", changes},
+                            {"matrix_text", topo::RenderTopoMatrix(s.topology->matrix)},
+                            {"snapshot", nlohmann::json::parse(topo::SnapshotToJson(*s.topology))}};
+    });
+    if (!j) {
+      res.status = 503;
+      res.set_content(R"({"error":"the first topology check has not run yet"})",
+                      "application/json");
+      return;
+    }
+    res.set_content(DumpJson(*j, 2), "application/json");
+  });
+  srv.Get("/api/v1/topology/versions", [agent](const httplib::Request&, httplib::Response& res) {
+    nlohmann::json j = {{"versions", nlohmann::json::array()}};
+    if (!agent->data_dir().empty()) {
+      auto list = topo::TopologyArchive(agent->data_dir() + "/topology").List();
+      if (!list.ok()) {
+        res.status = 500;
+        res.set_content(DumpJson({{"error", list.status().message()}}), "application/json");
+        return;
+      }
+      for (const auto& v : *list) {
+        j["versions"].push_back(
+            {{"version", v.version},
+             {"written_ms", v.taken_at_ms},
+             {"url", "/api/v1/topology/versions/" + std::to_string(v.version)}});
+      }
+    }
+    res.set_content(DumpJson(j, 2), "application/json");
+  });
+  srv.Get(R"(/api/v1/topology/versions/([0-9]{1,9}))",
+          [agent](const httplib::Request& req, httplib::Response& res) {
+            auto snap = agent->data_dir().empty()
+                            ? Result<topo::NodeSnapshot>(Status::NotFound("no --data-dir"))
+                            : topo::TopologyArchive(agent->data_dir() + "/topology")
+                                  .Load(std::stoi(req.matches[1].str()));
+            if (!snap.ok()) {
+              res.status = snap.status().code() == StatusCode::kNotFound ? 404 : 500;
+              res.set_content(DumpJson({{"error", snap.status().message()}}), "application/json");
+              return;
+            }
+            res.set_content(topo::SnapshotToJson(*snap), "application/json");
           });
   srv.Get("/api/v1/jobs", [agent](const httplib::Request&, httplib::Response& res) {
     res.set_content(DumpJson(JobsJson(agent->jobs().Jobs(), agent->job_socket_path()), 2),

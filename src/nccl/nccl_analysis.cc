@@ -1,6 +1,7 @@
 #include "nccl/nccl_analysis.h"
 
 #include <algorithm>
+#include <functional>
 #include <map>
 #include <set>
 #include <string_view>
@@ -305,6 +306,93 @@ void NetFallback(const NcclLogReport& r, const TopoHint* topo, const NcclHost& h
 
 }  // namespace
 
+namespace {
+
+std::string CudaVersionText(int v) {
+  // cudaDriverVersion 12020 -> "12.2" (NCCL prints CUDA's 1000*major + 10*minor).
+  return std::to_string(v / 1000) + "." + std::to_string((v % 1000) / 10);
+}
+
+// The nodes of one log that differ from the others in one version: every host's first reported
+// value is grouped; the largest group is the job's (a tie goes to rank 0's node, else to the
+// first host seen), and each host outside it — or reporting two values itself — is
+// a node that differs. Appends "<what> X on this node, Y on n1, n2" and the evidence per node.
+template <typename T>
+void VersionGroups(const NcclLogReport& r,
+                   const std::vector<std::pair<T, NcclLine>> NcclHost::*field,
+                   const std::function<std::string(const T&)>& text, const char* what,
+                   std::map<std::string, Finding>* by_node) {
+  std::vector<const NcclHost*> hosts;
+  for (const auto& h : r.hosts) {
+    if (!(h.*field).empty()) hosts.push_back(&h);
+  }
+  if (hosts.size() < 2 && !(hosts.size() == 1 && (hosts[0]->*field).size() > 1)) return;
+  std::map<T, std::vector<const NcclHost*>> groups;
+  for (const NcclHost* h : hosts) groups[(h->*field)[0].first].push_back(h);
+  // Ties go to rank 0's node where the log ties rank 0 to a host, else to the first host seen.
+  const NcclHost* first = hosts[0];
+  if (auto it = r.rank_hosts.find(0); it != r.rank_hosts.end()) {
+    for (const NcclHost* h : hosts) {
+      if (h->name == it->second) first = h;
+    }
+  }
+  const T* reference = &(first->*field)[0].first;
+  for (const auto& [value, members] : groups) {
+    if (members.size() > groups[*reference].size()) reference = &value;
+  }
+  const std::vector<const NcclHost*>& ref_hosts = groups[*reference];
+  for (const NcclHost* h : hosts) {
+    const auto& values = h->*field;
+    const bool differs = values[0].first != *reference || values.size() > 1;
+    if (!differs) continue;
+    std::vector<std::string> mine, others;
+    for (const auto& [v, line] : values) mine.push_back(text(v));
+    for (const NcclHost* o : ref_hosts) {
+      if (o != h) others.push_back(o->name);
+    }
+    Finding& f = (*by_node)[h->name];
+    f.cause = "version_mismatch";
+    f.node = h->name;
+    if (!f.summary.empty()) f.summary += "; ";
+    f.summary += std::string(what) + " " + Join(mine, 4) + " on " + h->name;
+    if (!others.empty()) {
+      f.summary += ", " + text(*reference) + " on " + Join(others, 4);
+    } else if (values.size() > 1) {
+      f.summary += " (two builds on one node)";
+    }
+    for (const auto& [v, line] : values) {
+      if (f.evidence.size() < kMaxEvidenceLines) f.evidence.push_back(Ev(line));
+    }
+    for (const NcclHost* o : ref_hosts) {
+      if (o == h || f.evidence.size() >= kMaxEvidenceLines) continue;
+      f.evidence.push_back(Ev((o->*field)[0].second));
+      break;  // one line of the majority is enough to show what the others run
+    }
+  }
+}
+
+// version_mismatch (R12): the ranks of one job on different NCCL builds or CUDA drivers. NCCL
+// does not check that its peers match; the result is a hang at init, wrong protocol choices,
+// or silent slowness.
+void VersionMismatch(const NcclLogReport& r, std::vector<Finding>* out) {
+  std::map<std::string, Finding> by_node;
+  VersionGroups<std::string>(
+      r, &NcclHost::nccl_versions, [](const std::string& v) { return v; }, "NCCL", &by_node);
+  VersionGroups<int>(r, &NcclHost::cuda_driver_versions, CudaVersionText, "CUDA driver", &by_node);
+  for (const auto& h : r.hosts) {  // first-seen order
+    auto it = by_node.find(h.name);
+    if (it == by_node.end()) continue;
+    Finding f = std::move(it->second);
+    f.action =
+        "Run every node of the job on the same NVIDIA driver, CUDA and NCCL build (one container "
+        "image, one driver version across the node pool); drain the node that differs until it "
+        "is updated.";
+    out->push_back(std::move(f));
+  }
+}
+
+}  // namespace
+
 std::vector<Finding> AnalyzeNccl(const NcclLogReport& report, const TopoHint* topo) {
   std::vector<Finding> out;
   std::unordered_map<std::string_view, HostView> views;
@@ -328,6 +416,7 @@ std::vector<Finding> AnalyzeNccl(const NcclLogReport& report, const TopoHint* to
   if (multi_node) {
     for (const auto& h : report.hosts) NetFallback(report, topo, h, views[h.name], &out);
   }
+  VersionMismatch(report, &out);
   return out;
 }
 

@@ -35,7 +35,7 @@ struct TopoHint {
 
 // One finding in the form of findings.md (offline: no first_seen / last_seen).
 struct Finding {
-  std::string cause;  // "nvlink_fallback", "net_fallback"
+  std::string cause;  // "nvlink_fallback", "net_fallback", "version_mismatch"
   std::string layer = "link";
   std::string severity = "warning";  // "info", "warning", "critical"
   std::string node;

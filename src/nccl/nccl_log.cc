@@ -819,12 +819,32 @@ void Parser::Info(const Prefix& p, sv msg, sv line, size_t line_no) {
   if (StartsWith(msg, "NCCL version ")) {
     sv v = Trim(msg.substr(13));
     v = v.substr(0, v.find(' '));
-    if (IsVersionToken(v)) Version(v);
+    if (IsVersionToken(v)) {
+      Version(v);
+      if (h != nullptr) {
+        auto& seen = h->nccl_versions;
+        const bool known =
+            std::any_of(seen.begin(), seen.end(), [&](const auto& e) { return e.first == v; });
+        if (!known && seen.size() < kMaxVersionsPerHost) {
+          seen.push_back({std::string(v), {line_no, std::string(host), Quote(line)}});
+        }
+      }
+    }
     return;
   }
   if (StartsWith(msg, "cudaDriverVersion ")) {
     sv t = msg.substr(18);
-    if (auto v = TakeSmallInt(t); v && !r_.cuda_driver_version) r_.cuda_driver_version = *v;
+    if (auto v = TakeSmallInt(t)) {
+      if (!r_.cuda_driver_version) r_.cuda_driver_version = *v;
+      if (h != nullptr) {
+        auto& seen = h->cuda_driver_versions;
+        const bool known =
+            std::any_of(seen.begin(), seen.end(), [&](const auto& e) { return e.first == *v; });
+        if (!known && seen.size() < kMaxVersionsPerHost) {
+          seen.push_back({*v, {line_no, std::string(host), Quote(line)}});
+        }
+      }
+    }
     return;
   }
   if (Connection(p, msg, line, line_no) || Ring(p, msg, line_no)) return;

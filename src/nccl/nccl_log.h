@@ -38,7 +38,8 @@ inline constexpr size_t kMaxEntries = 1000;         // errors, warnings, timeout
 inline constexpr size_t kMaxHosts = 4096;
 inline constexpr size_t kMaxProcesses = 16384;
 inline constexpr size_t kMaxNetDevices = 4096;
-inline constexpr size_t kMaxHintsPerHost = 16;  // NVLink / IB / P2P-off evidence lines per host
+inline constexpr size_t kMaxHintsPerHost = 16;
+inline constexpr size_t kMaxVersionsPerHost = 8;  // NVLink / IB / P2P-off evidence lines per host
 inline constexpr size_t kMaxTransportFamilies = 64;
 inline constexpr size_t kMaxTextBytes = 320;  // quoted log text is cut here ("…")
 
@@ -130,6 +131,11 @@ struct NcclHost {
   // Pairs (lower, higher NVML index) that P2P read connects: NCCL turns read on by itself only
   // for Ampere GPUs joined by NVLink, so "via P2P/…/read" is NVLink evidence for that pair.
   std::map<std::pair<int, int>, NcclLine> nvlink_pairs;
+  // What this host's processes reported, each distinct value with the line that first said it
+  // (at most kMaxVersionsPerHost): "NCCL INFO NCCL version 2.18.3+cuda12.1" and
+  // "NCCL INFO cudaDriverVersion 12020". Bare pre-2.19 banners name no host and are not here.
+  std::vector<std::pair<std::string, NcclLine>> nccl_versions;
+  std::vector<std::pair<int, NcclLine>> cuda_driver_versions;
 };
 
 // One process (host and pid) and the network it chose.

@@ -1162,5 +1162,82 @@ TEST(NcclRobustnessTest, CrlfAndInterleavedRanks) {
   EXPECT_EQ(r.lines_parsed, 6u);
 }
 
+// version_mismatch: nodes of one job on different NCCL builds or CUDA drivers; the node that
+// differs from the majority is named, with its line and one line of the others.
+TEST(NcclVersionMismatchTest, TheOddNodeOut) {
+  const std::string log =
+      "node-a:100:100 [0] NCCL INFO cudaDriverVersion 12020\n"
+      "node-a:100:100 [0] NCCL INFO NCCL version 2.18.3+cuda12.1\n"
+      "node-b:200:200 [0] NCCL INFO cudaDriverVersion 12020\n"
+      "node-b:200:200 [0] NCCL INFO NCCL version 2.18.3+cuda12.1\n"
+      "node-c:300:300 [0] NCCL INFO cudaDriverVersion 12040\n"
+      "node-c:300:300 [0] NCCL INFO NCCL version 2.19.3+cuda12.3\n"
+      "node-a:100:100 [0] NCCL INFO comm 0x1 rank 0 nRanks 3 nNodes 3 localRanks 1 localRank 0 "
+      "MNNVL 0\n";
+  const NcclLogReport r = ParseNcclLog(log);
+  ASSERT_EQ(r.hosts.size(), 3u);
+  ASSERT_EQ(r.hosts[2].nccl_versions.size(), 1u);
+  EXPECT_EQ(r.hosts[2].nccl_versions[0].first, "2.19.3+cuda12.3");
+  const std::vector<Finding> f = AnalyzeNccl(r, nullptr);
+  ASSERT_EQ(f.size(), 1u);
+  EXPECT_EQ(f[0].cause, "version_mismatch");
+  EXPECT_EQ(f[0].layer, "link");
+  EXPECT_EQ(f[0].node, "node-c");
+  EXPECT_EQ(f[0].summary,
+            "NCCL 2.19.3+cuda12.3 on node-c, 2.18.3+cuda12.1 on node-a, node-b; CUDA driver 12.4 "
+            "on node-c, 12.2 on node-a, node-b");
+  ASSERT_EQ(f[0].evidence.size(), 4u);
+  EXPECT_EQ(f[0].evidence[0].rfind("line 6:", 0), 0u) << f[0].evidence[0];
+  EXPECT_EQ(f[0].evidence[1].rfind("line 2:", 0), 0u) << f[0].evidence[1];
+  EXPECT_FALSE(f[0].action.empty());
+  const nlohmann::json j = FindingJson(f[0]);
+  EXPECT_EQ(j["cause"], "version_mismatch");
+  EXPECT_FALSE(j.contains("gpu"));
+}
+
+TEST(NcclVersionMismatchTest, AgreeingNodesAndOneNodeWithTwoBuilds) {
+  const std::string same =
+      "a:1:1 [0] NCCL INFO NCCL version 2.21.5+cuda12.4\n"
+      "b:2:2 [0] NCCL INFO NCCL version 2.21.5+cuda12.4\n";
+  EXPECT_TRUE(AnalyzeNccl(ParseNcclLog(same), nullptr).empty());
+  // Two processes of one node load different NCCL libraries (two virtualenvs on one node).
+  const std::string mixed =
+      "a:1:1 [0] NCCL INFO NCCL version 2.21.5+cuda12.4\n"
+      "a:2:2 [1] NCCL INFO NCCL version 2.20.5+cuda12.2\n";
+  const std::vector<Finding> f = AnalyzeNccl(ParseNcclLog(mixed), nullptr);
+  ASSERT_EQ(f.size(), 1u);
+  EXPECT_EQ(f[0].node, "a");
+  EXPECT_EQ(f[0].summary, "NCCL 2.21.5+cuda12.4, 2.20.5+cuda12.2 on a (two builds on one node)");
+  // Two nodes tie: rank 0's node is the reference, though seen second.
+  const std::string tie =
+      "a:1:1 [0] NCCL INFO NCCL version 2.21.5+cuda12.4\n"
+      "b:2:2 [0] NCCL INFO NCCL version 2.20.5+cuda12.2\n"
+      "b:2:2 [0] NCCL INFO comm 0x1 rank 0 nRanks 2 nNodes 2 localRanks 1 localRank 0 MNNVL 0\n";
+  const std::vector<Finding> t = AnalyzeNccl(ParseNcclLog(tie), nullptr);
+  ASSERT_EQ(t.size(), 1u);
+  EXPECT_EQ(t[0].node, "a");
+  // Versions without a host (pre-2.19 bare banners) compare nothing.
+  const std::string bare = "NCCL version 2.4.2+cuda10.0\nNCCL version 2.4.8+cuda10.1\n";
+  EXPECT_TRUE(AnalyzeNccl(ParseNcclLog(bare), nullptr).empty());
+}
+
+TEST(NcclRealLogTest, Nccltests185WithOneNodeOnAnotherDriver) {
+  SKIP_WITHOUT_REAL_DATA();
+  std::string log = Real("nccltests185_dgxh100_2node_roce_ibv_modify_qp_unreachable.log");
+  // As captured, both nodes report cudaDriverVersion 12000: no mismatch.
+  EXPECT_TRUE(AnalyzeNccl(ParseNcclLog(log), nullptr).empty());
+  // The same log with dgxh100-4 on a newer driver. Two nodes tie and no line ties rank 0 to a
+  // host, so the first host seen (dgxh100-3, in the nccl-tests header) is the reference.
+  const std::string from = "dgxh100-4:460770:460770 [0] NCCL INFO cudaDriverVersion 12000";
+  const size_t at = log.find(from);
+  ASSERT_NE(at, std::string::npos);
+  log.replace(at, from.size(), "dgxh100-4:460770:460770 [0] NCCL INFO cudaDriverVersion 12020");
+  const std::vector<Finding> f = AnalyzeNccl(ParseNcclLog(log), nullptr);
+  ASSERT_EQ(f.size(), 1u);
+  EXPECT_EQ(f[0].cause, "version_mismatch");
+  EXPECT_EQ(f[0].node, "dgxh100-4");
+  EXPECT_EQ(f[0].summary, "CUDA driver 12.2 on dgxh100-4, 12.0 on dgxh100-3");
+}
+
 }  // namespace
 }  // namespace gpuwatch::nccl

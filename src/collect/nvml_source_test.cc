@@ -4,23 +4,17 @@
 #include <gtest/gtest.h>
 #include <stdlib.h>
 
+#include "collect/testing/mock_nvml.h"
+
 namespace gpuwatch::collect {
 namespace {
 
 using model::GpuMetric;
 using model::Support;
 
-const std::string kMock = std::string(GPUWATCH_BINARY_DIR) + "/libgpuwatch-mock-nvml.so";
+using testing::kMockNvmlLibrary;
 
-std::unique_ptr<NvmlSource> Open(const std::string& scenario) {
-  setenv("GPUWATCH_MOCK_NVML", scenario.c_str(), 1);
-  NvmlSourceOptions o;
-  o.library_path = kMock;
-  auto src = std::make_unique<NvmlSource>(o);
-  Status st = src->Init();
-  EXPECT_TRUE(st.ok()) << st.ToString();
-  return src;
-}
+using testing::OpenMockNvml;
 
 TEST(NvmlLibraryTest, MissingLibraryIsUnavailable) {
   auto lib = NvmlLibrary::Load("/nonexistent/libnvidia-ml.so.1");
@@ -36,7 +30,7 @@ TEST(NvmlLibraryTest, NonNvmlLibraryIsRejected) {
 }
 
 TEST(NvmlLibraryTest, MockResolvesEveryEntry) {
-  auto lib = NvmlLibrary::Load(kMock);
+  auto lib = NvmlLibrary::Load(kMockNvmlLibrary);
   ASSERT_TRUE(lib.ok()) << lib.status().ToString();
   int expected = 0;
 #define GPUWATCH_COUNT(name, args) ++expected;
@@ -55,7 +49,7 @@ TEST(NvmlSourceTest, DriverWithBrokenV3ProcessLayout) {
 }
 
 TEST(NvmlSourceTest, UnsupportedFieldRecordedOnceWithReason) {
-  auto src = Open("4xL40S");
+  auto src = OpenMockNvml("4xL40S");
   ASSERT_EQ(src->Devices().size(), 4u);
   model::GpuSample s;
   ASSERT_TRUE(src->Sample(0, 1000, &s).ok());
@@ -68,7 +62,7 @@ TEST(NvmlSourceTest, UnsupportedFieldRecordedOnceWithReason) {
 }
 
 TEST(NvmlSourceTest, KeysOnUuidAndBusId) {
-  auto src = Open("8xA100");
+  auto src = OpenMockNvml("8xA100");
   std::set<std::string> keys;
   for (const auto& d : src->Devices()) {
     EXPECT_EQ(d.uuid.rfind("GPU-", 0), 0u);
@@ -79,7 +73,7 @@ TEST(NvmlSourceTest, KeysOnUuidAndBusId) {
 }
 
 TEST(NvmlSourceTest, MigInstancesEnumerated) {
-  auto src = Open(std::string(GPUWATCH_SOURCE_DIR) + "/tests/fixtures/mock/mig.json");
+  auto src = OpenMockNvml(std::string(GPUWATCH_SOURCE_DIR) + "/tests/fixtures/mock/mig.json");
   bool any_mig = false;
   for (size_t i = 0; i < src->Devices().size(); ++i) {
     const auto& d = src->Devices()[i];

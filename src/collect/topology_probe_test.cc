@@ -13,6 +13,7 @@
 #include <sstream>
 
 #include "collect/nvml_source.h"
+#include "collect/testing/mock_nvml.h"
 #include "topo/topo_text.h"
 
 namespace gpuwatch::collect {
@@ -20,19 +21,11 @@ namespace {
 
 namespace fs = std::filesystem;
 
-const std::string kMock = std::string(GPUWATCH_BINARY_DIR) + "/libgpuwatch-mock-nvml.so";
+using testing::kMockNvmlLibrary;
 // The mock's PCI buses for GPU0-7 (src/sim/internal/scenario.cc).
 constexpr unsigned kBuses[8] = {0x18, 0x2a, 0x3a, 0x5d, 0x9a, 0xab, 0xba, 0xdb};
 
-std::unique_ptr<NvmlSource> Open(const std::string& scenario) {
-  setenv("GPUWATCH_MOCK_NVML", scenario.c_str(), 1);
-  NvmlSourceOptions o;
-  o.library_path = kMock;
-  auto src = std::make_unique<NvmlSource>(o);
-  Status st = src->Init();
-  EXPECT_TRUE(st.ok()) << st.ToString();
-  return src;
-}
+using testing::OpenMockNvml;
 
 std::string Bdf(unsigned bus, unsigned fn = 0) {
   char b[16];
@@ -99,7 +92,7 @@ void BuildHgxSysfs(FakeSysfs* sys) {
 TEST(TopologyProbeTest, Hgx8xH100) {
   FakeSysfs sys;
   BuildHgxSysfs(&sys);
-  auto src = Open("8xH100");
+  auto src = OpenMockNvml("8xH100");
   topo::NodeSnapshot s = ProbeNodeTopology(src.get(), sys.root(), "hgx-01", 1000);
   EXPECT_TRUE(s.warnings.empty()) << s.warnings[0];
   ASSERT_EQ(s.gpus.size(), 8u);
@@ -164,7 +157,7 @@ TEST(TopologyProbeTest, Pcie8x4090TwoNumaMatchesTheRealCapture) {
   sys.Nic("mlx5_bond_0", "pci0000:00/0000:00:01.0/0000:01:00.0/0000:02:04.0/0000:07:00.0", "bond0",
           "4: ACTIVE", "100 Gb/sec (4X EDR)", "Ethernet");
 
-  auto src = Open("8x4090");
+  auto src = OpenMockNvml("8x4090");
   topo::NodeSnapshot s = ProbeNodeTopology(src.get(), sys.root(), "box", 1000);
   EXPECT_TRUE(s.warnings.empty()) << s.warnings[0];
   EXPECT_EQ(s.matrix.gpu_links, real->gpu_links);
@@ -182,7 +175,7 @@ TEST(TopologyProbeTest, DegradedLinksAreNamedInTheDiff) {
   BuildHgxSysfs(&sys);
   topo::NodeSnapshot healthy;
   {
-    auto src = Open("8xH100");
+    auto src = OpenMockNvml("8xH100");
     healthy = ProbeNodeTopology(src.get(), sys.root(), "hgx-01", 1000);
   }
   // The same board after a bad reseat: GPU2's PCIe link trained at x8, GPU5 lost NVLink 17.
@@ -190,7 +183,7 @@ TEST(TopologyProbeTest, DegradedLinksAreNamedInTheDiff) {
   std::ofstream(scenario) << R"({"shape": "8xH100", "gpus": [
       {"gpu": 2, "values": {"pcie_width": 8}},
       {"gpu": 5, "values": {"nvlink_active_links": 17}}]})";
-  auto src = Open(scenario.string());
+  auto src = OpenMockNvml(scenario.string());
   topo::NodeSnapshot degraded = ProbeNodeTopology(src.get(), sys.root(), "hgx-01", 2000);
   EXPECT_EQ(degraded.matrix.gpu_links[5][0], "NV17");
   const std::vector<topo::TopologyChange> d = topo::DiffSnapshots(healthy, degraded);
@@ -203,7 +196,7 @@ TEST(TopologyProbeTest, DegradedLinksAreNamedInTheDiff) {
 
 TEST(TopologyProbeTest, MissingSysfsGivesPartialSnapshotWithReasons) {
   FakeSysfs sys;  // an empty /sys: a container without the host's sysfs
-  auto src = Open("2xA100");
+  auto src = OpenMockNvml("2xA100");
   topo::NodeSnapshot s = ProbeNodeTopology(src.get(), sys.root(), "c", 1000);
   ASSERT_EQ(s.gpus.size(), 2u);
   ASSERT_EQ(s.warnings.size(), 2u);

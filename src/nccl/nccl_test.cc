@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "common/testing/test_files.h"
 #include "nccl/nccl_analysis.h"
 #include "nccl/nccl_log.h"
 
@@ -16,25 +17,16 @@ namespace {
 
 namespace fs = std::filesystem;
 
-std::string ReadAll(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
 // ../shared/real/nccl: logs people captured from real jobs (see ../shared/real/INDEX.md). Not
 // part of this repository; tests that need it skip when it is absent.
-std::string RealNcclDir() { return std::string(GPUWATCH_SOURCE_DIR) + "/../shared/real/nccl"; }
-std::string FixtureDir() { return std::string(GPUWATCH_SOURCE_DIR) + "/tests/fixtures/nccl"; }
+std::string RealNcclDir() { return testing::SharedDir("real/nccl"); }
+std::string FixtureDir() { return testing::FixtureDir("nccl"); }
 
-#define SKIP_WITHOUT_REAL_DATA()                                                        \
-  do {                                                                                  \
-    if (!fs::is_directory(RealNcclDir()))                                               \
-      GTEST_SKIP() << RealNcclDir() << " is absent: real-capture tests need ../shared"; \
-  } while (0)
+#define SKIP_WITHOUT_REAL_DATA() GW_SKIP_WITHOUT_SHARED(RealNcclDir())
 
-std::string Real(const std::string& name) { return ReadAll(RealNcclDir() + "/" + name); }
+std::string Real(const std::string& name) {
+  return testing::ReadFileOrEmpty(RealNcclDir() + "/" + name);
+}
 
 size_t Transport(const NcclLogReport& r, const std::string& family) {
   auto it = r.transports.find(family);
@@ -804,7 +796,7 @@ TEST(NcclRealLogTest, EveryRealLogParses) {
     if (e.path().extension() != ".log") continue;
     ++logs;
     SCOPED_TRACE(e.path().filename().string());
-    const auto r = ParseNcclLog(ReadAll(e.path().string()));
+    const auto r = ParseNcclLog(testing::ReadFileOrEmpty(e.path().string()));
     EXPECT_GT(r.lines_parsed, 0u);
     EXPECT_LE(r.lines_ignored, 6u);
     EXPECT_EQ(r.lines_truncated, 0u);
@@ -816,26 +808,27 @@ TEST(NcclRealLogTest, EveryRealLogParses) {
 // ---- the checked-in fixtures (work without ../shared) ---------------------------------------
 
 TEST(NcclFixtureTest, Nccl224) {
-  const auto r =
-      ParseNcclLog(ReadAll(FixtureDir() + "/nccl224_horovod_mpirun_roce_34nics_nccl242.log"));
+  const auto r = ParseNcclLog(
+      testing::ReadFileOrEmpty(FixtureDir() + "/nccl224_horovod_mpirun_roce_34nics_nccl242.log"));
   CheckNccl224(r, AnalyzeNccl(r, nullptr));
 }
 
 TEST(NcclFixtureTest, Nccl707) {
-  const auto r = ParseNcclLog(
-      ReadAll(FixtureDir() + "/nccl707_a100_ib_mixed_roce_p2p_loc_shm_disabled_gdr_fail.log"));
+  const auto r = ParseNcclLog(testing::ReadFileOrEmpty(
+      FixtureDir() + "/nccl707_a100_ib_mixed_roce_p2p_loc_shm_disabled_gdr_fail.log"));
   CheckNccl707(r, AnalyzeNccl(r, nullptr));
 }
 
 TEST(NcclFixtureTest, Pytorch40273) {
-  const auto r = ParseNcclLog(
-      ReadAll(FixtureDir() +
-              "/pytorch40273_2gpu_socket_nccl_warn_topo_realpath_unhandled_system_error.log"));
+  const auto r = ParseNcclLog(testing::ReadFileOrEmpty(
+      FixtureDir() +
+      "/pytorch40273_2gpu_socket_nccl_warn_topo_realpath_unhandled_system_error.log"));
   CheckPytorch40273(r, AnalyzeNccl(r, nullptr));
 }
 
 TEST(NcclFixtureTest, SyntheticTwoNodes) {
-  const auto r = ParseNcclLog(ReadAll(FixtureDir() + "/synthetic_2node_shm_socket.log"));
+  const auto r =
+      ParseNcclLog(testing::ReadFileOrEmpty(FixtureDir() + "/synthetic_2node_shm_socket.log"));
   EXPECT_EQ(r.nccl_version, "2.19.3");
   EXPECT_EQ(r.ranks, 4);
   EXPECT_EQ(r.nodes, 2);
@@ -1072,7 +1065,7 @@ TEST(NcclJsonTest, FindingForm) {
 TEST(NcclRobustnessTest, EveryTruncationOfTheFixtures) {
   for (const auto& e : fs::directory_iterator(FixtureDir())) {
     if (e.path().extension() != ".log") continue;
-    const std::string text = ReadAll(e.path().string());
+    const std::string text = testing::ReadFileOrEmpty(e.path().string());
     SCOPED_TRACE(e.path().filename().string());
     for (size_t n = 0; n <= text.size(); ++n) {
       const auto r = ParseNcclLog(std::string_view(text).substr(0, n));
@@ -1083,7 +1076,8 @@ TEST(NcclRobustnessTest, EveryTruncationOfTheFixtures) {
 
 TEST(NcclRobustnessTest, GarbledAndBinaryBytes) {
   std::mt19937_64 rng(42);
-  const std::string seed = ReadAll(FixtureDir() + "/synthetic_2node_shm_socket.log");
+  const std::string seed =
+      testing::ReadFileOrEmpty(FixtureDir() + "/synthetic_2node_shm_socket.log");
   ASSERT_FALSE(seed.empty());
   for (int i = 0; i < 300; ++i) {
     std::string s = seed;

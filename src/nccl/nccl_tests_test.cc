@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "common/strings.h"
+#include "common/testing/test_files.h"
 #include "nccl/linkbase.h"
 
 namespace gpuwatch::nccl {
@@ -20,23 +21,12 @@ namespace {
 
 namespace fs = std::filesystem;
 
-std::string ReadAll(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
 // ../shared/real/nccltests: nccl-tests tables people posted (see ../shared/real/INDEX.md,
 // section 5). Not part of this repository; tests that need it skip when it is absent.
-std::string RealDir() { return std::string(GPUWATCH_SOURCE_DIR) + "/../shared/real/nccltests"; }
-std::string FixtureDir() { return std::string(GPUWATCH_SOURCE_DIR) + "/tests/fixtures/nccltests"; }
+std::string RealDir() { return testing::SharedDir("real/nccltests"); }
+std::string FixtureDir() { return testing::FixtureDir("nccltests"); }
 
-#define SKIP_WITHOUT_REAL_DATA()                                                    \
-  do {                                                                              \
-    if (!fs::is_directory(RealDir()))                                               \
-      GTEST_SKIP() << RealDir() << " is absent: real-capture tests need ../shared"; \
-  } while (0)
+#define SKIP_WITHOUT_REAL_DATA() GW_SKIP_WITHOUT_SHARED(RealDir())
 
 constexpr char kA3mega[] = "a3mega_2node_16x_h100_full_all_reduce_8B_8G.txt";
 constexpr char kNccl1453[] = "nccl1453_h100_multinode_poor_perf_mpi_rank_prefixed_rows_partial.txt";
@@ -176,12 +166,12 @@ void CheckNccl1453(const PerfReport& r) {
 
 TEST(NcclTestsRealTest, A3megaFullAllReduce16Ranks2Nodes) {
   SKIP_WITHOUT_REAL_DATA();
-  CheckA3mega(Parse(ReadAll(RealDir() + "/" + kA3mega)));
+  CheckA3mega(Parse(testing::ReadFileOrEmpty(RealDir() + "/" + kA3mega)));
 }
 
 TEST(NcclTestsRealTest, Nccl1453MpirunTagsInterruptRows) {
   SKIP_WITHOUT_REAL_DATA();
-  CheckNccl1453(Parse(ReadAll(RealDir() + "/" + kNccl1453)));
+  CheckNccl1453(Parse(testing::ReadFileOrEmpty(RealDir() + "/" + kNccl1453)));
 }
 
 // New header: nccl-tests version 2.20.0 (b4d5bee) nccl-headers=23102 nccl-library=23102,
@@ -189,7 +179,7 @@ TEST(NcclTestsRealTest, Nccl1453MpirunTagsInterruptRows) {
 // two-space "busbw  #wrong" header. 4 rows 8192..65536, busbw 0.23, 0.52, 0.83, 0.96.
 TEST(NcclTestsRealTest, DgxSpark2_20HeaderTwoNodesGb10) {
   SKIP_WITHOUT_REAL_DATA();
-  const PerfReport r = Parse(ReadAll(RealDir() + "/" + kDgxSpark));
+  const PerfReport r = Parse(testing::ReadFileOrEmpty(RealDir() + "/" + kDgxSpark));
   EXPECT_EQ(r.nccl_tests_version, "2.20.0");
   EXPECT_EQ(r.nccl_library_code, 23102);
   EXPECT_EQ(r.nccl_version, "2.31.2");
@@ -218,7 +208,7 @@ TEST(NcclTestsRealTest, DgxSpark2_20HeaderTwoNodesGb10) {
 // Header (its first line was cut in the post) and 4 tiny rows (8..64 B), busbw 0.00.
 TEST(NcclTestsRealTest, Nccltests150CutHeaderTinySizes) {
   SKIP_WITHOUT_REAL_DATA();
-  const PerfReport r = Parse(ReadAll(RealDir() + "/" + kNccltests150));
+  const PerfReport r = Parse(testing::ReadFileOrEmpty(RealDir() + "/" + kNccltests150));
   EXPECT_EQ(Sizes(r), (std::vector<uint64_t>{8, 16, 32, 64}));
   EXPECT_EQ(Busbw(r), (std::vector<double>{0, 0, 0, 0}));
   EXPECT_EQ(Busbw(r, true), (std::vector<double>{0, 0, 0, 0}));
@@ -233,7 +223,7 @@ TEST(NcclTestsRealTest, Nccltests150CutHeaderTinySizes) {
 // process (pid 28307). Rank lines and column headers; the data rows were cut.
 TEST(NcclTestsRealTest, Nccl1530HeaderOnlyIsAResultWithAWarning) {
   SKIP_WITHOUT_REAL_DATA();
-  const PerfReport r = Parse(ReadAll(RealDir() + "/" + kNccl1530));
+  const PerfReport r = Parse(testing::ReadFileOrEmpty(RealDir() + "/" + kNccl1530));
   EXPECT_EQ(r.collective, "all_reduce_perf");
   EXPECT_EQ(r.collective_source, CollectiveSource::kCommandLine);
   EXPECT_EQ(r.n_gpus, 8);
@@ -255,7 +245,7 @@ TEST(NcclTestsRealTest, EveryCaptureParses) {
   SKIP_WITHOUT_REAL_DATA();
   size_t n = 0;
   for (const auto& e : fs::directory_iterator(RealDir())) {
-    auto r = ParseNcclTestsOutput(ReadAll(e.path().string()));
+    auto r = ParseNcclTestsOutput(testing::ReadFileOrEmpty(e.path().string()));
     EXPECT_TRUE(r.ok()) << e.path() << ": " << r.status().ToString();
     ++n;
   }
@@ -268,7 +258,7 @@ TEST(NcclTestsRealTest, Nccltests287PromptCommandLineAndNcclBanner) {
   const std::string path = std::string(GPUWATCH_SOURCE_DIR) +
                            "/../shared/real/nccl/nccltests287_2x5090_socket_nccl2251_error.log";
   if (!fs::exists(path)) GTEST_SKIP() << path << " is absent: real-capture tests need ../shared";
-  const PerfReport r = Parse(ReadAll(path));
+  const PerfReport r = Parse(testing::ReadFileOrEmpty(path));
   EXPECT_EQ(r.collective, "all_reduce_perf");
   EXPECT_EQ(r.collective_source, CollectiveSource::kCommandLine);
   EXPECT_EQ(r.n_gpus, 2);
@@ -280,21 +270,25 @@ TEST(NcclTestsRealTest, Nccltests287PromptCommandLineAndNcclBanner) {
 
 // ---- the checked-in fixtures (work without ../shared) ---------------------------------------
 
-TEST(NcclTestsFixtureTest, A3mega) { CheckA3mega(Parse(ReadAll(FixtureDir() + "/" + kA3mega))); }
+TEST(NcclTestsFixtureTest, A3mega) {
+  CheckA3mega(Parse(testing::ReadFileOrEmpty(FixtureDir() + "/" + kA3mega)));
+}
 
 TEST(NcclTestsFixtureTest, Nccl1453) {
-  CheckNccl1453(Parse(ReadAll(FixtureDir() + "/" + kNccl1453)));
+  CheckNccl1453(Parse(testing::ReadFileOrEmpty(FixtureDir() + "/" + kNccl1453)));
 }
 
 TEST(NcclTestsFixtureTest, CopiesAreByteCopiesOfTheRealCaptures) {
   SKIP_WITHOUT_REAL_DATA();
   for (const char* name : {kA3mega, kNccl1453})
-    EXPECT_EQ(ReadAll(FixtureDir() + "/" + name), ReadAll(RealDir() + "/" + name)) << name;
+    EXPECT_EQ(testing::ReadFileOrEmpty(FixtureDir() + "/" + name),
+              testing::ReadFileOrEmpty(RealDir() + "/" + name))
+        << name;
 }
 
 // Our own 8-GPU single-node all_gather_perf table in the nccl-tests 2.17 layout.
 TEST(NcclTestsFixtureTest, SyntheticSingleNodeAllGather) {
-  const PerfReport r = Parse(ReadAll(FixtureDir() + "/" + kSynthetic));
+  const PerfReport r = Parse(testing::ReadFileOrEmpty(FixtureDir() + "/" + kSynthetic));
   EXPECT_EQ(r.collective, "all_gather_perf");
   EXPECT_EQ(r.collective_source, CollectiveSource::kStartLine);
   EXPECT_EQ(r.nccl_tests_version, "2.17.1");
@@ -322,10 +316,10 @@ TEST(NcclTestsFixtureTest, SyntheticSingleNodeAllGather) {
 
 // nccl707 (tests/fixtures/nccl): the old rank line, no Group column.
 TEST(NcclTestsFixtureTest, OldRankLinesWithoutGroup) {
-  const PerfReport r =
-      Parse(ReadAll(std::string(GPUWATCH_SOURCE_DIR) +
-                    "/tests/fixtures/nccl/"
-                    "nccl707_a100_ib_mixed_roce_p2p_loc_shm_disabled_gdr_fail.log"));
+  const PerfReport r = Parse(
+      testing::ReadFileOrEmpty(std::string(GPUWATCH_SOURCE_DIR) +
+                               "/tests/fixtures/nccl/"
+                               "nccl707_a100_ib_mixed_roce_p2p_loc_shm_disabled_gdr_fail.log"));
   ASSERT_EQ(r.devices.size(), 4u);
   EXPECT_EQ(r.devices[0].group, std::nullopt);
   EXPECT_EQ(r.devices[0].pid, 120890);
@@ -355,7 +349,7 @@ std::string EachLine(const std::string& text, const std::string& prefix, bool ta
 }
 
 TEST(NcclTestsNoiseTest, PrefixesTabsAndCrlfGiveTheSameTable) {
-  const std::string plain = ReadAll(FixtureDir() + "/" + kA3mega);
+  const std::string plain = testing::ReadFileOrEmpty(FixtureDir() + "/" + kA3mega);
   const PerfReport want = Parse(plain);
   struct Case {
     const char* prefix;
@@ -566,7 +560,7 @@ TEST(NcclTestsGarbledTest, NothingLikeNcclTestsIsAnErrorNamingTheFirstLine) {
 }
 
 TEST(NcclTestsGarbledTest, TruncatedAndGarbledRowsAreWarningsNamingTheLine) {
-  std::string text = ReadAll(FixtureDir() + "/" + kA3mega);
+  std::string text = testing::ReadFileOrEmpty(FixtureDir() + "/" + kA3mega);
   // Garble the 1 MiB row's busbw and cut the file in the middle of the 16 MiB row.
   const size_t mib = text.find("     1048576        262144");
   ASSERT_NE(mib, std::string::npos);
@@ -635,7 +629,7 @@ TEST(NcclTestsGarbledTest, HugeLinesAndBinaryBytesNeverCrash) {
   EXPECT_EQ(r.n_gpus, 1);
 
   std::mt19937 rng(7);
-  const std::string seed = ReadAll(FixtureDir() + "/" + kSynthetic);
+  const std::string seed = testing::ReadFileOrEmpty(FixtureDir() + "/" + kSynthetic);
   for (int i = 0; i < 300; ++i) {
     std::string s = seed;
     for (int k = 0; k < 20; ++k) s[rng() % s.size()] = static_cast<char>(rng());
@@ -650,7 +644,7 @@ TEST(NcclTestsGarbledTest, HugeLinesAndBinaryBytesNeverCrash) {
 // ---- link baselines -------------------------------------------------------------------------
 
 Baseline MakeBaseline(const std::string& file, const std::string& key = "") {
-  const PerfReport r = Parse(ReadAll(FixtureDir() + "/" + file));
+  const PerfReport r = Parse(testing::ReadFileOrEmpty(FixtureDir() + "/" + file));
   BaselineSource src;
   src.key = key;
   src.source_file = file;
@@ -720,7 +714,7 @@ TEST(LinkbaseTest, FromReport) {
   EXPECT_EQ(b.avg_busbw_gbps, 70.742);
 
   // Errors say what to do.
-  const PerfReport nohosts = Parse(ReadAll(FixtureDir() + "/" + kNccl1453));
+  const PerfReport nohosts = Parse(testing::ReadFileOrEmpty(FixtureDir() + "/" + kNccl1453));
   auto e = BaselineFromReport(nohosts, {});
   ASSERT_FALSE(e.ok());
   EXPECT_NE(e.status().message().find("--name"), std::string::npos) << e.status().message();

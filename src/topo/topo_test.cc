@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "common/testing/test_files.h"
 #include "topo/topo_text.h"
 #include "topo/topology.h"
 
@@ -18,30 +19,19 @@ namespace {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
-std::string ReadAll(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
 // tests/fixtures/topo: two of the real captures below, copied byte for byte so the parser is
 // tested on real text without ../shared.
-std::string FixtureDir() { return std::string(GPUWATCH_SOURCE_DIR) + "/tests/fixtures/topo"; }
+std::string FixtureDir() { return testing::FixtureDir("topo"); }
 
 // ../shared/real/topo: `nvidia-smi topo -m` output people posted publicly (see ../INDEX.md for
 // the source and the facts of each file). Not part of this repository; tests that need it skip
 // when it is absent.
-std::string RealDir() { return std::string(GPUWATCH_SOURCE_DIR) + "/../shared/real/topo"; }
+std::string RealDir() { return testing::SharedDir("real/topo"); }
 
-#define SKIP_WITHOUT_REAL_DATA()                                                         \
-  do {                                                                                   \
-    if (!fs::is_directory(RealDir()))                                                    \
-      GTEST_SKIP() << RealDir() << " is absent: real-capture tests need ../shared/real"; \
-  } while (0)
+#define SKIP_WITHOUT_REAL_DATA() GW_SKIP_WITHOUT_SHARED(RealDir())
 
 Topology ParseFile(const std::string& path) {
-  const std::string text = ReadAll(path);
+  const std::string text = testing::ReadFileOrEmpty(path);
   EXPECT_FALSE(text.empty()) << path;
   auto t = ParseTopoMatrix(text);
   EXPECT_TRUE(t.ok()) << path << ": " << t.status().ToString();
@@ -164,7 +154,9 @@ TEST(TopoFixtureTest, FixturesAreByteCopiesOfTheRealCaptures) {
   SKIP_WITHOUT_REAL_DATA();
   for (const auto& e : fs::directory_iterator(FixtureDir())) {
     const std::string name = e.path().filename().string();
-    EXPECT_EQ(ReadAll(e.path().string()), ReadAll(RealDir() + "/" + name)) << name;
+    EXPECT_EQ(testing::ReadFileOrEmpty(e.path().string()),
+              testing::ReadFileOrEmpty(RealDir() + "/" + name))
+        << name;
   }
 }
 
@@ -515,8 +507,8 @@ TEST(ParseTopoMatrixTest, NoHeaderNamesTheLine) {
 }
 
 TEST(ParseTopoMatrixTest, TruncatedMidRow) {
-  const std::string text =
-      ReadAll(FixtureDir() + "/nccltests307_8x4090_pix_switches_2numa_nic_bond.txt");
+  const std::string text = testing::ReadFileOrEmpty(
+      FixtureDir() + "/nccltests307_8x4090_pix_switches_2numa_nic_bond.txt");
   const size_t cut = text.find("GPU5\tSYS\tSYS") + std::string("GPU5\tSYS\tSYS").size();
   ASSERT_NE(cut, std::string::npos);
   for (const std::string& in : {text.substr(0, cut), text.substr(0, cut - 1)}) {

@@ -41,9 +41,11 @@ std::optional<double> MeminfoBytes(std::string_view rest) {
 
 }  // namespace
 
-HostCollector::HostCollector(std::string root_dir) : root_(std::move(root_dir)) {
+HostCollector::HostCollector(std::string root_dir, std::unique_ptr<TimeSourceProbe> time_probe)
+    : root_(std::move(root_dir)), time_probe_(std::move(time_probe)) {
   // "/" + "/proc/stat" would give "//proc/stat": harmless, but ugly in every log line.
   while (!root_.empty() && root_.back() == '/') root_.pop_back();
+  if (!time_probe_ && root_.empty()) time_probe_ = std::make_unique<TimeSourceProbe>();
 }
 
 void HostCollector::Warn(int64_t now_ms, const std::string& path, std::string_view what) {
@@ -86,7 +88,30 @@ Status HostCollector::Collect(int64_t time_ms, model::HostSample* out) {
       out->clock_synced = c.synced;
     }
   }
+  ReadTimeSource(time_ms, out);
   return Status::Ok();
+}
+
+void HostCollector::ReadTimeSource(int64_t now_ms, model::HostSample* out) {
+  if (!time_probe_) return;
+  // A wall clock stepped backwards (now < last) must not postpone the next probe for as long.
+  const bool due = !time_probe_ms_ || now_ms - *time_probe_ms_ >= kTimeSourceProbeIntervalMs ||
+                   now_ms < *time_probe_ms_;
+  if (due) {
+    time_probe_ms_ = now_ms;
+    Result<TimeSourceReading> r = time_probe_->Probe();
+    if (r.ok()) {
+      time_source_ = std::move(r).value();
+    } else {
+      // A stale offset would be worse than none: the caller falls back to adjtimex.
+      time_source_.reset();
+      Warn(now_ms, "time source", r.status().message());
+    }
+  }
+  if (!time_source_) return;
+  out->time_source = time_source_->source;
+  out->time_source_offset_ms = time_source_->offset_ms;
+  out->time_source_synced = time_source_->synced;
 }
 
 bool HostCollector::ReadStat(int64_t now_ms, model::HostSample* out) {

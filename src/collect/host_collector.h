@@ -7,14 +7,20 @@
 // never floods the log nor costs the rest of the sample. CPU percentages are derived from the
 // previous Collect(), so they are absent on the first call.
 //
+// The clock (R7) is this machine's, read only for the real root: adjtimex on every call, and
+// the time daemon's own offset (TimeSourceProbe) at most once a minute, its last reading
+// repeated in between.
+//
 // Thread-safety: not thread-safe; one collector thread owns an instance.
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <unordered_map>
 
+#include "collect/time_source.h"
 #include "common/status.h"
 #include "model/host.h"
 
@@ -30,8 +36,15 @@ ClockState ClockStateFromTimex(int rc, long offset, long maxerror, int status);
 
 class HostCollector {
  public:
+  // How often the time daemon is asked: chronyc is cheap, but a fork+exec every 5 s host tick
+  // on a busy trainer is not, and the daemons themselves update only every 16-1024 s.
+  static constexpr int64_t kTimeSourceProbeIntervalMs = 60 * 1000;
+
   // `root_dir` is prepended to every path ("/" in production; a fixture tree in tests).
-  explicit HostCollector(std::string root_dir = "/");
+  // `time_probe` reads the time daemon; null means the real tools when root_dir is "/" and
+  // none for a fixture tree, so tests never run the machine's chronyc.
+  explicit HostCollector(std::string root_dir = "/",
+                         std::unique_ptr<TimeSourceProbe> time_probe = nullptr);
 
   // Fills `*out` (reset first) with everything readable now. Returns non-OK (Unavailable) only
   // when not one of the host files could be read — a wrong root, not a flaky attribute.
@@ -54,12 +67,16 @@ class HostCollector {
   void ReadNicSysfs(int64_t now_ms, model::NicSample* nic);
   void ReadIbPort(int64_t now_ms, const std::string& port_dir, model::IbPortSample* port);
   std::optional<uint64_t> ReadCounter(int64_t now_ms, const std::string& path);
+  void ReadTimeSource(int64_t now_ms, model::HostSample* out);
 
   // Logs `what` for `path` unless that path was already reported within the last hour.
   void Warn(int64_t now_ms, const std::string& path, std::string_view what);
 
   std::string root_;  // without a trailing slash; "" for "/"
   std::optional<CpuTimes> prev_cpu_;
+  std::unique_ptr<TimeSourceProbe> time_probe_;   // null: no time source for this root
+  std::optional<int64_t> time_probe_ms_;          // when it last ran (sample time)
+  std::optional<TimeSourceReading> time_source_;  // its last answer; reset when none answers
   // path -> time of the last warning. Bounded: cleared when it grows past a cap, so churning
   // virtual interfaces (veth on a Kubernetes node) cannot grow it forever.
   std::unordered_map<std::string, int64_t> warned_;

@@ -248,6 +248,81 @@ TEST(HostCollectorTest, HealthyTreeLogsNothing) {
   EXPECT_EQ(testing::internal::GetCapturedStderr(), "");
 }
 
+TEST(HostCollectorTest, FixtureRootHasNoTimeSource) {
+  // The fixture tree's clock is not this machine's: no probe, nothing spawned.
+  HostCollector c(Fixture("root"));
+  model::HostSample s;
+  ASSERT_TRUE(c.Collect(0, &s).ok());
+  EXPECT_TRUE(s.time_source.empty());
+  EXPECT_FALSE(s.time_source_offset_ms.has_value());
+  EXPECT_FALSE(s.time_source_synced.has_value());
+}
+
+TEST(HostCollectorTest, TimeSourceProbedOncePerMinuteLastReadingRepeated) {
+  int calls = 0;
+  std::string answer =
+      "A9FEA97B,169.254.169.123,4,1764460795.1,0.000250000,0,0,0,0,0,0,"
+      "0.0001,64.0,Normal\n";
+  auto runner = [&](const std::vector<std::string>& argv,
+                    std::chrono::milliseconds) -> Result<std::string> {
+    if (argv[0] != "chronyc") return Status::NotFound("not installed");
+    ++calls;
+    return answer;
+  };
+  HostCollector c(Fixture("root"), std::make_unique<TimeSourceProbe>(runner));
+  model::HostSample s;
+  ASSERT_TRUE(c.Collect(1'000'000, &s).ok());
+  EXPECT_EQ(calls, 1);
+  EXPECT_EQ(s.time_source, "chrony");
+  ASSERT_TRUE(s.time_source_offset_ms.has_value());
+  EXPECT_DOUBLE_EQ(*s.time_source_offset_ms, -0.25);
+  EXPECT_EQ(s.time_source_synced, true);
+
+  // Host ticks within the minute repeat the reading without running chronyc.
+  answer = "A9FEA97B,169.254.169.123,4,1764460795.1,-0.001000000,0,0,0,0,0,0,0.0001,64.0,Normal";
+  for (int64_t t = 1'005'000; t < 1'060'000; t += 5'000) {
+    ASSERT_TRUE(c.Collect(t, &s).ok());
+    EXPECT_DOUBLE_EQ(*s.time_source_offset_ms, -0.25) << t;
+  }
+  EXPECT_EQ(calls, 1);
+  ASSERT_TRUE(c.Collect(1'060'000, &s).ok());
+  EXPECT_EQ(calls, 2);
+  EXPECT_DOUBLE_EQ(*s.time_source_offset_ms, 1.0);
+
+  // A wall clock stepped back does not postpone the next probe by the size of the step.
+  ASSERT_TRUE(c.Collect(500'000, &s).ok());
+  EXPECT_EQ(calls, 3);
+}
+
+TEST(HostCollectorTest, TimeSourceGoneClearsTheReadingAndWarnsOnce) {
+  bool up = true;
+  auto runner = [&](const std::vector<std::string>& argv,
+                    std::chrono::milliseconds) -> Result<std::string> {
+    if (argv[0] == "chronyc" && up)
+      return std::string("C0A80A01,192.168.10.1,3,1.0,0.0,0,0,0,0,0,0,0,64.0,Not synchronised");
+    return Status::Unavailable("timed out");
+  };
+  HostCollector c(Fixture("root"), std::make_unique<TimeSourceProbe>(runner));
+  model::HostSample s;
+  ASSERT_TRUE(c.Collect(0, &s).ok());
+  EXPECT_EQ(s.time_source, "chrony");
+  EXPECT_EQ(s.time_source_synced, false);
+  EXPECT_FALSE(s.time_source_offset_ms.has_value());  // unsynchronised: no offset claimed
+
+  up = false;
+  testing::internal::CaptureStderr();
+  ASSERT_TRUE(c.Collect(60'000, &s).ok());
+  ASSERT_TRUE(c.Collect(120'000, &s).ok());
+  const std::string log = testing::internal::GetCapturedStderr();
+  EXPECT_TRUE(s.time_source.empty());
+  EXPECT_FALSE(s.time_source_synced.has_value());
+  size_t n = 0;
+  for (size_t p = log.find("no time source answered"); p != std::string::npos;
+       p = log.find("no time source answered", p + 1))
+    ++n;
+  EXPECT_EQ(n, 1u) << log;
+}
+
 TEST(HostCollectorTest, NothingReadableIsUnavailable) {
   HostCollector c(Fixture("does-not-exist"));
   model::HostSample s;

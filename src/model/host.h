@@ -57,6 +57,13 @@ struct HostSample {
   // out, the maximum error bound, and whether a time source (NTP/PTP/chrony) keeps it synced.
   std::optional<double> clock_offset_ms, clock_max_error_ms;
   std::optional<bool> clock_synced;
+  // R7: the time daemon's own view (chrony, ntpd or timesyncd; asked at most once a minute,
+  // the last answer repeated in between): which one answered ("" when none did), this clock
+  // minus the reference (positive = this node ahead; absent when the daemon gives no offset or
+  // is not synchronised), and whether it considers the clock synchronised.
+  std::string time_source;
+  std::optional<double> time_source_offset_ms;
+  std::optional<bool> time_source_synced;
 };
 
 }  // namespace gpuwatch::model

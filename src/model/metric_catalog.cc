@@ -64,7 +64,7 @@ constexpr std::array<GpuMetricDesc, kNumGpuMetrics> kGpu = {{
 }};
 
 constexpr MetricType kI = MetricType::kInfo;
-constexpr std::array<OtherMetricDesc, 73> kOther = {{
+constexpr std::array<OtherMetricDesc, 75> kOther = {{
   // GPU, beyond scalars.
   {"gpuwatch_gpu_info", kI, "serial, vbios_version, minor_number, mig_mode", "Static facts of a GPU; value 1."},
   {"gpuwatch_gpu_up", kG, "", "1 while the GPU answers NVML, 0 after it was lost (XID 79, GPU_IS_LOST)."},
@@ -91,9 +91,11 @@ constexpr std::array<OtherMetricDesc, 73> kOther = {{
   {"gpuwatch_host_memory_available_bytes", kG, "Hostname", "MemAvailable."},
   {"gpuwatch_host_memory_used_bytes", kG, "Hostname", "MemTotal - MemAvailable."},
   {"gpuwatch_host_swap_used_bytes", kG, "Hostname", "SwapTotal - SwapFree."},
-  {"gpuwatch_host_clock_offset_seconds", kG, "Hostname", "Clock offset the kernel is still slewing out (adjtimex; R7): the node's distance from its time source as the kernel sees it."},
+  {"gpuwatch_host_clock_offset_seconds", kG, "Hostname", "Clock offset the kernel is still slewing out (adjtimex; R7), positive while it advances a clock that is behind. Not the measured offset: chronyd does not use the kernel's PLL, so under chrony this stays near 0; see gpuwatch_host_time_source_offset_seconds."},
   {"gpuwatch_host_clock_max_error_seconds", kG, "Hostname", "The kernel's maximum clock error bound (adjtimex maxerror)."},
   {"gpuwatch_host_clock_synced", kG, "Hostname", "1 while a time source (NTP, PTP, chrony) keeps the clock synchronized, 0 when unsynchronized."},
+  {"gpuwatch_host_time_source_offset_seconds", kG, "Hostname, source", "This node's clock minus its time source's, as the time daemon measured it (R7): positive = this clock is ahead. source = chrony (chronyc tracking), ntpd (ntpq rv) or timesyncd; read at most once a minute. Absent while the daemon is unsynchronised or reports no offset (timesyncd)."},
+  {"gpuwatch_host_time_source_synced", kG, "Hostname, source", "1 while the time daemon that answered considers the clock synchronised (leap status not unsynchronised, stratum below 16), 0 otherwise."},
   {"gpuwatch_host_load1", kG, "Hostname", "1-minute load average."},
   {"gpuwatch_host_load5", kG, "Hostname", "5-minute load average."},
   {"gpuwatch_host_load15", kG, "Hostname", "15-minute load average."},

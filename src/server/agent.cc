@@ -201,8 +201,13 @@ void Agent::TickGpu() {
       topo_now = state_.topology;
     }
     if (topo_now) AddTopologyExtras(*topo_now, &extras);
-    if (prev_host_ && prev_host_->clock_offset_ms)
-      extras.clock_offset_ms = prev_host_->clock_offset_ms;
+    // The time daemon's measured offset (local minus reference) when it gave one; else
+    // adjtimex's, negated: the kernel holds the correction still to apply (positive = clock
+    // behind), the opposite sign.
+    if (prev_host_ && prev_host_->time_source_offset_ms)
+      extras.clock_offset_ms = prev_host_->time_source_offset_ms;
+    else if (prev_host_ && prev_host_->clock_offset_ms)
+      extras.clock_offset_ms = 0.0 - *prev_host_->clock_offset_ms;
     recorder_.Add(now_ms,
                   trace::NodeRecord(now_ms, options_.hostname, gpu_->System(), devices, extras));
   }

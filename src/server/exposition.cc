@@ -395,6 +395,18 @@ void RenderPrometheus(const AgentState& s, std::string* out) {
     }
     if (h.clock_synced)
       opt("gpuwatch_host_clock_synced", std::optional(*h.clock_synced ? 1.0 : 0.0));
+    if (!h.time_source.empty()) {
+      const std::string src = fmt::format("source=\"{}\"", EscapeLabelValue(h.time_source));
+      if (h.time_source_offset_ms) {
+        HeaderOther(b, "gpuwatch_host_time_source_offset_seconds");
+        Line(b, "gpuwatch_host_time_source_offset_seconds", host, src,
+             *h.time_source_offset_ms / 1000);
+      }
+      if (h.time_source_synced) {
+        HeaderOther(b, "gpuwatch_host_time_source_synced");
+        Line(b, "gpuwatch_host_time_source_synced", host, src, *h.time_source_synced ? 1 : 0);
+      }
+    }
     if (!h.nics.empty()) {
       auto nic = [&](const char* name, auto get) {
         HeaderOther(b, name);

@@ -49,6 +49,13 @@ std::vector<store::Head::Input> SeriesForStore(const AgentState& s, int64_t host
       out.push_back({{{std::string(store::kMetricNameLabel), name}, {"Hostname", s.hostname}},
                      {{h.time_ms, **v}}});
     }
+    if (!h.time_source.empty() && h.time_source_offset_ms) {
+      out.push_back(
+          {{{std::string(store::kMetricNameLabel), "gpuwatch_host_time_source_offset_seconds"},
+            {"Hostname", s.hostname},
+            {"source", h.time_source}},
+           {{h.time_ms, *h.time_source_offset_ms / 1000}}});
+    }
     for (const auto& [name, v] : kHost) {
       if (!*v) continue;
       out.push_back({{{std::string(store::kMetricNameLabel), name}, {"Hostname", s.hostname}},

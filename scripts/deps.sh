@@ -8,7 +8,7 @@ set -euo pipefail
 
 build_pkgs=(g++ cmake ninja-build pkg-config nlohmann-json3-dev libfmt-dev libcli11-dev
             libcpp-httplib-dev libssl-dev zlib1g-dev libbrotli-dev libre2-dev
-            libsnappy-dev)
+            libsnappy-dev libzstd-dev)
 test_pkgs=(libgtest-dev libgmock-dev python3 curl prometheus)
 bench_pkgs=(libbenchmark-dev prometheus-node-exporter time)
 

@@ -15,6 +15,8 @@ mkdir -p build/fuzz && cd build/fuzz
 FLAGS="-std=c++20 -g -O1 -fsanitize=fuzzer,address,undefined -I../../src"
 COMMON=$(ls ../../src/common/*.cc ../../src/model/*.cc | grep -v -e _test.cc -e _fuzz.cc -e _bench.cc)
 clang++ $FLAGS -o attribution_fuzz ../../src/collect/attribution_fuzz.cc ../../src/collect/attribution.cc $COMMON -lfmt
+clang++ $FLAGS -o time_source_fuzz ../../src/collect/time_source_fuzz.cc ../../src/collect/time_source.cc \
+  $COMMON -lfmt
 clang++ $FLAGS -o kmsg_fuzz ../../src/logs/kmsg_fuzz.cc ../../src/logs/kmsg.cc \
   ../../src/logs/log_classify.cc $COMMON -lfmt
 clang++ $FLAGS -o job_protocol_fuzz ../../src/jobs/job_protocol_fuzz.cc ../../src/jobs/job_protocol.cc \
@@ -25,6 +27,8 @@ clang++ $FLAGS -o nccl_fuzz ../../src/nccl/nccl_fuzz.cc ../../src/nccl/nccl_log.
   ../../src/nccl/nccl_analysis.cc $COMMON -lfmt
 clang++ $FLAGS -o nccl_tests_fuzz ../../src/nccl/nccl_tests_fuzz.cc ../../src/nccl/nccl_tests.cc \
   ../../src/nccl/linkbase.cc ../../src/nccl/nccl_log.cc $COMMON -lfmt
+clang++ $FLAGS -o trace_reader_fuzz ../../src/trace/trace_reader_fuzz.cc ../../src/trace/trace_reader.cc \
+  ../../src/trace/trace_records.cc $COMMON -lfmt -lz -lzstd
 clang++ $FLAGS -o cli_fuzz ../../src/cli/cli_fuzz.cc ../../src/cli/config_file.cc \
   ../../src/server/listen_address.cc $COMMON -lfmt
 STORE="../../src/store/chunkenc.cc ../../src/store/labels.cc ../../src/store/remote_write.cc"
@@ -44,9 +48,11 @@ mkdir -p corpus/promql && ./promql_fuzz -max_total_time="$SECS" corpus/promql ..
 mkdir -p corpus/block && ./block_fuzz -max_total_time="$SECS" corpus/block ../../tests/fixtures/blocks
 mkdir -p corpus/event_store && ./event_store_fuzz -max_total_time="$SECS" corpus/event_store ../../tests/fixtures/events
 mkdir -p corpus/attribution && ./attribution_fuzz -max_total_time="$SECS" corpus/attribution ../../tests/fixtures/root/proc ../../tests/fixtures/root-corrupt/proc
+mkdir -p corpus/time_source && ./time_source_fuzz -max_total_time="$SECS" corpus/time_source ../../tests/fixtures/timesource
 mkdir -p corpus/kmsg && ./kmsg_fuzz -max_total_time="$SECS" corpus/kmsg ../../tests/fixtures/kmsg
 mkdir -p corpus/job_protocol && ./job_protocol_fuzz -max_total_time="$SECS" corpus/job_protocol ../../tests/fixtures/job_protocol
 mkdir -p corpus/cli && ./cli_fuzz -max_total_time="$SECS" corpus/cli ../../tests/fixtures/config
 mkdir -p corpus/nccl && ./nccl_fuzz -max_total_time="$SECS" corpus/nccl ../../tests/fixtures/nccl
 mkdir -p corpus/nccl_tests && ./nccl_tests_fuzz -max_total_time="$SECS" corpus/nccl_tests ../../tests/fixtures/nccltests
 mkdir -p corpus/topo && ./topo_fuzz -max_total_time="$SECS" corpus/topo ../../tests/fixtures/topo
+mkdir -p corpus/trace_reader && ./trace_reader_fuzz -max_total_time="$SECS" corpus/trace_reader ../../tests/fixtures/trace

@@ -16,6 +16,7 @@
 #include "cli/link_tools.h"
 #include "cli/linkbase_cmd.h"
 #include "cli/record.h"
+#include "cli/replay_cmd.h"
 #include "cli/status_view.h"
 #include "cli/store_admin.h"
 #include "cli/topo_cmd.h"
@@ -494,6 +495,22 @@ int Main(int argc, char** argv) {
 
   std::string link_file, link_topo;
   bool link_json = false;
+  std::string replay_path, eval_dir;
+  bool replay_json = false, eval_json = false;
+  auto* replay_cmd = app.add_subcommand(
+      "replay",
+      "Run a trace (../shared/spec/trace-format.md; .jsonl, .gz, .zst) through the diagnosis as "
+      "fast as the CPU allows and print the findings");
+  replay_cmd->add_option("trace", replay_path, "The trace")->required();
+  replay_cmd->add_flag("--json", replay_json,
+                       "Print exactly the findings document of findings.md on stdout");
+  auto* eval_cmd = app.add_subcommand(
+      "eval",
+      "Replay every NAME.jsonl[.gz|.zst] in DIR that has a NAME.truth.json and score the findings "
+      "(precision, recall, F1, detection latency per cause and overall)");
+  eval_cmd->add_option("dir", eval_dir, "The scenario directory")->required();
+  eval_cmd->add_flag("--json", eval_json, "Print JSON");
+
   TopoOptions topo_opts;
   std::string topo_a, topo_b;
   auto* topo_cmd = app.add_subcommand(
@@ -602,6 +619,8 @@ int Main(int argc, char** argv) {
       std::cout << (jobs_cmd->parsed() ? RenderJobsTable(*j) : RenderJobTable(*j));
     return 0;
   }
+  if (replay_cmd->parsed()) return RunReplay(replay_path, replay_json, std::cout, std::cerr);
+  if (eval_cmd->parsed()) return RunEval(eval_dir, eval_json, std::cout, std::cerr);
   if (topo_import->parsed()) return RunTopoImport(link_file, link_json, std::cout, std::cerr);
   if (topo_list->parsed()) return RunTopoList(topo_opts, std::cout, std::cerr);
   if (topo_show->parsed()) return RunTopoShow(topo_opts, topo_a, std::cout, std::cerr);

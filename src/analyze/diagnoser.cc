@@ -1,0 +1,616 @@
+#include "analyze/diagnoser.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <set>
+
+#include "nccl/nccl_analysis.h"
+#include "nccl/nccl_log.h"
+
+namespace gpuwatch::analyze {
+
+namespace {
+
+using trace::TraceGpu;
+
+bool Has(const std::optional<std::vector<std::string>>& reasons, std::string_view r) {
+  return reasons && std::find(reasons->begin(), reasons->end(), r) != reasons->end();
+}
+
+std::string Num(double v) { return fmt::format("{:g}", v); }
+
+Finding Make(std::string cause, std::string severity, const std::string& node,
+             std::optional<int> gpu) {
+  Finding f;
+  f.layer = std::string(LayerOf(cause));
+  f.cause = std::move(cause);
+  f.severity = std::move(severity);
+  f.node = node;
+  f.gpu = gpu;
+  return f;
+}
+
+// XIDs whose cause findings.md names more precisely (79 gpu_lost; the ECC family ecc_dbe; 74
+// nvlink_errors), and those that are consequences, not causes: 43 (the GPU stopped a faulting
+// process: the job's own bug or its teardown) and 45 (channels cleaned up as a process dies).
+std::string CauseOfXid(int64_t code) {
+  switch (code) {
+    case 79:
+      return "gpu_lost";
+    case 48:
+    case 63:
+    case 64:
+    case 94:
+    case 95:
+      return "ecc_dbe";
+    case 74:
+      return "nvlink_errors";
+    case 43:
+    case 45:
+      return "";
+  }
+  return "xid";
+}
+
+}  // namespace
+
+Diagnoser::Diagnoser(DiagnoserOptions options) : o_(options) {}
+
+void Diagnoser::Report(Finding f, double t) {
+  auto key = std::make_tuple(f.cause, f.node, f.gpu.value_or(-1), f.nic.value_or(""),
+                             f.job.value_or(""), f.rank.value_or(-1));
+  auto it = findings_.find(key);
+  if (it == findings_.end()) {
+    if (f.last_seen < t) f.last_seen = t;
+    if (f.first_seen == 0) f.first_seen = t;
+    findings_.emplace(std::move(key), std::move(f));
+    return;
+  }
+  Finding& have = it->second;
+  have.last_seen = std::max(have.last_seen, t);
+  have.first_seen = std::min(have.first_seen, f.first_seen == 0 ? t : f.first_seen);
+  if (f.severity == "critical") have.severity = "critical";
+}
+
+const trace::TraceNodeGpu* Diagnoser::NodeGpu(const std::string& node, uint32_t gpu) const {
+  auto it = nodes_.find(node);
+  if (it == nodes_.end() || !it->second.node || !it->second.node->gpus) return nullptr;
+  for (const auto& g : *it->second.node->gpus) {
+    if (g.index == gpu) return &g;
+  }
+  return nullptr;
+}
+
+void Diagnoser::Observe(const trace::TraceRecord& r) {
+  if (const auto* n = r.as<trace::TraceNode>()) OnNode(r, *n);
+  if (const auto* g = r.as<trace::TraceGpu>()) OnGpu(r, *g);
+  if (const auto* e = r.as<trace::TraceEvent>()) OnEvent(r, *e);
+  if (const auto* l = r.as<trace::TraceLog>()) OnLog(r, *l);
+  if (const auto* j = r.as<trace::TraceJob>()) OnJob(r, *j);
+  if (const auto* st = r.as<trace::TraceStep>()) OnStep(r, *st);
+}
+
+namespace {
+double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 == 1 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+}  // namespace
+
+void Diagnoser::OnStep(const trace::TraceRecord& r, const trace::TraceStep& st) {
+  if (!st.job || !st.duration_s || *st.duration_s <= 0 || !st.data_wait_s) return;
+  StepState& s = steps_[{r.node, *st.job}];
+  if (s.first_t < 0) s.first_t = r.t;
+  if (r.t - s.first_t < o_.warmup_s) return;
+  const double share = std::clamp(*st.data_wait_s / *st.duration_s, 0.0, 1.0);
+  if (!s.baseline_share) {
+    s.baseline.push_back(share);
+    if (s.baseline.size() >= o_.baseline_steps) {
+      s.baseline_share = Median(s.baseline);
+      s.baseline.clear();
+      s.baseline.shrink_to_fit();
+    }
+    return;
+  }
+  s.recent.push_back({r.t, share});
+  while (!s.recent.empty() && s.recent.front().first < r.t - o_.stall_window_s) {
+    s.recent.pop_front();
+  }
+  const double line = std::max(o_.stall_floor_share, o_.stall_baseline_factor * *s.baseline_share);
+  std::vector<double> shares;
+  for (const auto& [t, sh] : s.recent) shares.push_back(sh);
+  const double rolling = Median(shares);
+  if (rolling < line) {
+    s.above_since = -1;
+    return;
+  }
+  if (s.above_since < 0) {
+    s.above_since = r.t;
+    // The run began with the first step of the window above the line.
+    s.first_above_step = r.t;
+    for (const auto& [t, sh] : s.recent) {
+      if (sh >= line) {
+        s.first_above_step = t;
+        break;
+      }
+    }
+  }
+  if (r.t - s.above_since < o_.stall_hold_s) return;
+  Finding f = Make("data_stall", "warning", r.node, std::nullopt);
+  f.job = *st.job;
+  f.first_seen = s.first_above_step;
+  f.summary = fmt::format("Job {} waits for input data {:.0f}% of each step (baseline {:.0f}%)",
+                          *st.job, rolling * 100, *s.baseline_share * 100);
+  f.evidence = {fmt::format("data_wait share median {:.2f} over the last {} s vs baseline {:.3f}",
+                            rolling, Num(o_.stall_window_s), *s.baseline_share)};
+  f.action =
+      "Check the input pipeline: data loader workers, the file system or object store "
+      "it reads from (iowait), and prefetching";
+  Report(std::move(f), r.t);
+}
+
+void Diagnoser::CheckMemory(const trace::TraceRecord& r, uint32_t gpu, double mem_mib) {
+  auto job = gpu_job_.find({r.node, gpu});
+  if (job == gpu_job_.end() || r.t - job->second.second < o_.warmup_s) return;
+  const trace::TraceNodeGpu* info = NodeGpu(r.node, gpu);
+  if (!info || !info->memory_total_mib || *info->memory_total_mib <= 0) return;
+  const double total = *info->memory_total_mib;
+  MemState& m = mem_[{r.node, gpu}];
+  if (!m.samples.empty() && m.samples.back().second - mem_mib > o_.leak_max_drop_share * total) {
+    // Fell back (a checkpoint, a cache emptied): what came before was not a leak.
+    m.samples.clear();
+  }
+  m.samples.push_back({r.t, mem_mib});
+  while (!m.samples.empty() && m.samples.front().first < r.t - o_.leak_window_s) {
+    m.samples.pop_front();
+  }
+  const double span = m.samples.back().first - m.samples.front().first;
+  if (span < o_.leak_window_s * 0.9) return;
+  // Growth in each third of the window, and enough of it overall.
+  const double third = o_.leak_window_s / 3;
+  double prev_max = -1;
+  for (int k = 0; k < 3; ++k) {
+    const double from = m.samples.front().first + k * third, to = from + third;
+    double mx = -1;
+    for (const auto& [t, v] : m.samples) {
+      if (t >= from && t < to) mx = std::max(mx, v);
+    }
+    if (mx < 0 || mx <= prev_max) return;
+    prev_max = mx;
+  }
+  const double growth = m.samples.back().second - m.samples.front().second;
+  if (growth < o_.leak_min_growth_share * total) return;
+  // The growth began with the first sample above where the window started (the plateau
+  // before it, when the window reaches back that far).
+  double start = m.samples.back().first;
+  for (const auto& [t, v] : m.samples) {
+    if (v > m.samples.front().second) {
+      start = t;
+      break;
+    }
+  }
+  const double rate_mib_s = growth / span;
+  Finding f = Make("memory_leak", "warning", r.node, std::nullopt);
+  f.job = job->second.first;
+  f.first_seen = start;
+  const double left_s = rate_mib_s > 0 ? (total - mem_mib) / rate_mib_s : 0;
+  f.summary = fmt::format(
+      "GPU memory of job {} grows {:.0f} MiB/min on GPU {} and never falls back; at this rate "
+      "it runs out in {:.0f} min",
+      job->second.first, rate_mib_s * 60, gpu, left_s / 60);
+  f.evidence = {fmt::format("mem_used_mib {:.0f} → {:.0f} over {:.0f} s (of {:.0f})",
+                            m.samples.front().second, mem_mib, span, total)};
+  f.action =
+      "Look for tensors kept across steps (losses kept with their graph, growing caches, "
+      "lists of outputs); compare torch.cuda.memory_allocated between steps";
+  Report(std::move(f), r.t);
+}
+
+void Diagnoser::OnNode(const trace::TraceRecord& r, const trace::TraceNode& n) {
+  NodeState& ns = nodes_[r.node];
+  if (ns.first_t < 0) ns.first_t = r.t;
+  ns.node = n;
+  auto version = [&](const char* field, const std::optional<std::string>& v) {
+    if (!v || v->empty()) return;
+    auto it = ns.versions.find(field);
+    if (it == ns.versions.end() || it->second.first != *v) ns.versions[field] = {*v, r.t};
+  };
+  version("driver", n.driver_version);
+  version("CUDA", n.cuda_version);
+  version("NCCL", n.nccl_version);
+  if (n.clock_offset_ms) {
+    ns.clock_offset_ms = n.clock_offset_ms;
+    ns.clock_offset_t = r.t;
+  }
+}
+
+void Diagnoser::OnGpu(const trace::TraceRecord& r, const TraceGpu& g) {
+  if (!g.gpu || g.mig) return;
+  const uint32_t index = *g.gpu;
+  const int gpu = static_cast<int>(index);
+  GpuState& s = gpus_[{r.node, index}];
+  const trace::TraceNodeGpu* info = NodeGpu(r.node, index);
+  const bool busy = g.util_pct && *g.util_pct >= o_.busy_util_pct;
+  const double t = r.t;
+
+  // Runs of a reason held on a busy GPU: `start` is the run's first sample.
+  auto run = [&](bool held, int* len, double* start) {
+    if (!held) {
+      *len = 0;
+      return false;
+    }
+    if (*len == 0) *start = t;
+    ++*len;
+    return *len >= o_.consecutive_samples;
+  };
+  const bool thermal = busy && (Has(g.throttle, "hw_thermal") || Has(g.throttle, "sw_thermal"));
+  if (run(thermal, &s.thermal_run, &s.thermal_start)) {
+    Finding f = Make("thermal_throttle", "warning", r.node, gpu);
+    f.first_seen = s.thermal_start;
+    f.summary =
+        fmt::format("GPU {} is thermally throttled: {} at {} °C, SM clock {} MHz", gpu,
+                    Has(g.throttle, "hw_thermal") ? "hw_thermal" : "sw_thermal",
+                    g.temp_c ? Num(*g.temp_c) : "?", g.sm_clock_mhz ? Num(*g.sm_clock_mhz) : "?");
+    f.evidence = {fmt::format("throttle reasons held for {} samples on a busy GPU", s.thermal_run)};
+    if (info && info->max_sm_clock_mhz && g.sm_clock_mhz) {
+      f.evidence.push_back(fmt::format("sm_clock_mhz {} vs max {}", Num(*g.sm_clock_mhz),
+                                       Num(*info->max_sm_clock_mhz)));
+    }
+    f.action = "Check the GPU's airflow, fans and inlet temperature; drain the node if it persists";
+    Report(std::move(f), t);
+  }
+  if (run(busy && Has(g.throttle, "hw_slowdown"), &s.slowdown_run, &s.slowdown_start)) {
+    Finding f = Make("clock_slowdown", "warning", r.node, gpu);
+    f.first_seen = s.slowdown_start;
+    f.summary = fmt::format("GPU {} clocks are held down by hw_slowdown", gpu);
+    f.evidence = {fmt::format("hw_slowdown held for {} samples", s.slowdown_run)};
+    f.action = "Check power delivery and the board (hw_slowdown: external or power-brake signal)";
+    Report(std::move(f), t);
+  }
+  if (run(busy && Has(g.throttle, "hw_power_brake"), &s.brake_run, &s.brake_start)) {
+    Finding f = Make("power_throttle", "warning", r.node, gpu);
+    f.first_seen = s.brake_start;
+    f.summary = fmt::format("GPU {} is held by the hardware power brake", gpu);
+    f.evidence = {fmt::format("hw_power_brake held for {} samples", s.brake_run)};
+    f.action = "Check the PSUs and the power budget of the node";
+    Report(std::move(f), t);
+  }
+  // The software power cap: at full load GPUs touch it all the time for a sample or two; only
+  // a cap held over most of a window while the clock stays well below its maximum costs speed.
+  if (busy) {
+    const bool slow = g.sm_clock_mhz && info && info->max_sm_clock_mhz &&
+                      *g.sm_clock_mhz < o_.power_clock_ratio * *info->max_sm_clock_mhz;
+    s.power.push_back({t, Has(g.throttle, "sw_power_cap") && slow});
+    while (!s.power.empty() && s.power.front().first < t - o_.power_window_s) s.power.pop_front();
+    size_t capped = 0;
+    for (const auto& [pt, c] : s.power) capped += c ? 1 : 0;
+    const double span = s.power.back().first - s.power.front().first;
+    if (span >= o_.power_window_s * 0.8 &&
+        static_cast<double>(capped) >= o_.power_share * static_cast<double>(s.power.size())) {
+      double first = t;
+      for (const auto& [pt, c] : s.power) {
+        if (c) {
+          first = pt;
+          break;
+        }
+      }
+      Finding f = Make("power_throttle", "warning", r.node, gpu);
+      f.first_seen = first;
+      f.summary = fmt::format("GPU {} runs at its power cap with the SM clock at {} MHz", gpu,
+                              g.sm_clock_mhz ? Num(*g.sm_clock_mhz) : "?");
+      f.evidence = {fmt::format("sw_power_cap in {} of {} busy samples over {} s", capped,
+                                s.power.size(), Num(span))};
+      if (g.power_w) f.evidence.push_back("power_w " + Num(*g.power_w));
+      f.action =
+          "Check the power limit set on the GPU (nvidia-smi -q -d POWER) and the node's power "
+          "budget";
+      Report(std::move(f), t);
+    }
+  } else {
+    s.power.clear();
+  }
+
+  // PCIe: width below the maximum is a link that trained narrow; a lower generation only
+  // matters while busy (GPUs lower it when idle by design).
+  const bool narrow =
+      g.pcie_width && info && info->pcie_max_width && *g.pcie_width < *info->pcie_max_width;
+  if (run(narrow, &s.width_run, &s.width_start)) {
+    Finding f = Make("pcie_downgrade", "warning", r.node, gpu);
+    f.first_seen = s.width_start;
+    f.summary = fmt::format("GPU {} PCIe link runs at x{} of x{}", gpu, Num(*g.pcie_width),
+                            Num(*info->pcie_max_width));
+    f.evidence = {fmt::format("pcie_width {} vs pcie_max_width {}", Num(*g.pcie_width),
+                              Num(*info->pcie_max_width))};
+    f.action = "Reseat the GPU or its riser; check the slot and the PCIe switch (lspci -vv LnkSta)";
+    Report(std::move(f), t);
+  }
+  const bool slow_gen =
+      busy && g.pcie_gen && info && info->pcie_max_gen && *g.pcie_gen < *info->pcie_max_gen;
+  if (run(slow_gen, &s.gen_run, &s.gen_start)) {
+    Finding f = Make("pcie_downgrade", "warning", r.node, gpu);
+    f.first_seen = s.gen_start;
+    f.summary = fmt::format("GPU {} PCIe link runs at gen{} of gen{} while busy", gpu,
+                            Num(*g.pcie_gen), Num(*info->pcie_max_gen));
+    f.evidence = {fmt::format("pcie_gen {} vs pcie_max_gen {} at util {}%", Num(*g.pcie_gen),
+                              Num(*info->pcie_max_gen), Num(*g.util_pct))};
+    f.action = "Check the slot's and the switch's link training; reseat the GPU";
+    Report(std::move(f), t);
+  }
+
+  // Counters: a rise (a lower value is a reset, not a rise).
+  auto rose = [&](const char* name, std::optional<double> TraceGpu::*field) {
+    if (!s.prev || !(g.*field) || !((*s.prev).*field)) return false;
+    if (*(g.*field) <= *((*s.prev).*field)) return false;
+    auto& times = s.increments[name];
+    times.push_back(t);
+    while (!times.empty() && times.front() < t - o_.counter_window_s) times.pop_front();
+    return true;
+  };
+  if (rose("ecc_dbe", &TraceGpu::ecc_dbe_volatile) ||
+      (g.remapped_rows_failure.value_or(false) && s.prev &&
+       !s.prev->remapped_rows_failure.value_or(false))) {
+    Finding f = Make("ecc_dbe", "critical", r.node, gpu);
+    f.summary = fmt::format("GPU {} had an uncorrectable memory error", gpu);
+    f.evidence = {g.ecc_dbe_volatile ? "ecc_dbe_volatile " + Num(*g.ecc_dbe_volatile)
+                                     : "remapped_rows_failure true"};
+    f.action = "Drain the node; reset the GPU; replace it if row remapping failed";
+    Report(std::move(f), t);
+  }
+  auto repeated = [&](const char* name, std::optional<double> TraceGpu::*field, const char* cause,
+                      const char* what, const char* action) {
+    if (!rose(name, field)) return;
+    const auto& times = s.increments[name];
+    if (static_cast<int>(times.size()) < o_.counter_increments) return;
+    Finding f = Make(cause, "warning", r.node, gpu);
+    f.first_seen = times.front();
+    f.summary = fmt::format("GPU {} {} keep rising ({} now)", gpu, what, Num(*(g.*field)));
+    f.evidence = {
+        fmt::format("{} rose {} times in {} s", name, times.size(), Num(o_.counter_window_s))};
+    f.action = action;
+    Report(std::move(f), t);
+  };
+  repeated("pcie_replay", &TraceGpu::pcie_replay, "pcie_replay", "PCIe replays",
+           "Check the riser, slot and PCIe switch of the GPU; reseat it");
+  repeated("ecc_sbe", &TraceGpu::ecc_sbe_volatile, "ecc_sbe_growth", "correctable ECC errors",
+           "Watch for row remapping; plan to replace the GPU if the growth continues");
+  for (auto [name, field] : {std::pair{"nvlink_crc", &TraceGpu::nvlink_crc_errors},
+                             std::pair{"nvlink_replay", &TraceGpu::nvlink_replay},
+                             std::pair{"nvlink_recovery", &TraceGpu::nvlink_recovery}}) {
+    repeated(name, field, "nvlink_errors", "NVLink error counters",
+             "Check the NVLink bridge or baseboard; run nvidia-smi nvlink -e; drain if links drop");
+  }
+  if (g.nvlink_active_links && info && info->nvlink_count &&
+      *g.nvlink_active_links < static_cast<double>(*info->nvlink_count)) {
+    Finding f = Make("nvlink_errors", "warning", r.node, gpu);
+    f.summary = fmt::format("GPU {} has {} of its {} NVLinks active", gpu,
+                            Num(*g.nvlink_active_links), *info->nvlink_count);
+    f.evidence = {fmt::format("nvlink_active_links {} vs nvlink_count {}",
+                              Num(*g.nvlink_active_links), *info->nvlink_count)};
+    f.action = "Check the NVLink bridge or baseboard; drain the node";
+    Report(std::move(f), t);
+  }
+  if (g.mem_used_mib) CheckMemory(r, index, *g.mem_used_mib);
+  s.prev = g;
+  s.prev_t = t;
+}
+
+void Diagnoser::OnEvent(const trace::TraceRecord& r, const trace::TraceEvent& e) {
+  if (!e.kind) return;
+  const std::optional<int> gpu =
+      e.gpu ? std::optional<int>(static_cast<int>(*e.gpu)) : std::nullopt;
+  const std::string message = e.message.value_or("");
+  if (*e.kind == "gpu_lost" || (*e.kind == "xid" && e.code && *e.code == 79)) {
+    Finding f = Make("gpu_lost", "critical", r.node, gpu);
+    f.summary = gpu ? fmt::format("GPU {} stopped answering (fell off the bus)", *gpu)
+                    : "A GPU stopped answering";
+    f.evidence = {
+        fmt::format("{}{}: {}", *e.kind, e.code ? " " + std::to_string(*e.code) : "", message)};
+    f.action = "Drain the node; reset or reseat the GPU; check its power and PCIe link";
+    Report(std::move(f), r.t);
+    return;
+  }
+  if (*e.kind == "xid" && e.code) {
+    const std::string cause = CauseOfXid(*e.code);
+    if (cause.empty()) return;
+    Finding f = Make(cause, cause == "xid" ? "warning" : "critical", r.node, gpu);
+    if (cause == "xid") f.code = *e.code;
+    f.summary =
+        fmt::format("XID {} on GPU {}: {}", *e.code, gpu ? std::to_string(*gpu) : "?", message);
+    f.evidence = {fmt::format("xid {}: {}", *e.code, message)};
+    f.action = "Look up the XID in NVIDIA's XID catalog; drain the node if it repeats";
+    Report(std::move(f), r.t);
+    return;
+  }
+  if (*e.kind == "ecc" && gpu) {
+    // An ECC event names the error type in its message; an uncorrectable one is a DBE.
+    std::string lower = message;
+    std::transform(lower.begin(), lower.end(), lower.begin(), ::tolower);
+    if (lower.find("double") != std::string::npos || lower.find("uncorrect") != std::string::npos ||
+        lower.find("dbe") != std::string::npos) {
+      Finding f = Make("ecc_dbe", "critical", r.node, gpu);
+      f.summary = fmt::format("GPU {} had an uncorrectable memory error", *gpu);
+      f.evidence = {"ecc event: " + message};
+      f.action = "Drain the node; reset the GPU; replace it if row remapping failed";
+      Report(std::move(f), r.t);
+    }
+    return;
+  }
+  if (*e.kind == "topology_change") {
+    Finding f = Make("topology_change", "warning", r.node, std::nullopt);
+    f.summary = "The node's topology changed: " + message;
+    f.evidence = {"topology_change: " + message};
+    f.action = "Compare with the archived topology (gpuwatch topo diff); reseat what was lost";
+    Report(std::move(f), r.t);
+  }
+}
+
+void Diagnoser::OnJob(const trace::TraceRecord& r, const trace::TraceJob& j) {
+  if (!j.job || !j.state) return;
+  auto key = std::make_pair(r.node, *j.job);
+  if (*j.state == "start") {
+    if (j.gpus) {
+      for (uint32_t g : *j.gpus) {
+        gpu_job_[{r.node, g}] = {*j.job, r.t};
+        mem_.erase({r.node, g});
+      }
+    }
+    NcclJob& nj = nccl_[key];
+    // A restart of the same job id: its logs are a new run.
+    if (!nj.text.empty()) AnalyzeNccl(r.node, *j.job, nj);
+    nj = NcclJob{};
+    nj.start_t = r.t;
+  } else if (*j.state == "end") {
+    for (auto it = gpu_job_.begin(); it != gpu_job_.end();) {
+      it = it->first.first == r.node && it->second.first == *j.job ? gpu_job_.erase(it)
+                                                                   : std::next(it);
+    }
+    auto it = nccl_.find(key);
+    if (it != nccl_.end()) {
+      AnalyzeNccl(r.node, *j.job, it->second);
+      nccl_.erase(it);
+    }
+  }
+}
+
+void Diagnoser::OnLog(const trace::TraceRecord& r, const trace::TraceLog& l) {
+  if (!l.line || l.source.value_or("") != "nccl") return;
+  NcclJob& nj = nccl_[{r.node, l.job.value_or("")}];
+  if (nj.line_t.size() >= o_.max_nccl_lines_per_job) return;
+  nj.text += *l.line;
+  nj.text += '\n';
+  nj.line_t.push_back(r.t);
+  // The channels are set up once the rings and trees are connected: judge then, and again at
+  // the job's end.
+  if (!nj.analyzed_connected && (l.line->find("Connected all rings") != std::string::npos ||
+                                 l.line->find("Connected all trees") != std::string::npos)) {
+    nj.analyzed_connected = true;
+    AnalyzeNccl(r.node, l.job.value_or(""), nj);
+  }
+}
+
+void Diagnoser::AnalyzeNccl(const std::string& node, const std::string& job, NcclJob& nj) {
+  if (nj.text.empty()) return;
+  const nccl::NcclLogReport report = nccl::ParseNcclLog(nj.text);
+  nccl::TopoHint hint;
+  bool have_hint = false;
+  auto it = nodes_.find(node);
+  if (it != nodes_.end() && it->second.node) {
+    const trace::TraceNode& n = *it->second.node;
+    if (n.topology && n.topology->gpu_links) {
+      hint.gpu_links = *n.topology->gpu_links;
+      have_hint = true;
+    }
+    if (n.nics) {
+      for (const auto& nic : *n.nics) {
+        if (nic.name) hint.nics.push_back(*nic.name);
+        if (nic.type.value_or("") == "ib" ||
+            (nic.name && (nic.name->rfind("mlx", 0) == 0 || nic.name->rfind("ib", 0) == 0))) {
+          hint.ib_present = true;
+        }
+      }
+      have_hint = true;
+    }
+  }
+  for (const nccl::Finding& nf : nccl::AnalyzeNccl(report, have_hint ? &hint : nullptr)) {
+    // version_mismatch is judged across the nodes' records (CrossNode), where every node's
+    // versions are known; one node's log sees only its own ranks.
+    if (nf.cause == "version_mismatch") continue;
+    Finding f = Make(nf.cause, nf.severity, node, std::nullopt);
+    if (!job.empty()) f.job = job;
+    // The log lines the evidence quotes ("line 12: …") date the finding.
+    double first = 0;
+    for (const std::string& ev : nf.evidence) {
+      size_t n = 0;
+      if (std::sscanf(ev.c_str(), "line %zu:", &n) == 1 && n >= 1 && n <= nj.line_t.size()) {
+        const double t = nj.line_t[n - 1];
+        if (first == 0 || t < first) first = t;
+      }
+    }
+    if (first == 0) first = nj.start_t.value_or(nj.line_t.front());
+    f.first_seen = first;
+    f.summary = nf.summary;
+    f.evidence = nf.evidence;
+    f.action = nf.action;
+    f.job.reset();  // findings.md: link fallbacks name only the node
+    Report(std::move(f), nj.line_t.back());
+  }
+}
+
+void Diagnoser::CrossNode() {
+  if (nodes_.size() < 2) return;
+  // version_mismatch: per field, the nodes outside the largest group of equal values.
+  for (const char* field : {"driver", "CUDA", "NCCL"}) {
+    std::map<std::string, std::vector<std::string>> groups;
+    for (const auto& [name, ns] : nodes_) {
+      auto it = ns.versions.find(field);
+      if (it != ns.versions.end()) groups[it->second.first].push_back(name);
+    }
+    if (groups.size() < 2) continue;
+    const std::vector<std::string>* major = nullptr;
+    std::string major_value;
+    for (const auto& [v, members] : groups) {
+      if (!major || members.size() > major->size()) {
+        major = &members;
+        major_value = v;
+      }
+    }
+    for (const auto& [v, members] : groups) {
+      if (&members == major) continue;
+      for (const std::string& name : members) {
+        const auto& since = nodes_[name].versions[field];
+        Finding f = Make("version_mismatch", "warning", name, std::nullopt);
+        f.first_seen = since.second;
+        f.summary = fmt::format("{} runs {} {} while {} other node(s) run {}", name, field, v,
+                                major->size(), major_value);
+        f.evidence = {fmt::format("{} {} on {}; {} on {}", field, v, name, major_value,
+                                  fmt::join(*major, ", "))};
+        f.action = "Run every node of a job on the same driver, CUDA and NCCL";
+        Report(std::move(f), since.second);
+      }
+    }
+  }
+  // clock_skew: clock_offset_ms is each node's offset from its own time source, so a node is
+  // off when its offset exceeds the tolerance and it also stands apart from the median of all
+  // nodes (a shared offset, e.g. one upstream server, is not one node's fault).
+  std::vector<std::pair<std::string, double>> offsets;
+  for (const auto& [name, ns] : nodes_) {
+    if (ns.clock_offset_ms) offsets.push_back({name, *ns.clock_offset_ms});
+  }
+  if (offsets.size() < 2) return;
+  std::vector<double> all;
+  for (const auto& [name, off] : offsets) all.push_back(off);
+  std::sort(all.begin(), all.end());
+  const double median = all.size() % 2 == 1 ? all[all.size() / 2]
+                                            : (all[all.size() / 2 - 1] + all[all.size() / 2]) / 2;
+  for (const auto& [name, off] : offsets) {
+    if (std::fabs(off) <= o_.clock_skew_tolerance_ms ||
+        std::fabs(off - median) <= o_.clock_skew_tolerance_ms) {
+      continue;
+    }
+    Finding f = Make("clock_skew", "warning", name, std::nullopt);
+    f.first_seen = nodes_[name].clock_offset_t;
+    f.summary = fmt::format("{}'s clock is {} ms off its time source; the nodes' median is {} ms",
+                            name, Num(off), Num(median));
+    f.evidence = {fmt::format("clock_offset_ms {} on {}", Num(off), name)};
+    f.action = "Check chrony/ntpd on the node (chronyc tracking); fix its time source";
+    Report(std::move(f), f.first_seen);
+  }
+}
+
+std::vector<Finding> Diagnoser::Finish(double end_t) {
+  for (auto& [key, nj] : nccl_) AnalyzeNccl(key.first, key.second, nj);
+  CrossNode();
+  std::vector<Finding> out;
+  for (auto& [key, f] : findings_) {
+    Finding copy = f;
+    if (copy.last_seen < copy.first_seen) copy.last_seen = copy.first_seen;
+    (void)end_t;
+    out.push_back(std::move(copy));
+  }
+  return out;
+}
+
+}  // namespace gpuwatch::analyze

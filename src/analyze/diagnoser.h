@@ -1,0 +1,141 @@
+// Diagnoser: trace records in, findings out (../shared/spec/findings.md). Live and replay feed
+// it the same records — the agent its own records in trace form, `gpuwatch replay` a trace
+// file — so a cause found offline is the cause found live.
+//
+// This first engine holds the causes that counters, events and logs show directly (issue 6
+// needs them to evaluate anything; issue 7 adds baselines, trends and the task → card → link
+// walk):
+//   gpu_lost       an event gpu_lost, or XID 79
+//   ecc_dbe        a volatile DBE count that rises, a row-remapping failure, XID 48/63/64/94/95
+//   nvlink_errors  NVLink CRC/replay/recovery counters that keep rising, links that go down
+//                  from the count the node record states, XID 74
+//   xid            any other XID but 43/45 (a job's own fault and its teardown: consequences)
+//   thermal_throttle / power_throttle / clock_slowdown
+//                  a clock-event reason held on a busy GPU (thermal and slowdown: a few
+//                  consecutive samples; the power cap, which flickers on healthy GPUs at full
+//                  load: most of a window with the SM clock well below its maximum)
+//   pcie_downgrade a link trained below its maximum width, or generation while busy
+//   pcie_replay, ecc_sbe_growth
+//                  counters that rise repeatedly within a window
+//   nvlink_fallback / net_fallback
+//                  a job's NCCL log lines against the node's topology (src/nccl)
+//   topology_change an event topology_change
+//   version_mismatch the node whose driver, CUDA or NCCL version differs from the others'
+//   clock_skew     the node whose clock offset differs from the others' by more than 100 ms
+//   data_stall     a job's share of step time waiting for input, well above its own baseline
+//   memory_leak    a job's GPU memory that keeps growing after warm-up and never falls back
+// Findings of one cause at one place are one finding (first_seen, last_seen extended).
+// first_seen is when the evidence began (the first sample of a sustained run), not when the
+// rule became sure.
+//
+// Thread-safety: none; one owner.
+#pragma once
+
+#include <deque>
+#include <map>
+#include <optional>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "analyze/finding.h"
+#include "trace/trace_records.h"
+
+namespace gpuwatch::analyze {
+
+struct DiagnoserOptions {
+  double busy_util_pct = 30;       // a GPU this busy is working, so a throttle costs time
+  int consecutive_samples = 3;     // thermal, slowdown, PCIe width: samples in a row
+  double power_window_s = 30;      // the power cap must hold most of this window …
+  double power_share = 0.8;        // … this share of its busy samples …
+  double power_clock_ratio = 0.9;  // … with the SM clock below this share of its maximum
+  double counter_window_s = 300;   // rising counters: increments within this window …
+  int counter_increments = 3;      // … at least this many
+  double clock_skew_tolerance_ms = 100;
+  // data_stall: after warm-up, a job's baseline share of step time spent waiting for data is
+  // learned from its first steps; a stall is a rolling median share above both the floor and
+  // a multiple of the baseline, held for a while.
+  double warmup_s = 120;            // of a job's steps, not judged and not learned from
+  size_t baseline_steps = 200;      // step records (all ranks) the baseline is learned from
+  double stall_window_s = 60;       // rolling window of step records
+  double stall_floor_share = 0.15;  // never a stall below this share of step time
+  double stall_baseline_factor = 4;
+  double stall_hold_s = 30;
+  // memory_leak: a GPU's memory that keeps growing after the job's warm-up, in every
+  // sub-window of the window, by a noticeable share of the card, without falling back.
+  double leak_window_s = 180;
+  double leak_min_growth_share = 0.02;  // of the card's memory over the window
+  double leak_max_drop_share = 0.01;    // a fall of this share ends a run (freed, not leaked)
+  size_t max_nccl_lines_per_job = 50000;
+};
+
+class Diagnoser {
+ public:
+  explicit Diagnoser(DiagnoserOptions options = {});
+
+  void Observe(const trace::TraceRecord& r);
+  // Runs what waits for more records (NCCL logs of jobs still running, cross-node
+  // comparisons) and returns every finding so far. `end_t`: the last record's time.
+  std::vector<Finding> Finish(double end_t);
+
+ private:
+  struct GpuState {
+    std::optional<trace::TraceGpu> prev;
+    double prev_t = 0;
+    // Start and length of the current run of samples with the reason held.
+    double thermal_start = 0, slowdown_start = 0, brake_start = 0, width_start = 0, gen_start = 0;
+    int thermal_run = 0, slowdown_run = 0, brake_run = 0, width_run = 0, gen_run = 0;
+    std::deque<std::pair<double, bool>> power;             // (t, capped and slow) of busy samples
+    std::map<std::string, std::deque<double>> increments;  // counter -> times it rose
+  };
+  struct NodeState {
+    std::optional<trace::TraceNode> node;  // latest node record
+    double first_t = -1;
+    std::map<std::string, std::pair<std::string, double>> versions;  // field -> value, since
+    std::optional<double> clock_offset_ms;
+    double clock_offset_t = 0;
+  };
+  struct StepState {  // per (node, job)
+    double first_t = -1;
+    std::vector<double> baseline;                  // shares learned after warm-up
+    std::optional<double> baseline_share;          // their median, once learned
+    std::deque<std::pair<double, double>> recent;  // (t, share) within the rolling window
+    double above_since = -1;                       // rolling median above the line since
+    double first_above_step = -1;                  // first step of that run above the line
+  };
+  struct MemState {                                 // per (node, gpu)
+    std::deque<std::pair<double, double>> samples;  // (t, mem_used_mib)
+  };
+  struct NcclJob {
+    std::string text;
+    std::vector<double> line_t;
+    std::optional<double> start_t;
+    bool analyzed_connected = false;
+  };
+
+  void OnNode(const trace::TraceRecord& r, const trace::TraceNode& n);
+  void OnGpu(const trace::TraceRecord& r, const trace::TraceGpu& g);
+  void OnEvent(const trace::TraceRecord& r, const trace::TraceEvent& e);
+  void OnLog(const trace::TraceRecord& r, const trace::TraceLog& l);
+  void OnJob(const trace::TraceRecord& r, const trace::TraceJob& j);
+  void OnStep(const trace::TraceRecord& r, const trace::TraceStep& st);
+  void CheckMemory(const trace::TraceRecord& r, uint32_t gpu, double mem_mib);
+  void AnalyzeNccl(const std::string& node, const std::string& job, NcclJob& nj);
+  void CrossNode();
+  // Adds or extends the finding of f.cause at f's place.
+  void Report(Finding f, double t);
+  const trace::TraceNodeGpu* NodeGpu(const std::string& node, uint32_t gpu) const;
+
+  DiagnoserOptions o_;
+  std::map<std::string, NodeState> nodes_;
+  std::map<std::pair<std::string, uint32_t>, GpuState> gpus_;
+  std::map<std::pair<std::string, std::string>, NcclJob> nccl_;
+  std::map<std::pair<std::string, std::string>, StepState> steps_;
+  std::map<std::pair<std::string, uint32_t>, MemState> mem_;
+  // The job holding each GPU (from job start records) and when it started.
+  std::map<std::pair<std::string, uint32_t>, std::pair<std::string, double>> gpu_job_;
+  std::map<std::tuple<std::string, std::string, int, std::string, std::string, int>, Finding>
+      findings_;
+};
+
+}  // namespace gpuwatch::analyze

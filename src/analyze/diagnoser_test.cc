@@ -1,0 +1,254 @@
+// The diagnoser on short hand-made traces, each read through the real trace reader.
+#include "analyze/diagnoser.h"
+
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "trace/trace_reader.h"
+
+namespace gpuwatch::analyze {
+namespace {
+
+std::vector<Finding> Diagnose(const std::string& jsonl) {
+  auto reader = trace::TraceReader::OpenBuffer(jsonl, "test.jsonl");
+  EXPECT_TRUE(reader.ok()) << reader.status().message();
+  if (!reader.ok()) return {};
+  Diagnoser d;
+  trace::TraceRecord r;
+  double end = 0;
+  while (true) {
+    Result<bool> more = (*reader)->Next(&r);
+    EXPECT_TRUE(more.ok()) << more.status().message();
+    if (!more.ok() || !*more) break;
+    d.Observe(r);
+    end = r.t;
+  }
+  return d.Finish(end);
+}
+
+std::string Node(const std::string& node, double t, const std::string& extra = "") {
+  return "{\"t\":" + std::to_string(t) + ",\"type\":\"node\",\"node\":\"" + node +
+         "\",\"driver_version\":\"550.90.07\",\"gpus\":[{\"index\":0,\"max_sm_clock_mhz\":1980,"
+         "\"pcie_max_gen\":5,\"pcie_max_width\":16,\"nvlink_count\":18},{\"index\":1,"
+         "\"max_sm_clock_mhz\":1980,\"pcie_max_gen\":5,\"pcie_max_width\":16,\"nvlink_count\":18}],"
+         "\"topology\":{\"gpu_links\":[[\"X\",\"NV18\"],[\"NV18\",\"X\"]]}" +
+         extra + "}\n";
+}
+
+std::string Gpu(double t, int gpu, const std::string& fields) {
+  return "{\"t\":" + std::to_string(t) +
+         ",\"type\":\"gpu\",\"node\":\"n1\",\"gpu\":" + std::to_string(gpu) + "," + fields + "}\n";
+}
+
+TEST(DiagnoserTest, HealthyTraceHasNoFindings) {
+  std::string trace = Node("n1", 100);
+  for (int i = 0; i < 120; ++i) {
+    // Power-cap flickers at full load: a sample in ten, at full clock.
+    const bool flick = i % 10 == 0;
+    for (int g = 0; g < 2; ++g) {
+      trace += Gpu(101 + i, g,
+                   std::string("\"util_pct\":97,\"sm_clock_mhz\":1980,\"pcie_gen\":5,"
+                               "\"pcie_width\":16,\"nvlink_active_links\":18,\"pcie_replay\":3,"
+                               "\"throttle\":") +
+                       (flick ? "[\"sw_power_cap\"]" : "[]"));
+    }
+  }
+  EXPECT_TRUE(Diagnose(trace).empty());
+}
+
+TEST(DiagnoserTest, ThermalThrottleFromItsFirstSample) {
+  std::string trace = Node("n1", 100);
+  for (int i = 0; i < 30; ++i) {
+    const bool hot = i >= 10;
+    trace += Gpu(101 + i, 1,
+                 std::string("\"util_pct\":95,\"temp_c\":") + (hot ? "88" : "70") +
+                     ",\"sm_clock_mhz\":" + (hot ? "1400" : "1980") +
+                     ",\"throttle\":" + (hot ? "[\"sw_thermal\"]" : "[]"));
+  }
+  const std::vector<Finding> f = Diagnose(trace);
+  ASSERT_EQ(f.size(), 1u);
+  EXPECT_EQ(f[0].cause, "thermal_throttle");
+  EXPECT_EQ(f[0].layer, "card");
+  EXPECT_EQ(f[0].gpu, 1);
+  EXPECT_DOUBLE_EQ(f[0].first_seen, 111);
+  EXPECT_DOUBLE_EQ(f[0].last_seen, 130);
+  EXPECT_NE(f[0].summary.find("88"), std::string::npos);
+}
+
+TEST(DiagnoserTest, XidFamiliesMapToTheirCauses) {
+  std::string trace = Node("n1", 100);
+  trace +=
+      R"({"t":101,"type":"event","node":"n1","gpu":0,"kind":"xid","code":79,"message":"fallen off the bus"})"
+      "\n";
+  trace +=
+      R"({"t":102,"type":"event","node":"n1","gpu":1,"kind":"xid","code":31,"message":"mmu fault"})"
+      "\n";
+  trace +=
+      R"({"t":103,"type":"event","node":"n1","gpu":1,"kind":"xid","code":45,"message":"preemptive cleanup"})"
+      "\n";
+  trace +=
+      R"({"t":104,"type":"event","node":"n1","gpu":1,"kind":"xid","code":31,"message":"again"})"
+      "\n";
+  const std::vector<Finding> f = Diagnose(trace);
+  ASSERT_EQ(f.size(), 2u);
+  EXPECT_EQ(f[0].cause, "gpu_lost");
+  EXPECT_EQ(f[0].severity, "critical");
+  EXPECT_EQ(f[0].gpu, 0);
+  EXPECT_EQ(f[1].cause, "xid");
+  EXPECT_EQ(f[1].code, 31);
+  EXPECT_DOUBLE_EQ(f[1].first_seen, 102);
+  EXPECT_DOUBLE_EQ(f[1].last_seen, 104);  // one finding, extended
+}
+
+TEST(DiagnoserTest, CountersThatKeepRisingAndOneThatReset) {
+  std::string trace = Node("n1", 100);
+  for (int i = 0; i < 10; ++i) {
+    // GPU 0: replays rise at 105, 106, 107. GPU 1: a reset (driver reload), then static.
+    const int replays = i < 5 ? 0 : i - 4;
+    trace += Gpu(101 + i, 0, "\"util_pct\":50,\"pcie_replay\":" + std::to_string(replays));
+    trace +=
+        Gpu(101 + i, 1, std::string("\"util_pct\":50,\"pcie_replay\":") + (i < 3 ? "900" : "2"));
+  }
+  const std::vector<Finding> f = Diagnose(trace);
+  ASSERT_EQ(f.size(), 1u);
+  EXPECT_EQ(f[0].cause, "pcie_replay");
+  EXPECT_EQ(f[0].gpu, 0);
+  EXPECT_DOUBLE_EQ(f[0].first_seen, 106);
+}
+
+TEST(DiagnoserTest, NarrowPcieLinkAndLostNvlink) {
+  std::string trace = Node("n1", 100);
+  for (int i = 0; i < 5; ++i) {
+    trace += Gpu(101 + i, 0, "\"util_pct\":10,\"pcie_gen\":5,\"pcie_width\":8");
+    trace += Gpu(101 + i, 1,
+                 "\"util_pct\":10,\"pcie_gen\":1,\"pcie_width\":16,\"nvlink_active_links\":17");
+  }
+  const std::vector<Finding> f = Diagnose(trace);
+  ASSERT_EQ(f.size(), 2u);
+  EXPECT_EQ(f[0].cause, "nvlink_errors");  // at once: the first sample with a link missing
+  EXPECT_EQ(f[0].gpu, 1);
+  EXPECT_EQ(f[1].cause, "pcie_downgrade");  // gen 1 on an idle GPU is not one
+  EXPECT_EQ(f[1].gpu, 0);
+  EXPECT_DOUBLE_EQ(f[1].first_seen, 101);
+}
+
+TEST(DiagnoserTest, NvlinkFallbackFromTheJobsNcclLog) {
+  std::string trace = Node("n1", 100);
+  trace += R"({"t":110,"type":"job","node":"n1","job":"j1","state":"start","ranks":2,"gpus":[0,1]})"
+           "\n";
+  trace +=
+      R"({"t":112,"type":"log","node":"n1","job":"j1","rank":0,"source":"nccl","line":"n1:100:100 [0] NCCL INFO Channel 00/0 : 0[0] -> 1[1] via SHM/direct/direct"})"
+      "\n";
+  trace +=
+      R"({"t":112.5,"type":"log","node":"n1","job":"j1","rank":1,"source":"nccl","line":"n1:101:101 [1] NCCL INFO Channel 00/0 : 1[1] -> 0[0] via SHM/direct/direct"})"
+      "\n";
+  trace +=
+      R"({"t":113,"type":"log","node":"n1","job":"j1","rank":0,"source":"nccl","line":"n1:100:100 [0] NCCL INFO Connected all rings"})"
+      "\n";
+  const std::vector<Finding> f = Diagnose(trace);
+  ASSERT_EQ(f.size(), 1u);
+  EXPECT_EQ(f[0].cause, "nvlink_fallback");
+  EXPECT_EQ(f[0].node, "n1");
+  EXPECT_FALSE(f[0].gpu.has_value());
+  EXPECT_DOUBLE_EQ(f[0].first_seen, 112);
+}
+
+TEST(DiagnoserTest, TheNodeThatDiffersAcrossNodes) {
+  std::string trace = Node("n1", 100, ",\"clock_offset_ms\":0.5") +
+                      Node("n2", 100, ",\"clock_offset_ms\":-0.3") +
+                      Node("n3", 100, ",\"clock_offset_ms\":900");
+  // n3 later comes back on another driver.
+  std::string n3 = Node("n3", 200);
+  const std::string from = "550.90.07";
+  n3.replace(n3.find(from), from.size(), "535.54.03");
+  trace += n3;
+  const std::vector<Finding> f = Diagnose(trace);
+  ASSERT_EQ(f.size(), 2u);
+  EXPECT_EQ(f[0].cause, "clock_skew");
+  EXPECT_EQ(f[0].node, "n3");
+  EXPECT_EQ(f[1].cause, "version_mismatch");
+  EXPECT_EQ(f[1].node, "n3");
+  EXPECT_DOUBLE_EQ(f[1].first_seen, 200);
+}
+
+std::string Step(double t, int rank, double duration, double data_wait) {
+  return "{\"t\":" + std::to_string(t) +
+         ",\"type\":\"step\",\"node\":\"n1\",\"job\":\"j1\","
+         "\"rank\":" +
+         std::to_string(rank) + ",\"duration_s\":" + std::to_string(duration) +
+         ",\"data_wait_s\":" + std::to_string(data_wait) + "}\n";
+}
+
+TEST(DiagnoserTest, DataStallAgainstTheJobsOwnBaseline) {
+  std::string healthy = Node("n1", 100);
+  std::string stalled = healthy;
+  for (int i = 0; i < 900; ++i) {
+    const double t = 101 + i * 0.6;
+    for (int rank = 0; rank < 2; ++rank) {
+      healthy += Step(t, rank, 0.6, 0.02);  // a steady 3 %
+      // From t = 401 the input pipeline slows: half of every step waits for data.
+      stalled += Step(t, rank, t >= 401 ? 1.2 : 0.6, t >= 401 ? 0.6 : 0.02);
+    }
+  }
+  EXPECT_TRUE(Diagnose(healthy).empty());
+  const std::vector<Finding> f = Diagnose(stalled);
+  ASSERT_EQ(f.size(), 1u);
+  EXPECT_EQ(f[0].cause, "data_stall");
+  EXPECT_EQ(f[0].layer, "task");
+  EXPECT_EQ(f[0].job, "j1");
+  EXPECT_GE(f[0].first_seen, 401);
+  EXPECT_LE(f[0].first_seen, 401 + 120);
+}
+
+TEST(DiagnoserTest, MemoryLeakGrowsAndNeverFallsBack) {
+  auto run = [](bool leak, bool freed_at_checkpoint) {
+    std::string trace = Node("n1", 100);
+    // memory_total_mib for the node's GPUs.
+    const std::string gpus = "\"gpus\":[{\"index\":0,";
+    trace.replace(trace.find(gpus), gpus.size(), gpus + "\"memory_total_mib\":46068,");
+    trace += R"({"t":100,"type":"job","node":"n1","job":"j1","state":"start","gpus":[0]})"
+             "\n";
+    double mem = 20000;
+    for (int i = 0; i < 900; ++i) {
+      const double t = 101 + i;
+      // Warm-up ramp in the first minute, then a plateau; a leak adds 1 GiB every 30 s from
+      // t = 400.
+      if (i < 60) mem = 20000 + i * 100;
+      if (leak && t >= 400 && i % 30 == 0) mem += 1024;
+      if (freed_at_checkpoint && i % 120 == 0 && t > 400) mem = 26000;
+      trace += Gpu(t, 0, "\"util_pct\":90,\"mem_used_mib\":" + std::to_string(mem));
+    }
+    return Diagnose(trace);
+  };
+  EXPECT_TRUE(run(false, false).empty());
+  EXPECT_TRUE(run(true, true).empty());  // a cache that is emptied at checkpoints is no leak
+  const std::vector<Finding> f = run(true, false);
+  ASSERT_EQ(f.size(), 1u);
+  EXPECT_EQ(f[0].cause, "memory_leak");
+  EXPECT_EQ(f[0].job, "j1");
+  EXPECT_FALSE(f[0].gpu.has_value());
+  EXPECT_GE(f[0].first_seen, 400);
+  EXPECT_LE(f[0].first_seen, 400 + 120);
+  EXPECT_NE(f[0].summary.find("runs out in"), std::string::npos);
+}
+
+TEST(DiagnoserTest, DocumentIsFindingsJson) {
+  Finding f;
+  f.cause = "gpu_lost";
+  f.layer = "card";
+  f.severity = "critical";
+  f.node = "n1";
+  f.gpu = 5;
+  f.first_seen = 10;
+  f.last_seen = 12;
+  const nlohmann::json doc = FindingsDocument({f}, {{"records", 3}});
+  EXPECT_EQ(doc["findings"][0]["gpu"], 5);
+  EXPECT_FALSE(doc["findings"][0].contains("job"));
+  EXPECT_EQ(doc["stats"]["records"], 3);
+  EXPECT_EQ(LayerOf("version_mismatch"), "link");
+  EXPECT_EQ(LayerOf("nonsense"), "");
+}
+
+}  // namespace
+}  // namespace gpuwatch::analyze

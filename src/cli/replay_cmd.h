@@ -1,0 +1,30 @@
+// `gpuwatch replay TRACE [--json]` and `gpuwatch eval DIR [--json]` (issue 6): a trace through
+// the diagnosis, as fast as the CPU allows, and the findings of every example scenario scored
+// against its truth (../shared/spec/findings.md). replay --json prints exactly the findings
+// document on stdout and nothing else (what the reader counted goes to stderr).
+#pragma once
+
+#include <ostream>
+#include <string>
+
+#include "analyze/finding.h"
+#include "common/status.h"
+
+namespace gpuwatch::cli {
+
+struct ReplayResult {
+  std::vector<analyze::Finding> findings;
+  nlohmann::json stats;             // {"records": N, "ignored_records": M, …}
+  std::vector<std::string> notes;   // the reader's report (unknown fields, out of order, …)
+  double first_t = 0, last_t = 0;   // the trace's span
+};
+
+// Reads the whole trace through the diagnoser. An error names the file and line.
+Result<ReplayResult> ReplayTrace(const std::string& path);
+
+// Exit codes: 0 the trace was read (findings or not), 2 it could not be.
+int RunReplay(const std::string& path, bool json, std::ostream& out, std::ostream& err);
+// Exit codes: 0 every scenario replayed and scored, 2 a trace or truth file failed.
+int RunEval(const std::string& dir, bool json, std::ostream& out, std::ostream& err);
+
+}  // namespace gpuwatch::cli

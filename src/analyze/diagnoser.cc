@@ -278,11 +278,27 @@ void Diagnoser::OnGpu(const trace::TraceRecord& r, const TraceGpu& g) {
     f.action = "Check the PSUs and the power budget of the node";
     Report(std::move(f), t);
   }
-  // The software power cap: at full load GPUs touch it all the time for a sample or two; only
-  // a cap held over most of a window while the clock stays well below its maximum costs speed.
+  // The software power cap: at full load GPUs touch it all the time for a sample or two, and
+  // some hold it through heavy kernels at full speed. It costs speed when it is held over most
+  // of a window while the clock stays below its maximum by a clear margin, or below its peers'
+  // (the same job on the other GPUs of the node runs faster).
   if (busy) {
-    const bool slow = g.sm_clock_mhz && info && info->max_sm_clock_mhz &&
-                      *g.sm_clock_mhz < o_.power_clock_ratio * *info->max_sm_clock_mhz;
+    std::vector<double> peers;
+    for (const auto& [key, other] : gpus_) {
+      if (key.first == r.node && key.second != index && other.prev && other.prev->sm_clock_mhz &&
+          other.prev->util_pct && *other.prev->util_pct >= o_.busy_util_pct) {
+        peers.push_back(*other.prev->sm_clock_mhz);
+      }
+    }
+    std::optional<double> peer_clock;
+    if (!peers.empty()) {
+      std::sort(peers.begin(), peers.end());
+      peer_clock = peers[peers.size() / 2];
+    }
+    const bool slow = g.sm_clock_mhz &&
+                      ((info && info->max_sm_clock_mhz &&
+                        *g.sm_clock_mhz < o_.power_clock_ratio * *info->max_sm_clock_mhz) ||
+                       (peer_clock && *g.sm_clock_mhz < o_.power_peer_clock_ratio * *peer_clock));
     s.power.push_back({t, Has(g.throttle, "sw_power_cap") && slow});
     while (!s.power.empty() && s.power.front().first < t - o_.power_window_s) s.power.pop_front();
     size_t capped = 0;
@@ -303,15 +319,15 @@ void Diagnoser::OnGpu(const trace::TraceRecord& r, const TraceGpu& g) {
                               g.sm_clock_mhz ? Num(*g.sm_clock_mhz) : "?");
       f.evidence = {fmt::format("sw_power_cap in {} of {} busy samples over {} s", capped,
                                 s.power.size(), Num(span))};
+      if (peer_clock) f.evidence.push_back("peers' median SM clock " + Num(*peer_clock) + " MHz");
       if (g.power_w) f.evidence.push_back("power_w " + Num(*g.power_w));
       f.action =
           "Check the power limit set on the GPU (nvidia-smi -q -d POWER) and the node's power "
           "budget";
       Report(std::move(f), t);
     }
-  } else {
-    s.power.clear();
   }
+  // (Idle samples are skipped, not a reset: a checkpoint step idles the GPU for seconds.)
 
   // PCIe: width below the maximum is a link that trained narrow; a lower generation only
   // matters while busy (GPUs lower it when idle by design).

@@ -511,6 +511,20 @@ int Main(int argc, char** argv) {
   eval_cmd->add_option("dir", eval_dir, "The scenario directory")->required();
   eval_cmd->add_flag("--json", eval_json, "Print JSON");
 
+  SimCommand sim;
+  auto* sim_cmd = app.add_subcommand(
+      "sim",
+      "Simulate a training job on GPU nodes, with faults, as a trace plus its truth file "
+      "(SIMULATED data)");
+  sim_cmd->add_option("--shape", sim.shape, "<N>x<MODEL>: H100, A100, L40S, 4090 (default 8xH100)");
+  sim_cmd->add_option("--nodes", sim.nodes, "Nodes (default 1)");
+  sim_cmd->add_option("--duration", sim.duration, "Length (default 15m)");
+  sim_cmd->add_option("--seed", sim.seed, "Seed: the same seed gives the same trace");
+  sim_cmd->add_option("--fault", sim.faults,
+                      "cause[:gpu=G,node=N,onset=SECONDS,severity=0..1], repeatable");
+  sim_cmd->add_option("--out", sim.out, "Output prefix: PREFIX.jsonl.gz, PREFIX.truth.json")
+      ->required();
+
   TopoOptions topo_opts;
   std::string topo_a, topo_b;
   auto* topo_cmd = app.add_subcommand(
@@ -621,6 +635,7 @@ int Main(int argc, char** argv) {
   }
   if (replay_cmd->parsed()) return RunReplay(replay_path, replay_json, std::cout, std::cerr);
   if (eval_cmd->parsed()) return RunEval(eval_dir, eval_json, std::cout, std::cerr);
+  if (sim_cmd->parsed()) return RunSim(sim, std::cout, std::cerr);
   if (topo_import->parsed()) return RunTopoImport(link_file, link_json, std::cout, std::cerr);
   if (topo_list->parsed()) return RunTopoList(topo_opts, std::cout, std::cerr);
   if (topo_show->parsed()) return RunTopoShow(topo_opts, topo_a, std::cout, std::cerr);

@@ -7,8 +7,12 @@
 #include <filesystem>
 
 #include "analyze/diagnoser.h"
+#include "cli/config_file.h"
+#include "common/file_io.h"
 #include "common/strings.h"
 #include "eval/scoring.h"
+#include "simulate/simulator.h"
+#include "trace/trace_file.h"
 #include "trace/trace_reader.h"
 
 namespace gpuwatch::cli {
@@ -223,6 +227,44 @@ int RunEval(const std::string& dir, bool json, std::ostream& out, std::ostream& 
       "\n{} scenarios ({} healthy, {} false alarms on them); replay {:.0f}x real "
       "time\n",
       sum.scenarios, sum.healthy_scenarios, sum.healthy_false_alarms, speed);
+  return 0;
+}
+
+int RunSim(const SimCommand& c, std::ostream& out, std::ostream& err) {
+  simulate::SimOptions o;
+  o.shape = c.shape;
+  o.nodes = c.nodes;
+  o.seed = c.seed;
+  auto ms = ParseDurationMs(c.duration);
+  if (!ms.ok()) {
+    err << "gpuwatch: sim: " << ms.status().message() << "\n";
+    return 2;
+  }
+  o.duration_s = static_cast<double>(*ms) / 1000;
+  for (const std::string& f : c.faults) {
+    auto spec = simulate::ParseFaultSpec(f);
+    if (!spec.ok()) {
+      err << "gpuwatch: sim: " << spec.status().message() << "\n";
+      return 2;
+    }
+    if (spec->cause != "healthy") o.faults.push_back(*spec);
+  }
+  auto sim = simulate::Simulate(o);
+  if (!sim.ok()) {
+    err << "gpuwatch: sim: " << sim.status().message() << "\n";
+    return 2;
+  }
+  const std::string trace_path = c.out + ".jsonl.gz";
+  if (Status st = trace::WriteTraceFile(trace_path, sim->trace_lines); !st.ok()) {
+    err << "gpuwatch: sim: " << st.message() << "\n";
+    return 2;
+  }
+  if (Status st = WriteFileAtomically(c.out + ".truth.json", sim->truth_json); !st.ok()) {
+    err << "gpuwatch: sim: " << st.message() << "\n";
+    return 2;
+  }
+  out << fmt::format("SIMULATED: {} records → {} and {}.truth.json\n", sim->trace_lines.size(),
+                     trace_path, c.out);
   return 0;
 }
 

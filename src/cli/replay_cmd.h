@@ -14,9 +14,9 @@ namespace gpuwatch::cli {
 
 struct ReplayResult {
   std::vector<analyze::Finding> findings;
-  nlohmann::json stats;             // {"records": N, "ignored_records": M, …}
-  std::vector<std::string> notes;   // the reader's report (unknown fields, out of order, …)
-  double first_t = 0, last_t = 0;   // the trace's span
+  nlohmann::json stats;            // {"records": N, "ignored_records": M, …}
+  std::vector<std::string> notes;  // the reader's report (unknown fields, out of order, …)
+  double first_t = 0, last_t = 0;  // the trace's span
 };
 
 // Reads the whole trace through the diagnoser. An error names the file and line.
@@ -26,5 +26,16 @@ Result<ReplayResult> ReplayTrace(const std::string& path);
 int RunReplay(const std::string& path, bool json, std::ostream& out, std::ostream& err);
 // Exit codes: 0 every scenario replayed and scored, 2 a trace or truth file failed.
 int RunEval(const std::string& dir, bool json, std::ostream& out, std::ostream& err);
+
+// `gpuwatch sim`: writes <out>.jsonl.gz and <out>.truth.json. Exit 0, or 2 on bad options.
+struct SimCommand {
+  std::string shape = "8xH100";
+  int nodes = 1;
+  std::string duration = "15m";
+  uint64_t seed = 1;
+  std::vector<std::string> faults;  // "thermal_throttle:gpu=3,onset=480"
+  std::string out;
+};
+int RunSim(const SimCommand& c, std::ostream& out, std::ostream& err);
 
 }  // namespace gpuwatch::cli

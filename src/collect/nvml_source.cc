@@ -995,6 +995,8 @@ const char* P2PToken(nvmlGpuP2PStatus_t st) {
       return "DIS";
     case NVML_P2P_STATUS_NOT_SUPPORTED:
       return "NS";
+    case NVML_P2P_STATUS_UNKNOWN:
+      break;
   }
   return "U";
 }

@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# The diagnosis yardstick (issue 6): generates a fixed suite of simulated scenarios (every cause
+# the simulator knows on four node shapes, healthy runs, multi-node runs and combined faults),
+# runs `gpuwatch eval` on it and on ../shared/scenarios, and prints both tables.
+#   bench/eval/run.sh [GPUWATCH] [OUTDIR]
+# Results are recorded in bench/eval/RESULTS.md.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+GPUWATCH=${1:-build/release/gpuwatch}
+OUT=${2:-build/bench-eval}
+[ -x "$GPUWATCH" ] || { echo "build gpuwatch first (scripts/up.sh builds build/release)" >&2; exit 2; }
+rm -rf "$OUT" && mkdir -p "$OUT/suite"
+
+CAUSES=(thermal_throttle power_throttle gpu_lost ecc_dbe ecc_sbe_growth pcie_downgrade
+        pcie_replay nvlink_errors nvlink_fallback data_stall memory_leak)
+SHAPES=(8xH100 8xA100 4xL40S 8x4090)
+n=0
+for shape in "${SHAPES[@]}"; do
+  gpus=${shape%%x*}
+  for seed in 1 2; do
+    for cause in "${CAUSES[@]}"; do
+      # NVLink causes need NVLink.
+      case "$cause:$shape" in nvlink_*:4xL40S|nvlink_*:8x4090) continue ;; esac
+      s=$((seed * 7919 + n * 104729))
+      gpu=$((s % gpus)); onset=$((300 + s % 300)); sev=0.$((3 + s % 7))
+      "$GPUWATCH" sim --shape "$shape" --seed "$s" --duration 15m \
+        --fault "$cause:gpu=$gpu,onset=$onset,severity=$sev" --out "$OUT/suite/$cause-$shape-$seed" >/dev/null
+      n=$((n + 1))
+    done
+    for h in 1 2; do
+      "$GPUWATCH" sim --shape "$shape" --seed $((seed * 31 + h)) --duration 15m \
+        --out "$OUT/suite/healthy-$shape-$seed-$h" >/dev/null
+      n=$((n + 1))
+    done
+  done
+done
+# Multi-node: one node on another driver, and a healthy 4-node job.
+for seed in 1 2 3 4; do
+  "$GPUWATCH" sim --shape 8xH100 --nodes 4 --seed "$seed" --duration 15m \
+    --fault "version_mismatch:node=$((seed % 4))" --out "$OUT/suite/version_mismatch-4n-$seed" >/dev/null
+  "$GPUWATCH" sim --shape 8xH100 --nodes 4 --seed $((seed + 100)) --duration 15m \
+    --out "$OUT/suite/healthy-4n-$seed" >/dev/null
+  n=$((n + 2))
+done
+# Two faults at once, on different GPUs or layers.
+"$GPUWATCH" sim --shape 8xH100 --seed 501 --fault thermal_throttle:gpu=1,onset=420 \
+  --fault pcie_replay:gpu=6,onset=500 --out "$OUT/suite/combined-thermal-replay" >/dev/null
+"$GPUWATCH" sim --shape 8xA100 --seed 502 --fault data_stall:onset=400 \
+  --fault ecc_sbe_growth:gpu=2,onset=450 --out "$OUT/suite/combined-stall-sbe" >/dev/null
+"$GPUWATCH" sim --shape 4xL40S --seed 503 --fault memory_leak:onset=380 \
+  --fault pcie_downgrade:gpu=3,onset=600 --out "$OUT/suite/combined-leak-pcie" >/dev/null
+"$GPUWATCH" sim --shape 8xH100 --seed 504 --fault power_throttle:gpu=4,onset=350 \
+  --fault gpu_lost:gpu=0,onset=700 --out "$OUT/suite/combined-power-lost" >/dev/null
+n=$((n + 4))
+echo "suite: $n simulated scenarios in $OUT/suite"
+echo
+echo "== simulated suite =="
+"$GPUWATCH" eval "$OUT/suite" | tail -n +$((n + 2))
+if [ -d ../shared/scenarios ]; then
+  echo
+  echo "== ../shared/scenarios (independent generator) =="
+  "$GPUWATCH" eval ../shared/scenarios
+fi

@@ -1,0 +1,141 @@
+// The simulator's physics, and healthy runs without fault signatures (property tests over
+// seeds), checked through the real trace reader and diagnoser.
+#include "simulate/simulator.h"
+
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include "analyze/diagnoser.h"
+#include "trace/trace_reader.h"
+
+namespace gpuwatch::simulate {
+namespace {
+
+using nlohmann::json;
+
+SimOutput SimulateOk(SimOptions o) {
+  auto r = Simulate(o);
+  EXPECT_TRUE(r.ok()) << r.status().message();
+  return r.ok() ? *r : SimOutput{};
+}
+
+std::vector<analyze::Finding> Diagnose(const SimOutput& s) {
+  std::string text;
+  for (const auto& l : s.trace_lines) text += l + "\n";
+  auto reader = trace::TraceReader::OpenBuffer(text, "sim.jsonl");
+  EXPECT_TRUE(reader.ok());
+  analyze::Diagnoser d;
+  trace::TraceRecord r;
+  double end = 0;
+  while (true) {
+    auto more = (*reader)->Next(&r);
+    EXPECT_TRUE(more.ok()) << more.status().message();
+    if (!more.ok() || !*more) break;
+    d.Observe(r);
+    end = r.t;
+  }
+  EXPECT_EQ((*reader)->Stats().out_of_order, 0u);
+  return d.Finish(end);
+}
+
+// Mean of a field over GPU (or step) records in [from, to) seconds after the start.
+double Mean(const SimOutput& s, const std::string& type, const std::string& field, double from,
+            double to, int gpu = -1) {
+  double sum = 0, n = 0, t0 = -1;
+  for (const auto& l : s.trace_lines) {
+    const json j = json::parse(l);
+    if (t0 < 0) t0 = j["t"].get<double>();
+    const double t = j["t"].get<double>() - t0;
+    if (j["type"] != type || t < from || t >= to || !j.contains(field)) continue;
+    if (gpu >= 0 && j.value("gpu", -1) != gpu) continue;
+    sum += j[field].get<double>();
+    ++n;
+  }
+  return n > 0 ? sum / n : 0;
+}
+
+TEST(SimulatorTest, HealthyRunsHaveNoFaultSignatures) {
+  for (const char* shape : {"8xH100", "8xA100", "4xL40S", "8x4090"}) {
+    for (uint64_t seed : {1, 2}) {
+      SimOptions o;
+      o.shape = shape;
+      o.seed = seed;
+      o.duration_s = 900;
+      const SimOutput s = SimulateOk(o);
+      EXPECT_EQ(json::parse(s.truth_json)["faults"].size(), 0u);
+      for (const auto& f : Diagnose(s)) {
+        ADD_FAILURE() << shape << " seed " << seed << ": " << f.cause << " " << f.summary;
+      }
+    }
+  }
+}
+
+TEST(SimulatorTest, ThermalFaultSlowsTheGpuAndEveryStep) {
+  SimOptions o;
+  o.seed = 7;
+  o.faults = {{"thermal_throttle", 0, 3, 400, 0.8}};
+  const SimOutput s = SimulateOk(o);
+  const double clock_before = Mean(s, "gpu", "sm_clock_mhz", 200, 390, 3);
+  const double clock_after = Mean(s, "gpu", "sm_clock_mhz", 600, 800, 3);
+  const double peer_after = Mean(s, "gpu", "sm_clock_mhz", 600, 800, 2);
+  EXPECT_LT(clock_after, clock_before * 0.95);
+  EXPECT_GT(peer_after, clock_after);
+  // Synchronous ranks: the slowest GPU sets every step's pace.
+  EXPECT_GT(Mean(s, "step", "duration_s", 600, 800),
+            Mean(s, "step", "duration_s", 200, 390) * 1.03);
+  EXPECT_GT(Mean(s, "gpu", "temp_c", 600, 800, 3), 85);
+  const json truth = json::parse(s.truth_json)["faults"];
+  ASSERT_EQ(truth.size(), 1u);
+  EXPECT_EQ(truth[0]["gpu"], 3);
+  EXPECT_GT(truth[0]["start"].get<double>(), o.start_unix_s + 400);  // the first throttled sample
+}
+
+TEST(SimulatorTest, DataStallIdlesEveryGpuTogether) {
+  SimOptions o;
+  o.seed = 11;
+  o.faults = {{"data_stall", 0, 0, 400, 1}};
+  const SimOutput s = SimulateOk(o);
+  for (int gpu : {0, 5}) {
+    EXPECT_LT(Mean(s, "gpu", "util_pct", 500, 800, gpu),
+              0.7 * Mean(s, "gpu", "util_pct", 200, 390, gpu))
+        << gpu;
+  }
+  EXPECT_GT(Mean(s, "host", "iowait_pct", 500, 800), 10);
+}
+
+TEST(SimulatorTest, EveryFaultIsPlantedAndDiagnosed) {
+  for (const std::string& cause : KnownFaults()) {
+    if (cause == "healthy") continue;
+    SimOptions o;
+    o.seed = 5;
+    o.nodes = cause == "version_mismatch" ? 3 : 1;
+    o.faults = {{cause, cause == "version_mismatch" ? 1 : 0, 2, 420, 0.7}};
+    const SimOutput s = SimulateOk(o);
+    const json truth = json::parse(s.truth_json)["faults"];
+    ASSERT_EQ(truth.size(), 1u) << cause;
+    EXPECT_EQ(truth[0]["cause"], cause);
+    bool found = false;
+    for (const auto& f : Diagnose(s)) found |= f.cause == cause;
+    EXPECT_TRUE(found) << cause << " planted but not diagnosed";
+  }
+}
+
+TEST(SimulatorTest, SameSeedSameTraceAndBadOptions) {
+  SimOptions o;
+  o.seed = 3;
+  o.duration_s = 300;
+  EXPECT_EQ(SimulateOk(o).trace_lines, SimulateOk(o).trace_lines);
+  o.shape = "8xV100";
+  EXPECT_FALSE(Simulate(o).ok());
+  EXPECT_FALSE(ParseFaultSpec("melting").ok());
+  EXPECT_FALSE(ParseFaultSpec("thermal_throttle:gpu").ok());
+  EXPECT_FALSE(ParseFaultSpec("thermal_throttle:colour=3").ok());
+  auto f = ParseFaultSpec("pcie_replay:gpu=5,onset=300,severity=0.5");
+  ASSERT_TRUE(f.ok());
+  EXPECT_EQ(f->gpu, 5);
+  EXPECT_EQ(f->onset_s, 300);
+}
+
+}  // namespace
+}  // namespace gpuwatch::simulate

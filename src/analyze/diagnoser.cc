@@ -89,7 +89,13 @@ void Diagnoser::Observe(const trace::TraceRecord& r) {
   if (const auto* e = r.as<trace::TraceEvent>()) OnEvent(r, *e);
   if (const auto* l = r.as<trace::TraceLog>()) OnLog(r, *l);
   if (const auto* j = r.as<trace::TraceJob>()) OnJob(r, *j);
-  if (const auto* st = r.as<trace::TraceStep>()) OnStep(r, *st);
+  if (const auto* st = r.as<trace::TraceStep>()) {
+    OnStep(r, *st);
+    OnStepTask(r, *st);
+  }
+  if (const auto* p = r.as<trace::TraceProc>()) OnProc(r, *p);
+  if (const auto* h = r.as<trace::TraceHost>()) OnHost(r, *h);
+  if (!r.node.empty()) CheckHangs(r.node, r.t);
 }
 
 namespace {
@@ -150,6 +156,207 @@ void Diagnoser::OnStep(const trace::TraceRecord& r, const trace::TraceStep& st) 
       "Check the input pipeline: data loader workers, the file system or object store "
       "it reads from (iowait), and prefetching";
   Report(std::move(f), r.t);
+}
+
+void Diagnoser::OnStepTask(const trace::TraceRecord& r, const trace::TraceStep& st) {
+  if (!st.job || !st.duration_s) return;
+  TaskState& ts = tasks_[{r.node, *st.job}];
+  ts.last_step_t = std::max(ts.last_step_t, r.t);
+  ts.durations.push_back(*st.duration_s);
+  if (ts.durations.size() > 64) ts.durations.pop_front();
+  if (st.rank && st.gpu) ts.rank_gpu[*st.rank] = *st.gpu;
+
+  // checkpoint_stall: this checkpoint against the job's earlier ones (or a hard budget).
+  if (st.checkpoint_s && *st.checkpoint_s > 0 && st.rank.value_or(0) == 0) {
+    const double c = *st.checkpoint_s;
+    bool stalled = false;
+    std::string why;
+    if (!ts.checkpoints_s.empty()) {
+      const double base = Median(ts.checkpoints_s);
+      stalled = c > o_.checkpoint_factor * base && c > base + o_.checkpoint_min_extra_s;
+      why = fmt::format("checkpoint blocked {} s vs a median of {} s before", Num(c), Num(base));
+    } else if (c > o_.checkpoint_budget_s) {
+      stalled = true;
+      why = fmt::format("checkpoint blocked {} s, over the {} s budget", Num(c),
+                        Num(o_.checkpoint_budget_s));
+    }
+    if (stalled) {
+      Finding f = Make("checkpoint_stall", "warning", r.node, std::nullopt);
+      f.job = *st.job;
+      f.first_seen = r.t - *st.duration_s;  // the step that carried the checkpoint began then
+      f.summary = fmt::format("Job {} was blocked {} s by a checkpoint write", *st.job, Num(c));
+      f.evidence = {why};
+      f.action = "Check the checkpoint target's write bandwidth; write asynchronously or shard";
+      Report(std::move(f), r.t);
+    } else {
+      ts.checkpoints_s.push_back(c);
+    }
+  }
+
+  // Stragglers: synchronous ranks wait in communication for the slowest one, so the slow
+  // GPU's rank shows the least exposed comm and the others the most.
+  if (st.rank && st.comm_s) {
+    auto& q = ts.comm[*st.rank];
+    q.push_back({r.t, *st.comm_s});
+    while (!q.empty() && q.front().first < r.t - o_.straggler_window_s) q.pop_front();
+  }
+  if (st.rank.value_or(1) == 0 && ts.comm.size() >= 3) {
+    std::vector<std::pair<double, uint32_t>> medians;
+    for (const auto& [rank, q] : ts.comm) {
+      if (q.size() < 5) continue;
+      std::vector<double> v;
+      for (const auto& [t, c] : q) v.push_back(c);
+      medians.push_back({Median(v), rank});
+    }
+    if (medians.size() >= 3) {
+      std::sort(medians.begin(), medians.end());
+      std::vector<double> others;
+      for (size_t i = 1; i < medians.size(); ++i) others.push_back(medians[i].first);
+      const double rest = Median(others);
+      const bool straggle = rest > 0.02 && medians[0].first < o_.straggler_comm_share * rest;
+      if (!straggle) {
+        ts.straggle_since = -1;
+      } else {
+        if (ts.straggle_since < 0) ts.straggle_since = r.t;
+        const uint32_t rank = medians[0].second;
+        if (r.t - ts.straggle_since >= o_.straggler_window_s / 2 && ts.rank_gpu.count(rank)) {
+          const int gpu = static_cast<int>(ts.rank_gpu[rank]);
+          Finding f = Make("straggler_gpu", "warning", r.node, gpu);
+          f.job = *st.job;
+          f.first_seen = ts.straggle_since;
+          f.summary = fmt::format(
+              "GPU {} (rank {}) is the straggler of job {}: the other ranks wait {} s per step "
+              "for it in communication, it waits {} s",
+              gpu, rank, *st.job, Num(rest), Num(medians[0].first));
+          f.evidence = {fmt::format("median comm_s {} on rank {} vs {} on the others",
+                                    Num(medians[0].first), rank, Num(rest))};
+          f.action =
+              "Compare the GPU's clocks, temperature, power and PCIe link with its peers; "
+              "move the job off it if it persists";
+          Report(std::move(f), r.t);
+        }
+      }
+    }
+  }
+
+  // step_regression: slower steps than the job's own post-warm-up median (a deeper cause, if
+  // one is found, replaces it in Deepest()).
+  if (st.rank.value_or(1) != 0) return;
+  auto ss = steps_.find({r.node, *st.job});
+  if (ss == steps_.end() || r.t - ss->second.first_t < o_.warmup_s) return;
+  if (!ts.base_step_s) {
+    ts.base_steps.push_back(*st.duration_s);
+    if (ts.base_steps.size() >= o_.baseline_steps / 2) {
+      ts.base_step_s = Median(ts.base_steps);
+      ts.base_steps.clear();
+    }
+    return;
+  }
+  ts.recent_steps.push_back({r.t, *st.duration_s});
+  while (!ts.recent_steps.empty() && ts.recent_steps.front().first < r.t - 60) {
+    ts.recent_steps.pop_front();
+  }
+  std::vector<double> v;
+  for (const auto& [t, d] : ts.recent_steps) v.push_back(d);
+  const double now = Median(v);
+  if (now < o_.regression_factor * *ts.base_step_s) {
+    ts.slow_since = -1;
+    return;
+  }
+  if (ts.slow_since < 0) ts.slow_since = ts.recent_steps.front().first;
+  if (r.t - ts.slow_since < o_.regression_hold_s) return;
+  Finding f = Make("step_regression", "warning", r.node, std::nullopt);
+  f.job = *st.job;
+  f.first_seen = ts.slow_since;
+  f.summary = fmt::format("Job {} steps take {} s, {:.0f}% over its own {} s", *st.job, Num(now),
+                          (now / *ts.base_step_s - 1) * 100, Num(*ts.base_step_s));
+  f.evidence = {fmt::format("median step {} s over the last minute vs {} s after warm-up", Num(now),
+                            Num(*ts.base_step_s))};
+  f.action =
+      "Compare with the template's baseline run (gpuwatch baseline compare) and what "
+      "changed since: data, code, versions, node";
+  Report(std::move(f), r.t);
+}
+
+void Diagnoser::CheckHangs(const std::string& node, double t) {
+  for (auto& [key, ts] : tasks_) {
+    if (key.first != node || ts.ended || ts.last_step_t < 0 || ts.durations.size() < 5) continue;
+    std::vector<double> d(ts.durations.begin(), ts.durations.end());
+    const double limit = ts.checkpoint_since >= 0
+                             ? o_.checkpoint_hang_s
+                             : std::max(o_.hang_min_s, o_.hang_factor * Median(d));
+    if (t - ts.last_step_t < limit) continue;
+    Finding f = Make("job_hang", "critical", node, std::nullopt);
+    f.job = key.second;
+    f.first_seen = ts.last_step_t;
+    f.summary = fmt::format("Job {} has finished no step for {:.0f} s (its steps take {} s)",
+                            key.second, t - ts.last_step_t, Num(Median(d)));
+    f.evidence = {fmt::format("last step ended at {}; no step since", Num(ts.last_step_t))};
+    f.action =
+        "Dump the ranks' stacks (py-spy dump); look for a rank stuck outside the "
+        "collective or an NCCL timeout in the logs";
+    Report(std::move(f), t);
+  }
+}
+
+void Diagnoser::OnProc(const trace::TraceRecord& r, const trace::TraceProc& p) {
+  if (!p.gpu || !p.cpu_numa_nodes || p.cpu_numa_nodes->empty()) return;
+  const trace::TraceNodeGpu* info = NodeGpu(r.node, *p.gpu);
+  if (!info || !info->numa_node) return;
+  const auto& nodes = *p.cpu_numa_nodes;
+  if (std::find(nodes.begin(), nodes.end(), static_cast<uint32_t>(*info->numa_node)) !=
+      nodes.end()) {
+    return;
+  }
+  Finding f = Make("numa_mismatch", "warning", r.node, static_cast<int>(*p.gpu));
+  f.summary = fmt::format(
+      "The process feeding GPU {} (pid {}) runs on NUMA node(s) {} while "
+      "the GPU hangs off node {}",
+      *p.gpu, p.pid.value_or(0), fmt::join(nodes, ","), *info->numa_node);
+  f.evidence = {fmt::format("cpu_numa_nodes [{}] vs GPU numa_node {}", fmt::join(nodes, ","),
+                            *info->numa_node)};
+  f.action =
+      "Bind each rank to its GPU's NUMA node (numactl --cpunodebind, or the launcher's "
+      "binding options)";
+  Report(std::move(f), r.t);
+}
+
+void Diagnoser::OnHost(const trace::TraceRecord& r, const trace::TraceHost& h) {
+  if (!h.nics) return;
+  for (const auto& [name, nic] : *h.nics) {
+    auto key = std::make_pair(r.node, name);
+    auto& prev = nic_counters_[key];
+    auto& times = nic_increments_[key];
+    bool rose = false;
+    for (auto [field, value] :
+         {std::pair{"errors", nic.errors}, std::pair{"retransmits", nic.retransmits}}) {
+      if (!value) continue;
+      auto it = prev.find(field);
+      if (it != prev.end() && *value > it->second) rose = true;
+      prev[field] = *value;
+    }
+    if (rose) {
+      times.push_back(r.t);
+      while (!times.empty() && times.front() < r.t - o_.counter_window_s) times.pop_front();
+    }
+    const bool was_up = nic_up_.count(key) ? nic_up_[key] : true;
+    const bool down = nic.link_up && !*nic.link_up && was_up && nic_up_.count(key);
+    if (nic.link_up) nic_up_[key] = *nic.link_up;
+    if (down || (rose && static_cast<int>(times.size()) >= o_.counter_increments)) {
+      Finding f = Make("net_errors", "warning", r.node, std::nullopt);
+      f.nic = name;
+      f.first_seen = down ? r.t : times.front();
+      f.summary = down ? fmt::format("NIC {} went down", name)
+                       : fmt::format("NIC {} errors or RDMA retransmissions keep rising", name);
+      f.evidence = {down ? "link_up false"
+                         : fmt::format("errors/retransmits rose {} times in {} s", times.size(),
+                                       Num(o_.counter_window_s))};
+      f.action =
+          "Check the cable, transceiver and switch port (ibstat, ethtool -S, the switch "
+          "counters)";
+      Report(std::move(f), r.t);
+    }
+  }
 }
 
 void Diagnoser::CheckMemory(const trace::TraceRecord& r, uint32_t gpu, double mem_mib) {
@@ -409,6 +616,23 @@ void Diagnoser::OnGpu(const trace::TraceRecord& r, const TraceGpu& g) {
     Report(std::move(f), t);
   }
   if (g.mem_used_mib) CheckMemory(r, index, *g.mem_used_mib);
+  // gpu_idle_allocated: a job holds the GPU and it does nothing.
+  auto held = gpu_job_.find({r.node, index});
+  if (held != gpu_job_.end() && g.util_pct && *g.util_pct < 1) {
+    auto [it, fresh] = idle_since_.emplace(std::make_pair(r.node, index), t);
+    if (!fresh && t - it->second >= o_.idle_allocated_s) {
+      Finding f = Make("gpu_idle_allocated", "warning", r.node, std::nullopt);
+      f.job = held->second.first;
+      f.first_seen = it->second + o_.idle_allocated_s;
+      f.summary = fmt::format("Job {} holds GPU {}, idle for {:.0f} min", held->second.first, gpu,
+                              (t - it->second) / 60);
+      f.evidence = {fmt::format("util_pct 0 on GPU {} since {}", gpu, Num(it->second))};
+      f.action = "Ask the job's owner to release the GPUs, or end the job";
+      Report(std::move(f), t);
+    }
+  } else {
+    idle_since_.erase({r.node, index});
+  }
   s.prev = g;
   s.prev_t = t;
 }
@@ -454,6 +678,10 @@ void Diagnoser::OnEvent(const trace::TraceRecord& r, const trace::TraceEvent& e)
     }
     return;
   }
+  if ((*e.kind == "checkpoint_start" || *e.kind == "checkpoint_end") && e.job) {
+    tasks_[{r.node, *e.job}].checkpoint_since = *e.kind == "checkpoint_start" ? r.t : -1;
+    return;
+  }
   if (*e.kind == "topology_change") {
     Finding f = Make("topology_change", "warning", r.node, std::nullopt);
     f.summary = "The node's topology changed: " + message;
@@ -479,6 +707,7 @@ void Diagnoser::OnJob(const trace::TraceRecord& r, const trace::TraceJob& j) {
     nj = NcclJob{};
     nj.start_t = r.t;
   } else if (*j.state == "end") {
+    tasks_[key].ended = true;
     for (auto it = gpu_job_.begin(); it != gpu_job_.end();) {
       it = it->first.first == r.node && it->second.first == *j.job ? gpu_job_.erase(it)
                                                                    : std::next(it);
@@ -625,6 +854,47 @@ std::vector<Finding> Diagnoser::Finish(double end_t) {
     if (copy.last_seen < copy.first_seen) copy.last_seen = copy.first_seen;
     (void)end_t;
     out.push_back(std::move(copy));
+  }
+  return Deepest(std::move(out));
+}
+
+std::vector<Finding> Diagnoser::Deepest(std::vector<Finding> all) const {
+  // Card and link causes on a node explain a slow or stuck job there (findings.md: "slower
+  // steps after a fallback, a congested NIC or a downgraded link are that link cause"; "a job
+  // that hangs because a GPU stopped responding is xid"); a card cause on a GPU explains that
+  // GPU straggling.
+  auto has = [&](const std::string& node, std::optional<int> gpu,
+                 std::initializer_list<std::string_view> causes) {
+    for (const Finding& f : all) {
+      if (f.node != node) continue;
+      if (gpu && f.gpu != gpu) continue;
+      for (std::string_view c : causes) {
+        if (f.cause == c) return true;
+      }
+    }
+    return false;
+  };
+  const std::initializer_list<std::string_view> kCard = {
+      "thermal_throttle", "power_throttle", "clock_slowdown", "ecc_dbe", "xid",
+      "gpu_lost",         "pcie_downgrade", "nvlink_errors"};
+  const std::initializer_list<std::string_view> kBelow = {
+      "thermal_throttle", "power_throttle", "clock_slowdown", "ecc_dbe",         "xid",
+      "gpu_lost",         "pcie_downgrade", "nvlink_errors",  "nvlink_fallback", "net_fallback",
+      "net_congestion",   "net_errors",     "straggler_gpu",  "data_stall",      "checkpoint_stall",
+      "memory_leak",      "numa_mismatch"};
+  // Decide first, then move: has() reads every finding.
+  std::vector<bool> keep(all.size(), true);
+  for (size_t i = 0; i < all.size(); ++i) {
+    const Finding& f = all[i];
+    if ((f.cause == "straggler_gpu" && has(f.node, f.gpu, kCard)) ||
+        (f.cause == "step_regression" && has(f.node, std::nullopt, kBelow)) ||
+        (f.cause == "job_hang" && has(f.node, std::nullopt, {"gpu_lost", "xid", "ecc_dbe"}))) {
+      keep[i] = false;
+    }
+  }
+  std::vector<Finding> out;
+  for (size_t i = 0; i < all.size(); ++i) {
+    if (keep[i]) out.push_back(std::move(all[i]));
   }
   return out;
 }

@@ -24,6 +24,16 @@
 //   clock_skew     the node whose clock offset differs from the others' by more than 100 ms
 //   data_stall     a job's share of step time waiting for input, well above its own baseline
 //   memory_leak    a job's GPU memory that keeps growing after warm-up and never falls back
+//   job_hang       no step for 10× the median step (≥ 60 s; 10 min inside a checkpoint)
+//   checkpoint_stall a checkpoint blocking 3× the job's earlier ones (or over 5 min)
+//   straggler_gpu  the rank that never waits in communication while the others wait for it
+//   step_regression steps 25 % over the job's own post-warm-up median, held 2 min
+//   numa_mismatch  a GPU process on CPUs of another NUMA node than its GPU's
+//   net_errors     NIC errors or RDMA retransmissions that keep rising, a NIC going down
+//   gpu_idle_allocated a GPU a job holds at 0 % for 10 minutes
+// Deepest cause only (Finish): a card cause on a GPU removes that GPU's straggler finding; any
+// card or link cause on a node removes its step_regression; a lost GPU or an XID removes a
+// job_hang.
 // Findings of one cause at one place are one finding (first_seen, last_seen extended).
 // first_seen is when the evidence began (the first sample of a sustained run), not when the
 // rule became sure.
@@ -44,14 +54,14 @@
 namespace gpuwatch::analyze {
 
 struct DiagnoserOptions {
-  double busy_util_pct = 30;       // a GPU this busy is working, so a throttle costs time
-  int consecutive_samples = 3;     // thermal, slowdown, PCIe width: samples in a row
-  double power_window_s = 30;      // the power cap must hold most of this window …
-  double power_share = 0.8;        // … this share of its busy samples …
-  double power_clock_ratio = 0.9;  // … with the SM clock below this share of its maximum
+  double busy_util_pct = 30;             // a GPU this busy is working, so a throttle costs time
+  int consecutive_samples = 3;           // thermal, slowdown, PCIe width: samples in a row
+  double power_window_s = 30;            // the power cap must hold most of this window …
+  double power_share = 0.8;              // … this share of its busy samples …
+  double power_clock_ratio = 0.9;        // … with the SM clock below this share of its maximum
   double power_peer_clock_ratio = 0.97;  // … or below this share of its busy peers' median
-  double counter_window_s = 300;   // rising counters: increments within this window …
-  int counter_increments = 3;      // … at least this many
+  double counter_window_s = 300;         // rising counters: increments within this window …
+  int counter_increments = 3;            // … at least this many
   double clock_skew_tolerance_ms = 100;
   // data_stall: after warm-up, a job's baseline share of step time spent waiting for data is
   // learned from its first steps; a stall is a rolling median share above both the floor and
@@ -67,6 +77,24 @@ struct DiagnoserOptions {
   double leak_window_s = 180;
   double leak_min_growth_share = 0.02;  // of the card's memory over the window
   double leak_max_drop_share = 0.01;    // a fall of this share ends a run (freed, not leaked)
+  // job_hang: no step for this many median step times (and at least hang_min_s), outside a
+  // checkpoint (checkpoint_hang_s inside one).
+  double hang_factor = 10;
+  double hang_min_s = 60;
+  double checkpoint_hang_s = 600;
+  // checkpoint_stall: a checkpoint blocking this many times its predecessors' median (and at
+  // least checkpoint_min_extra_s longer), or longer than checkpoint_budget_s with no history.
+  double checkpoint_factor = 3;
+  double checkpoint_min_extra_s = 20;
+  double checkpoint_budget_s = 300;
+  // straggler_gpu: over straggler_window_s, one rank's median exposed comm is below this share
+  // of the others' (they wait for it), while theirs is above their baseline by the factor.
+  double straggler_window_s = 60;
+  double straggler_comm_share = 0.5;
+  // step_regression: steps this much slower than the job's post-warm-up median, held.
+  double regression_factor = 1.25;
+  double regression_hold_s = 120;
+  double idle_allocated_s = 600;  // gpu_idle_allocated: idle this long while a job holds it
   size_t max_nccl_lines_per_job = 50000;
 };
 
@@ -104,6 +132,21 @@ class Diagnoser {
     double above_since = -1;                       // rolling median above the line since
     double first_above_step = -1;                  // first step of that run above the line
   };
+  struct TaskState {  // per (node, job): liveness, checkpoints, stragglers, regressions
+    double last_step_t = -1;
+    std::deque<double> durations;  // the last steps' durations, for the hang threshold
+    bool ended = false;
+    double checkpoint_since = -1;       // inside a checkpoint_start … _end
+    std::vector<double> checkpoints_s;  // blocking time of each checkpoint so far
+    // Per rank: its GPU and its recent exposed-comm times (t, comm_s).
+    std::map<uint32_t, uint32_t> rank_gpu;
+    std::map<uint32_t, std::deque<std::pair<double, double>>> comm;
+    double straggle_since = -1;
+    std::optional<double> base_step_s;  // median step after warm-up
+    std::vector<double> base_steps;
+    std::deque<std::pair<double, double>> recent_steps;  // (t, duration) in the window
+    double slow_since = -1;
+  };
   struct MemState {                                 // per (node, gpu)
     std::deque<std::pair<double, double>> samples;  // (t, mem_used_mib)
   };
@@ -121,6 +164,12 @@ class Diagnoser {
   void OnJob(const trace::TraceRecord& r, const trace::TraceJob& j);
   void OnStep(const trace::TraceRecord& r, const trace::TraceStep& st);
   void CheckMemory(const trace::TraceRecord& r, uint32_t gpu, double mem_mib);
+  void OnStepTask(const trace::TraceRecord& r, const trace::TraceStep& st);
+  void OnProc(const trace::TraceRecord& r, const trace::TraceProc& p);
+  void OnHost(const trace::TraceRecord& r, const trace::TraceHost& h);
+  void CheckHangs(const std::string& node, double t);
+  // Drops what a deeper cause explains (findings.md: task → card → link, deepest only).
+  std::vector<Finding> Deepest(std::vector<Finding> all) const;
   void AnalyzeNccl(const std::string& node, const std::string& job, NcclJob& nj);
   void CrossNode();
   // Adds or extends the finding of f.cause at f's place.
@@ -133,6 +182,11 @@ class Diagnoser {
   std::map<std::pair<std::string, std::string>, NcclJob> nccl_;
   std::map<std::pair<std::string, std::string>, StepState> steps_;
   std::map<std::pair<std::string, uint32_t>, MemState> mem_;
+  std::map<std::pair<std::string, std::string>, TaskState> tasks_;
+  std::map<std::pair<std::string, uint32_t>, double> idle_since_;  // allocated GPUs at 0 %
+  std::map<std::pair<std::string, std::string>, std::map<std::string, double>> nic_counters_;
+  std::map<std::pair<std::string, std::string>, std::deque<double>> nic_increments_;
+  std::map<std::pair<std::string, std::string>, bool> nic_up_;
   // The job holding each GPU (from job start records) and when it started.
   std::map<std::pair<std::string, uint32_t>, std::pair<std::string, double>> gpu_job_;
   std::map<std::tuple<std::string, std::string, int, std::string, std::string, int>, Finding>

@@ -3,6 +3,7 @@
 
 #include <gtest/gtest.h>
 
+#include <map>
 #include <string>
 
 #include "trace/trace_reader.h"
@@ -231,6 +232,105 @@ TEST(DiagnoserTest, MemoryLeakGrowsAndNeverFallsBack) {
   EXPECT_GE(f[0].first_seen, 400);
   EXPECT_LE(f[0].first_seen, 400 + 120);
   EXPECT_NE(f[0].summary.find("runs out in"), std::string::npos);
+}
+
+std::string StepOf(double t, int rank, double duration, double comm, double ckpt = 0) {
+  return "{\"t\":" + std::to_string(t) +
+         ",\"type\":\"step\",\"node\":\"n1\",\"job\":\"j1\","
+         "\"rank\":" +
+         std::to_string(rank) + ",\"gpu\":" + std::to_string(rank) +
+         ",\"duration_s\":" + std::to_string(duration) +
+         ",\"data_wait_s\":0.01,\"comm_s\":" + std::to_string(comm) +
+         ",\"checkpoint_s\":" + std::to_string(ckpt) + "}\n";
+}
+
+TEST(DiagnoserTest, JobHangFromTheLastStepAndNotWhenAGpuWasLost) {
+  std::string trace = Node("n1", 100);
+  for (int i = 0; i < 50; ++i) trace += StepOf(101 + i, 0, 1.0, 0.1);
+  // No step after t=150; the node keeps sampling for 3 minutes.
+  std::string hung = trace;
+  for (int i = 0; i < 180; ++i) hung += Gpu(151 + i, 0, "\"util_pct\":100");
+  std::vector<Finding> f = Diagnose(hung);
+  ASSERT_EQ(f.size(), 1u);
+  EXPECT_EQ(f[0].cause, "job_hang");
+  EXPECT_EQ(f[0].job, "j1");
+  EXPECT_DOUBLE_EQ(f[0].first_seen, 150);
+  // The same silence after the GPU fell off the bus is that, not a hang.
+  hung = trace +
+         R"({"t":151,"type":"event","node":"n1","gpu":0,"kind":"xid","code":79,"message":"x"})"
+         "\n";
+  for (int i = 0; i < 180; ++i) hung += Gpu(152 + i, 1, "\"util_pct\":100");
+  f = Diagnose(hung);
+  ASSERT_EQ(f.size(), 1u);
+  EXPECT_EQ(f[0].cause, "gpu_lost");
+}
+
+TEST(DiagnoserTest, CheckpointStallAgainstTheJobsEarlierCheckpoints) {
+  std::string trace = Node("n1", 100);
+  double t = 101;
+  for (int i = 0; i < 30; ++i) {
+    const double ckpt = i == 10 ? 8 : i == 25 ? 95 : 0;  // a normal one, then a slow one
+    trace += StepOf(t + 1 + ckpt, 0, 1 + ckpt, 0.1, ckpt);
+    t += 1 + ckpt;
+  }
+  const std::vector<Finding> f = Diagnose(trace);
+  ASSERT_EQ(f.size(), 1u);
+  EXPECT_EQ(f[0].cause, "checkpoint_stall");
+  EXPECT_NE(f[0].summary.find("95"), std::string::npos);
+}
+
+TEST(DiagnoserTest, StragglerIsTheRankThatNeverWaits) {
+  std::string trace = Node("n1", 100);
+  for (int i = 0; i < 200; ++i) {
+    for (int rank = 0; rank < 4; ++rank) {
+      // From t=161 rank 2's GPU is slow: the others wait 0.4 s for it in every collective.
+      const bool slow = i >= 60;
+      const double comm = !slow ? 0.1 : rank == 2 ? 0.05 : 0.5;
+      trace += StepOf(101 + i, rank, slow ? 1.4 : 1.0, comm);
+    }
+  }
+  std::vector<Finding> f = Diagnose(trace);
+  ASSERT_EQ(f.size(), 1u);
+  EXPECT_EQ(f[0].cause, "straggler_gpu");
+  EXPECT_EQ(f[0].gpu, 2);
+  EXPECT_GE(f[0].first_seen, 161);
+  EXPECT_LE(f[0].first_seen, 161 + 120);
+  // A thermally throttled GPU 2 is the deeper cause: the straggler finding goes.
+  for (int i = 0; i < 10; ++i) {
+    trace += Gpu(165 + i, 2, "\"util_pct\":95,\"throttle\":[\"hw_thermal\"]");
+  }
+  f = Diagnose(trace);
+  ASSERT_EQ(f.size(), 1u);
+  EXPECT_EQ(f[0].cause, "thermal_throttle");
+}
+
+TEST(DiagnoserTest, NumaMismatchIdleAllocatedAndNetErrors) {
+  std::string trace = Node("n1", 100);
+  // GPU 1 hangs off NUMA node 1 in this node record; its process runs on node 0's CPUs.
+  trace.replace(trace.find("{\"index\":1,"), 11, "{\"index\":1,\"numa_node\":1,");
+  trace += R"({"t":101,"type":"job","node":"n1","job":"j9","state":"start","gpus":[0]})"
+           "\n";
+  trace += R"({"t":102,"type":"proc","node":"n1","pid":7,"gpu":1,"job":"j9","cpu_numa_nodes":[0]})"
+           "\n";
+  for (int i = 0; i < 700; ++i) {
+    trace += Gpu(103 + i, 0, "\"util_pct\":0");
+    if (i % 5 == 0) {
+      const int errors = i >= 300 ? (i - 295) / 5 : 0;
+      trace += "{\"t\":" + std::to_string(103 + i) +
+               ",\"type\":\"host\",\"node\":\"n1\",\"nics\":{\"mlx5_0\":{\"link_up\":true,"
+               "\"errors\":0,\"retransmits\":" +
+               std::to_string(errors) + "}}}\n";
+    }
+  }
+  const std::vector<Finding> f = Diagnose(trace);
+  std::map<std::string, const Finding*> by;
+  for (const auto& x : f) by[x.cause] = &x;
+  ASSERT_EQ(f.size(), 3u);
+  EXPECT_EQ(by.at("numa_mismatch")->gpu, 1);
+  EXPECT_DOUBLE_EQ(by.at("numa_mismatch")->first_seen, 102);
+  EXPECT_EQ(by.at("gpu_idle_allocated")->job, "j9");
+  EXPECT_DOUBLE_EQ(by.at("gpu_idle_allocated")->first_seen, 703);
+  EXPECT_EQ(by.at("net_errors")->nic, "mlx5_0");
 }
 
 TEST(DiagnoserTest, DocumentIsFindingsJson) {

@@ -25,6 +25,11 @@ assert d["stats"]["records"] == 3 and d["stats"]["ignored_records"] == 1, d["sta
 PY
 grep -q 'mystery' "$TMP/a.err" || { cat "$TMP/a.err"; fail "the unknown type was not reported"; }
 "$GPUWATCH" replay "$TMP/t.jsonl" >"$TMP/text.txt" 2>/dev/null || fail "replay text"
+# --speed paces the trace's 2 s at 4x real time: about half a second.
+start=$(date +%s%N)
+"$GPUWATCH" replay "$TMP/t.jsonl" --speed 4 >/dev/null 2>&1 || fail "replay --speed"
+elapsed_ms=$(( ($(date +%s%N) - start) / 1000000 ))
+[ "$elapsed_ms" -ge 400 ] || fail "replay --speed 4 took ${elapsed_ms} ms for a 2 s trace"
 grep -q 'gpu_lost' "$TMP/text.txt" || { cat "$TMP/text.txt"; fail "replay text view"; }
 
 printf '{"t":1,"type":"node","node":"n"}\n[1,2]\n' >"$TMP/bad.jsonl"

@@ -497,11 +497,14 @@ int Main(int argc, char** argv) {
   bool link_json = false;
   std::string replay_path, eval_dir;
   bool replay_json = false, eval_json = false;
+  double replay_speed = 0;
   auto* replay_cmd = app.add_subcommand(
       "replay",
       "Run a trace (../shared/spec/trace-format.md; .jsonl, .gz, .zst) through the diagnosis as "
       "fast as the CPU allows and print the findings");
   replay_cmd->add_option("trace", replay_path, "The trace")->required();
+  replay_cmd->add_option("--speed", replay_speed,
+                         "Pace the records at N times real time (default: as fast as possible)");
   replay_cmd->add_flag("--json", replay_json,
                        "Print exactly the findings document of findings.md on stdout");
   auto* eval_cmd = app.add_subcommand(
@@ -633,7 +636,8 @@ int Main(int argc, char** argv) {
       std::cout << (jobs_cmd->parsed() ? RenderJobsTable(*j) : RenderJobTable(*j));
     return 0;
   }
-  if (replay_cmd->parsed()) return RunReplay(replay_path, replay_json, std::cout, std::cerr);
+  if (replay_cmd->parsed())
+    return RunReplay(replay_path, replay_json, replay_speed, std::cout, std::cerr);
   if (eval_cmd->parsed()) return RunEval(eval_dir, eval_json, std::cout, std::cerr);
   if (sim_cmd->parsed()) return RunSim(sim, std::cout, std::cerr);
   if (topo_import->parsed()) return RunTopoImport(link_file, link_json, std::cout, std::cerr);

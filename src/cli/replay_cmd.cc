@@ -4,7 +4,9 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <filesystem>
+#include <thread>
 
 #include "analyze/diagnoser.h"
 #include "cli/config_file.h"
@@ -54,13 +56,14 @@ nlohmann::json TallyJson(const eval::Tally& t) {
 
 }  // namespace
 
-Result<ReplayResult> ReplayTrace(const std::string& path) {
+Result<ReplayResult> ReplayTrace(const std::string& path, double speed) {
   auto reader = trace::TraceReader::Open(path);
   if (!reader.ok()) return reader.status();
   analyze::Diagnoser diagnoser;
   trace::TraceRecord rec;
   ReplayResult out;
   bool first = true;
+  const auto wall_start = std::chrono::steady_clock::now();
   while (true) {
     Result<bool> more = (*reader)->Next(&rec);
     if (!more.ok()) return more.status();
@@ -68,6 +71,12 @@ Result<ReplayResult> ReplayTrace(const std::string& path) {
     if (first) {
       out.first_t = rec.t;
       first = false;
+    }
+    if (speed > 0) {
+      // The virtual clock: record time t is due (t - first) / speed after the start.
+      std::this_thread::sleep_until(
+          wall_start + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                           std::chrono::duration<double>((rec.t - out.first_t) / speed)));
     }
     out.last_t = std::max(out.last_t, rec.t);
     diagnoser.Observe(rec);
@@ -81,9 +90,14 @@ Result<ReplayResult> ReplayTrace(const std::string& path) {
   return out;
 }
 
-int RunReplay(const std::string& path, bool json, std::ostream& out, std::ostream& err) {
+int RunReplay(const std::string& path, bool json, double speed, std::ostream& out,
+              std::ostream& err) {
+  if (speed < 0 || !std::isfinite(speed)) {
+    err << "gpuwatch: replay: --speed must be a positive number\n";
+    return 2;
+  }
   const auto t0 = std::chrono::steady_clock::now();
-  Result<ReplayResult> r = ReplayTrace(path);
+  Result<ReplayResult> r = ReplayTrace(path, speed);
   if (!r.ok()) {
     err << "gpuwatch: replay: " << r.status().message() << "\n";
     return 2;

@@ -19,11 +19,14 @@ struct ReplayResult {
   double first_t = 0, last_t = 0;  // the trace's span
 };
 
-// Reads the whole trace through the diagnoser. An error names the file and line.
-Result<ReplayResult> ReplayTrace(const std::string& path);
+// Reads the whole trace through the diagnoser. An error names the file and line. speed > 0
+// paces the records at `speed` times real time (the trace's own clock); 0 runs as fast as the
+// CPU allows.
+Result<ReplayResult> ReplayTrace(const std::string& path, double speed = 0);
 
 // Exit codes: 0 the trace was read (findings or not), 2 it could not be.
-int RunReplay(const std::string& path, bool json, std::ostream& out, std::ostream& err);
+int RunReplay(const std::string& path, bool json, double speed, std::ostream& out,
+              std::ostream& err);
 // Exit codes: 0 every scenario replayed and scored, 2 a trace or truth file failed.
 int RunEval(const std::string& dir, bool json, std::ostream& out, std::ostream& err);
 

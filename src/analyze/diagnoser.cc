@@ -299,7 +299,54 @@ void Diagnoser::CheckHangs(const std::string& node, double t) {
   }
 }
 
+void Diagnoser::CloseProcRound(const std::string& node, ProcRounds& pr) {
+  for (const auto& [job, before] : pr.previous) {
+    if (exited_jobs_.count({node, job}) != 0) continue;
+    auto task = tasks_.find({node, job});
+    if (task != tasks_.end() && task->second.ended) continue;
+    auto now_it = pr.current.find(job);
+    if (now_it == pr.current.end()) continue;  // the whole job left: it ended, no rank exit
+    const auto& now = now_it->second;
+    std::vector<uint32_t> missing;
+    for (const auto& [gpu, pid] : before) {
+      auto it = now.find(gpu);
+      if (it == now.end() || it->second != pid) missing.push_back(gpu);
+    }
+    // One or a few ranks gone while most remain: an exit. Most gone at once: the teardown.
+    if (missing.empty() || missing.size() * 2 > before.size()) continue;
+    exited_jobs_.insert({node, job});
+    for (uint32_t gpu : missing) {
+      std::optional<int> rank;
+      if (task != tasks_.end()) {
+        for (const auto& [rk, g] : task->second.rank_gpu) {
+          if (g == gpu) rank = static_cast<int>(rk);
+        }
+      }
+      Finding f = Make("rank_exit", "critical", node, std::nullopt);
+      f.job = job;
+      f.rank = rank;
+      f.first_seen = pr.t;
+      f.summary = fmt::format("Rank {} of job {} (GPU {}, pid {}) exited while the job ran",
+                              rank ? std::to_string(*rank) : "?", job, gpu, before.at(gpu));
+      f.evidence = {fmt::format("pid {} on GPU {} absent from the processes at {}", before.at(gpu),
+                                gpu, Num(pr.t))};
+      f.action =
+          "Read the rank's last log lines (OOM, exception, signal); the other ranks will "
+          "hang in their next collective until the timeout";
+      Report(std::move(f), pr.t);
+    }
+  }
+  pr.previous = std::move(pr.current);
+  pr.current.clear();
+}
+
 void Diagnoser::OnProc(const trace::TraceRecord& r, const trace::TraceProc& p) {
+  if (p.gpu && p.pid && p.job) {
+    ProcRounds& pr = proc_rounds_[r.node];
+    if (pr.t >= 0 && r.t > pr.t + 0.5) CloseProcRound(r.node, pr);
+    pr.t = r.t;
+    pr.current[*p.job][*p.gpu] = *p.pid;
+  }
   if (!p.gpu || !p.cpu_numa_nodes || p.cpu_numa_nodes->empty()) return;
   const trace::TraceNodeGpu* info = NodeGpu(r.node, *p.gpu);
   if (!info || !info->numa_node) return;
@@ -888,7 +935,9 @@ std::vector<Finding> Diagnoser::Deepest(std::vector<Finding> all) const {
     const Finding& f = all[i];
     if ((f.cause == "straggler_gpu" && has(f.node, f.gpu, kCard)) ||
         (f.cause == "step_regression" && has(f.node, std::nullopt, kBelow)) ||
-        (f.cause == "job_hang" && has(f.node, std::nullopt, {"gpu_lost", "xid", "ecc_dbe"}))) {
+        (f.cause == "job_hang" &&
+         has(f.node, std::nullopt, {"gpu_lost", "xid", "ecc_dbe", "rank_exit"})) ||
+        (f.cause == "rank_exit" && has(f.node, std::nullopt, {"gpu_lost", "xid", "ecc_dbe"}))) {
       keep[i] = false;
     }
   }

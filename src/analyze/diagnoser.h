@@ -31,6 +31,9 @@
 //   numa_mismatch  a GPU process on CPUs of another NUMA node than its GPU's
 //   net_errors     NIC errors or RDMA retransmissions that keep rising, a NIC going down
 //   gpu_idle_allocated a GPU a job holds at 0 % for 10 minutes
+//   rank_exit      a rank's process missing from a round of proc records while most of the
+//                  job's processes are still there (the first such round of a job only: what
+//                  vanishes after is the teardown)
 // Deepest cause only (Finish): a card cause on a GPU removes that GPU's straggler finding; any
 // card or link cause on a node removes its step_regression; a lost GPU or an XID removes a
 // job_hang.
@@ -44,6 +47,7 @@
 #include <deque>
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -184,6 +188,15 @@ class Diagnoser {
   std::map<std::pair<std::string, uint32_t>, MemState> mem_;
   std::map<std::pair<std::string, std::string>, TaskState> tasks_;
   std::map<std::pair<std::string, uint32_t>, double> idle_since_;  // allocated GPUs at 0 %
+  // rank_exit: proc records come in rounds (one per process, the same t); per node, the round
+  // being read and, per job, the (gpu → pid) of the last complete round.
+  struct ProcRounds {
+    double t = -1;
+    std::map<std::string, std::map<uint32_t, uint32_t>> current, previous;
+  };
+  std::map<std::string, ProcRounds> proc_rounds_;
+  std::set<std::pair<std::string, std::string>> exited_jobs_;  // a rank_exit already reported
+  void CloseProcRound(const std::string& node, ProcRounds& pr);
   std::map<std::pair<std::string, std::string>, std::map<std::string, double>> nic_counters_;
   std::map<std::pair<std::string, std::string>, std::deque<double>> nic_increments_;
   std::map<std::pair<std::string, std::string>, bool> nic_up_;

@@ -333,6 +333,32 @@ TEST(DiagnoserTest, NumaMismatchIdleAllocatedAndNetErrors) {
   EXPECT_EQ(by.at("net_errors")->nic, "mlx5_0");
 }
 
+TEST(DiagnoserTest, RankExitIsTheFirstProcessToVanish) {
+  std::string trace = Node("n1", 100);
+  trace += R"({"t":100,"type":"job","node":"n1","job":"j1","state":"start","gpus":[0,1,2,3]})"
+           "\n";
+  for (int round = 0; round < 8; ++round) {
+    const double t = 105 + 10 * round;
+    for (int rank = 0; rank < 4; ++rank) trace += StepOf(t - 1, rank, 1.0, 0.1);
+    for (int gpu = 0; gpu < 4; ++gpu) {
+      // Round 5 (t=155): rank 2's process is gone. Round 6: the launcher tears down the rest.
+      if (round >= 5 && gpu == 2) continue;
+      if (round >= 6 && gpu != 0) continue;
+      trace += "{\"t\":" + std::to_string(t) +
+               ",\"type\":\"proc\",\"node\":\"n1\",\"pid\":" + std::to_string(500 + gpu) +
+               ",\"gpu\":" + std::to_string(gpu) + ",\"job\":\"j1\"}\n";
+    }
+  }
+  trace += R"({"t":190,"type":"job","node":"n1","job":"j1","state":"end","exit_code":1})"
+           "\n";
+  const std::vector<Finding> f = Diagnose(trace);
+  ASSERT_EQ(f.size(), 1u);
+  EXPECT_EQ(f[0].cause, "rank_exit");
+  EXPECT_EQ(f[0].job, "j1");
+  EXPECT_EQ(f[0].rank, 2);
+  EXPECT_DOUBLE_EQ(f[0].first_seen, 155);
+}
+
 TEST(DiagnoserTest, DocumentIsFindingsJson) {
   Finding f;
   f.cause = "gpu_lost";

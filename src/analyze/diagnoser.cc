@@ -244,6 +244,17 @@ void Diagnoser::OnStepTask(const trace::TraceRecord& r, const trace::TraceStep& 
   if (st.rank.value_or(1) != 0) return;
   auto ss = steps_.find({r.node, *st.job});
   if (ss == steps_.end() || r.t - ss->second.first_t < o_.warmup_s) return;
+  if (st.comm_s && *st.duration_s > 0) {
+    const double share = *st.comm_s / *st.duration_s;
+    if (!ts.comm_base_share) {
+      ts.comm_base.push_back(share);
+      if (ts.comm_base.size() >= o_.baseline_steps / 2) ts.comm_base_share = Median(ts.comm_base);
+    }
+    ts.comm_share.push_back({r.t, share});
+    while (!ts.comm_share.empty() && ts.comm_share.front().first < r.t - 60) {
+      ts.comm_share.pop_front();
+    }
+  }
   if (!ts.base_step_s) {
     ts.base_steps.push_back(*st.duration_s);
     if (ts.base_steps.size() >= o_.baseline_steps / 2) {
@@ -368,6 +379,24 @@ void Diagnoser::OnProc(const trace::TraceRecord& r, const trace::TraceProc& p) {
   Report(std::move(f), r.t);
 }
 
+bool Diagnoser::CommWaitUp(const std::string& node, std::string* evidence) const {
+  for (const auto& [key, ts] : tasks_) {
+    if (key.first != node || ts.ended || ts.comm_share.size() < 5) continue;
+    std::vector<double> v;
+    for (const auto& [t, sh] : ts.comm_share) v.push_back(sh);
+    const double now = Median(v);
+    const double base = ts.comm_base_share.value_or(now);
+    if (now >= o_.comm_share_floor ||
+        (ts.comm_base_share && now >= o_.comm_factor * base && now - base >= 0.05)) {
+      *evidence =
+          fmt::format("job {} spends {:.0f}% of each step in exposed comm (baseline {:.0f}%)",
+                      key.second, now * 100, base * 100);
+      return true;
+    }
+  }
+  return false;
+}
+
 void Diagnoser::OnHost(const trace::TraceRecord& r, const trace::TraceHost& h) {
   if (!h.nics) return;
   for (const auto& [name, nic] : *h.nics) {
@@ -402,6 +431,46 @@ void Diagnoser::OnHost(const trace::TraceRecord& r, const trace::TraceHost& h) {
           "Check the cable, transceiver and switch port (ibstat, ethtool -S, the switch "
           "counters)";
       Report(std::move(f), r.t);
+    }
+    // net_congestion: near the link rate for most of the window, while a job waits in comm.
+    std::optional<double> link_gbps;
+    auto node_it = nodes_.find(r.node);
+    if (node_it != nodes_.end() && node_it->second.node && node_it->second.node->nics) {
+      for (const auto& n : *node_it->second.node->nics) {
+        if (n.name == name) link_gbps = n.link_gbps;
+      }
+    }
+    if (link_gbps && *link_gbps > 0 && (nic.tx_mbs || nic.rx_mbs)) {
+      const double gbps = std::max(nic.tx_mbs.value_or(0), nic.rx_mbs.value_or(0)) * 8 / 1000;
+      auto& load = nic_load_[key];
+      load.push_back({r.t, gbps >= o_.nic_saturation * *link_gbps});
+      while (!load.empty() && load.front().first < r.t - o_.nic_window_s) load.pop_front();
+      size_t hot = 0;
+      for (const auto& [lt, h2] : load) hot += h2 ? 1 : 0;
+      std::string why;
+      if (load.size() >= 3 && load.back().first - load.front().first >= o_.nic_window_s * 0.6 &&
+          hot * 5 >= load.size() * 4 && CommWaitUp(r.node, &why)) {
+        double first = r.t;
+        for (const auto& [lt, h2] : load) {
+          if (h2) {
+            first = lt;
+            break;
+          }
+        }
+        Finding f = Make("net_congestion", "warning", r.node, std::nullopt);
+        f.nic = name;
+        f.first_seen = first;
+        f.summary =
+            fmt::format("NIC {} runs at {:.0f} of its {} Gb/s while a job waits in communication",
+                        name, gbps, Num(*link_gbps));
+        f.evidence = {fmt::format("{} of {} host samples at >= {:.0f}% of the link rate", hot,
+                                  load.size(), o_.nic_saturation * 100),
+                      why};
+        f.action =
+            "Check the fabric's congestion counters and the other jobs on this NIC and "
+            "switch; spread the ranks or rebalance the traffic";
+        Report(std::move(f), r.t);
+      }
     }
   }
 }

@@ -31,6 +31,7 @@
 //   numa_mismatch  a GPU process on CPUs of another NUMA node than its GPU's
 //   net_errors     NIC errors or RDMA retransmissions that keep rising, a NIC going down
 //   gpu_idle_allocated a GPU a job holds at 0 % for 10 minutes
+//   net_congestion a NIC near its link rate for half a minute while a job waits in comm
 //   rank_exit      a rank's process missing from a round of proc records while most of the
 //                  job's processes are still there (the first such round of a job only: what
 //                  vanishes after is the teardown)
@@ -98,7 +99,13 @@ struct DiagnoserOptions {
   // step_regression: steps this much slower than the job's post-warm-up median, held.
   double regression_factor = 1.25;
   double regression_hold_s = 120;
-  double idle_allocated_s = 600;  // gpu_idle_allocated: idle this long while a job holds it
+  double idle_allocated_s = 600;
+  // net_congestion: a NIC carrying this share of its link rate over most of the window while a
+  // job's exposed-comm share is this many times its baseline (or above comm_share_floor).
+  double nic_saturation = 0.85;
+  double nic_window_s = 30;
+  double comm_factor = 2;
+  double comm_share_floor = 0.3;  // gpu_idle_allocated: idle this long while a job holds it
   size_t max_nccl_lines_per_job = 50000;
 };
 
@@ -150,6 +157,10 @@ class Diagnoser {
     std::vector<double> base_steps;
     std::deque<std::pair<double, double>> recent_steps;  // (t, duration) in the window
     double slow_since = -1;
+    // Exposed-comm share of rank 0's steps: the baseline after warm-up and the last minute.
+    std::vector<double> comm_base;
+    std::optional<double> comm_base_share;
+    std::deque<std::pair<double, double>> comm_share;
   };
   struct MemState {                                 // per (node, gpu)
     std::deque<std::pair<double, double>> samples;  // (t, mem_used_mib)
@@ -200,6 +211,10 @@ class Diagnoser {
   std::map<std::pair<std::string, std::string>, std::map<std::string, double>> nic_counters_;
   std::map<std::pair<std::string, std::string>, std::deque<double>> nic_increments_;
   std::map<std::pair<std::string, std::string>, bool> nic_up_;
+  // net_congestion: per (node, NIC), host samples (t, saturated) within the window.
+  std::map<std::pair<std::string, std::string>, std::deque<std::pair<double, bool>>> nic_load_;
+  // Whether a job on `node` waits in communication well beyond its own baseline now.
+  bool CommWaitUp(const std::string& node, std::string* evidence) const;
   // The job holding each GPU (from job start records) and when it started.
   std::map<std::pair<std::string, uint32_t>, std::pair<std::string, double>> gpu_job_;
   std::map<std::tuple<std::string, std::string, int, std::string, std::string, int>, Finding>

@@ -359,6 +359,33 @@ TEST(DiagnoserTest, RankExitIsTheFirstProcessToVanish) {
   EXPECT_DOUBLE_EQ(f[0].first_seen, 155);
 }
 
+TEST(DiagnoserTest, NetCongestionNeedsASaturatedNicAndAWaitingJob) {
+  auto run = [](bool waiting) {
+    std::string trace =
+        Node("n1", 100, ",\"nics\":[{\"name\":\"mlx5_0\",\"type\":\"ib\",\"link_gbps\":400}]");
+    double t = 101;
+    for (int i = 0; i < 600; ++i, t += 1) {
+      // From t=500 the NIC carries 48 GB/s (384 of 400 Gb/s).
+      const bool hot = t >= 500;
+      trace += StepOf(t, 0, hot && waiting ? 1.5 : 1.0, hot && waiting ? 0.6 : 0.1);
+      if (i % 5 == 0) {
+        trace += "{\"t\":" + std::to_string(t) +
+                 ",\"type\":\"host\",\"node\":\"n1\",\"nics\":{\"mlx5_0\":{\"tx_mbs\":" +
+                 (hot ? "48000" : "9000") + ",\"rx_mbs\":8000,\"link_up\":true}}}\n";
+      }
+    }
+    return Diagnose(trace);
+  };
+  // A busy NIC alone (another job's traffic, a healthy all-reduce) is not congestion.
+  EXPECT_TRUE(run(false).empty());
+  const std::vector<Finding> f = run(true);
+  ASSERT_EQ(f.size(), 1u) << f[0].cause;
+  EXPECT_EQ(f[0].cause, "net_congestion");
+  EXPECT_EQ(f[0].nic, "mlx5_0");
+  EXPECT_GE(f[0].first_seen, 500);
+  EXPECT_LE(f[0].first_seen, 500 + 120);
+}
+
 TEST(DiagnoserTest, DocumentIsFindingsJson) {
   Finding f;
   f.cause = "gpu_lost";

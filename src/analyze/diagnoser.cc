@@ -943,9 +943,7 @@ void Diagnoser::CrossNode() {
   if (offsets.size() < 2) return;
   std::vector<double> all;
   for (const auto& [name, off] : offsets) all.push_back(off);
-  std::sort(all.begin(), all.end());
-  const double median = all.size() % 2 == 1 ? all[all.size() / 2]
-                                            : (all[all.size() / 2 - 1] + all[all.size() / 2]) / 2;
+  const double median = Median(all);
   for (const auto& [name, off] : offsets) {
     if (std::fabs(off) <= o_.clock_skew_tolerance_ms ||
         std::fabs(off - median) <= o_.clock_skew_tolerance_ms) {

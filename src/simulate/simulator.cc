@@ -7,6 +7,8 @@
 #include <map>
 #include <nlohmann/json.hpp>
 #include <random>
+#include <set>
+#include <tuple>
 
 #include "common/strings.h"
 
@@ -62,12 +64,29 @@ constexpr double kThermalTauS = 60;    // temperature's lag behind power
 constexpr double kAmbientC = 30;
 constexpr double kJobStartS = 20;  // after the trace starts
 constexpr double kJobTailS = 60;   // the job ends this long before the trace
-constexpr double kCheckpointEveryS = 300;
+constexpr double kCheckpointEveryS = 150;
+constexpr double kProcEveryS = 5;        // process rounds (the agent's --process-interval)
+constexpr double kNicGbps = 400;         // one IB NIC per node
+constexpr double kWatchdogS = 600;       // a hung job is killed by its NCCL watchdog after this
+constexpr double kTeardownS = 30;        // after a rank dies, the launcher tears the job down
+constexpr double kIdleAllocatedS = 600;  // findings.md: idle this long is gpu_idle_allocated
 
 const std::vector<std::string> kKnown = {
-    "healthy",        "thermal_throttle", "power_throttle",  "gpu_lost",      "ecc_dbe",
-    "ecc_sbe_growth", "pcie_downgrade",   "pcie_replay",     "nvlink_errors", "nvlink_fallback",
-    "data_stall",     "memory_leak",      "version_mismatch"};
+    "healthy",          "thermal_throttle", "power_throttle",
+    "clock_slowdown",   "gpu_lost",         "xid",
+    "ecc_dbe",          "ecc_sbe_growth",   "pcie_downgrade",
+    "pcie_replay",      "nvlink_errors",    "nvlink_fallback",
+    "net_fallback",     "net_errors",       "net_congestion",
+    "numa_mismatch",    "topology_change",  "clock_skew",
+    "version_mismatch", "data_stall",       "checkpoint_stall",
+    "memory_leak",      "job_hang",         "rank_exit",
+    "straggler_gpu",    "step_regression",  "gpu_idle_allocated"};
+
+// Faults that come with a restart of the job (the truth's start is the new job's start).
+bool IsRestartFault(const std::string& cause) {
+  return cause == "nvlink_fallback" || cause == "net_fallback" || cause == "numa_mismatch" ||
+         cause == "gpu_idle_allocated";
+}
 
 struct GpuSim {
   double temp_c = 40, clock_mhz = 0, mem_mib = 0, energy_j = 0;
@@ -76,15 +95,14 @@ struct GpuSim {
   int pcie_width = 16;
   bool lost = false;
   double power_limit_w = 0;
+  double util = 0;  // compute share of the latest step
 };
 
 struct Line {
   double t;
-  int order;  // stable within one instant: node, gpu, host, job, step, event, log
+  int order;  // stable within one instant: node, gpu, host/proc, job, step, event, log
   std::string text;
 };
-
-std::string T(double t) { return fmt::format("{:.3f}", t); }
 
 }  // namespace
 
@@ -145,16 +163,38 @@ Result<SimOutput> Simulate(const SimOptions& o) {
     return Status::InvalidArgument("duration must be 4 min .. 7 days");
   }
   const int n = *count;
+  const double t0 = o.start_unix_s;
+  const double job_start = t0 + kJobStartS, job_end = t0 + o.duration_s - kJobTailS;
+  std::optional<double> restart_t;  // one restart carries every restart fault
   for (const FaultSpec& f : o.faults) {
     if (f.cause == "healthy") continue;
+    auto bad = [&](const std::string& why) {
+      return Status::InvalidArgument(fmt::format("fault {}: {}", f.cause, why));
+    };
     if (f.node >= o.nodes || f.gpu >= n) {
-      return Status::InvalidArgument(
-          fmt::format("fault {}: node {} / gpu {} out of the shape", f.cause, f.node, f.gpu));
+      return bad(fmt::format("node {} / gpu {} out of the shape", f.node, f.gpu));
     }
-    if (f.onset_s < kJobStartS + 60 || f.onset_s > o.duration_s - kJobTailS - 60) {
-      return Status::InvalidArgument(
-          fmt::format("fault {}: onset {} s must fall while the job runs steadily ({} .. {} s)",
-                      f.cause, f.onset_s, kJobStartS + 60, o.duration_s - kJobTailS - 60));
+    double latest = o.duration_s - kJobTailS - 60;
+    if (f.cause == "gpu_idle_allocated") latest -= kIdleAllocatedS;
+    if (f.onset_s < kJobStartS + 60 || f.onset_s > latest) {
+      return bad(fmt::format("onset {} s must fall while the job runs steadily ({} .. {} s)",
+                             f.onset_s, kJobStartS + 60, latest));
+    }
+    if ((f.cause == "net_fallback" || f.cause == "net_congestion") && o.nodes < 2) {
+      return bad("needs at least 2 nodes (traffic between nodes)");
+    }
+    if ((f.cause == "clock_skew" || f.cause == "version_mismatch") && o.nodes < 2) {
+      return bad("needs at least 2 nodes to compare");
+    }
+    if (f.cause == "clock_skew" && o.nodes == 2 && f.node == 0) {
+      return bad("with 2 nodes the skewed one must be node 1 (node 0 holds rank 0, the reference)");
+    }
+    if (f.cause == "numa_mismatch" && n < 4) return bad("needs a shape with two NUMA nodes");
+    if (IsRestartFault(f.cause)) {
+      if (restart_t && *restart_t != t0 + f.onset_s) {
+        return bad("every restart fault (fallbacks, NUMA, idle GPUs) must share one onset");
+      }
+      restart_t = t0 + f.onset_s;
     }
   }
   auto fault = [&](const std::string& cause, int node) -> const FaultSpec* {
@@ -163,32 +203,50 @@ Result<SimOutput> Simulate(const SimOptions& o) {
     }
     return nullptr;
   };
+  auto any_fault = [&](const std::string& cause) -> const FaultSpec* {
+    for (const FaultSpec& f : o.faults) {
+      if (f.cause == cause) return &f;
+    }
+    return nullptr;
+  };
 
   std::mt19937_64 rng(o.seed);
   std::normal_distribution<double> gauss(0, 1);
   std::uniform_real_distribution<double> uni(0, 1);
-  std::vector<Line> lines;
-  auto emit = [&](double t, int order, std::string text) {
-    lines.push_back({t, order, std::move(text)});
-  };
-  std::map<std::pair<std::string, int>, json> truth;  // (cause, node) -> fault
-  auto truth_at = [&](const FaultSpec& f, const std::string& node, double t, bool gpu,
-                      const std::string& job) {
-    auto key = std::make_pair(f.cause, f.node * 1000 + (gpu ? f.gpu : 0));
-    if (truth.count(key) != 0) return;
-    json j = {{"cause", f.cause}, {"node", node}, {"start", std::round(t * 1000) / 1000}};
-    if (gpu) j["gpu"] = f.gpu;
-    if (!job.empty()) j["job"] = job;
-    j["end"] = o.start_unix_s + o.duration_s;
-    truth[key] = j;
-  };
-
-  const double t0 = o.start_unix_s;
-  const double job_start = t0 + kJobStartS, job_end = t0 + o.duration_s - kJobTailS;
   std::vector<std::string> names;
   for (int k = 0; k < o.nodes; ++k) names.push_back(fmt::format("sim-{}-{:02d}", model->key, k));
-  const std::string job = fmt::format("sim-{}", o.seed % 100000);
-  const std::string restarted = job + "-r";
+
+  // A skewed node writes every record with its own clock's time (the README's convention).
+  const FaultSpec* skew = any_fault("clock_skew");
+  const double skew_s = skew ? (0.15 + 0.85 * skew->severity) * (o.seed % 2 == 0 ? 1 : -1) : 0;
+  auto shifted = [&](int k, double t) {
+    return skew && skew->node == k && t >= t0 + skew->onset_s ? t + skew_s : t;
+  };
+  std::vector<Line> lines;
+  auto emit = [&](int k, double t, int order, json j) {
+    const double at = std::round(shifted(k, t) * 1000) / 1000;
+    j["t"] = at;
+    lines.push_back({at, order, j.dump()});
+  };
+  std::map<std::tuple<std::string, int, int>, json> truth;  // (cause, node, gpu) -> fault
+  struct Place {
+    std::optional<int> gpu = std::nullopt;
+    std::string job = {};
+    std::optional<int> rank = std::nullopt;
+    std::string nic = {};
+  };
+  auto truth_at = [&](const std::string& cause, int k, double t, const Place& p) {
+    auto key = std::make_tuple(cause, k, p.gpu.value_or(-1));
+    if (truth.count(key) != 0) return;
+    json j = {{"cause", cause}, {"node", names[k]}, {"start", std::round(t * 1000) / 1000}};
+    if (p.gpu) j["gpu"] = *p.gpu;
+    if (!p.job.empty()) j["job"] = p.job;
+    if (p.rank) j["rank"] = *p.rank;
+    if (!p.nic.empty()) j["nic"] = p.nic;
+    j["end"] = t0 + o.duration_s;
+    truth[key] = j;
+  };
+  auto numa_of = [&](int i) { return n >= 4 ? (i < n / 2 ? 0 : 1) : 0; };
 
   // Node records.
   for (int k = 0; k < o.nodes; ++k) {
@@ -200,7 +258,7 @@ Result<SimOutput> Simulate(const SimOptions& o) {
            {"uuid", fmt::format("GPU-{:08x}-sim-{:02d}-{:02d}", o.seed & 0xffffffff, k, i)},
            {"name", model->name},
            {"pci_bus_id", fmt::format("00000000:{:02X}:00.0", 0x18 + 0x11 * i)},
-           {"numa_node", n >= 4 ? (i < n / 2 ? 0 : 1) : 0},
+           {"numa_node", numa_of(i)},
            {"memory_total_mib", model->mem_total_mib},
            {"power_limit_w", model->tdp_w},
            {"max_sm_clock_mhz", model->max_sm_mhz},
@@ -212,119 +270,182 @@ Result<SimOutput> Simulate(const SimOptions& o) {
     }
     json links = json::array();
     for (int i = 0; i < n; ++i) links.push_back(model->links(n, i));
-    json rec = {
-        {"t", t0},
-        {"type", "node"},
-        {"node", names[k]},
-        {"driver_version", vm ? "535.104.05" : "550.90.07"},
-        {"cuda_version", vm ? "12.2" : "12.4"},
-        {"nccl_version", "2.21.5"},
-        {"clock_offset_ms", std::round(gauss(rng) * 300) / 1000},
-        {"gpus", gpus},
-        {"topology", {{"gpu_links", links}}},
-        {"nics",
-         json::array(
-             {{{"name", "mlx5_0"}, {"type", "ib"}, {"numa_node", 0}, {"link_gbps", 400}}})}};
-    emit(t0, 0, rec.dump());
-    if (vm && o.nodes > 1) truth_at(*vm, names[k], t0, false, "");
+    emit(
+        k, t0, 0,
+        {{"type", "node"},
+         {"node", names[k]},
+         {"driver_version", vm ? "535.104.05" : "550.90.07"},
+         {"cuda_version", vm ? "12.2" : "12.4"},
+         {"nccl_version", "2.21.5"},
+         {"clock_offset_ms", std::round(gauss(rng) * 300) / 1000},
+         {"gpus", gpus},
+         {"topology", {{"gpu_links", links}}},
+         {"nics",
+          json::array(
+              {{{"name", "mlx5_0"}, {"type", "ib"}, {"numa_node", 0}, {"link_gbps", kNicGbps}}})}});
+    if (vm) truth_at("version_mismatch", k, t0, {});
   }
 
-  // The job (or, after an nvlink_fallback onset, its restart) on every node.
+  // The job, or two: before and after a restart that brings a restart fault.
   struct JobRun {
     std::string id;
     double start, end;
-    bool fallback;
+    int pid_base;
+    bool nvlink_fallback = false, net_socket = false;
+    std::set<std::pair<int, int>> numa_bad = {};  // (node, gpu) ranks bound to the far node
+    std::optional<std::pair<int, int>> idle_gpu = std::nullopt;  // held, used by no rank
   };
+  const std::string job = fmt::format("sim-{}", o.seed % 100000);
   std::vector<JobRun> runs;
-  const FaultSpec* fb = nullptr;
-  for (const FaultSpec& f : o.faults) {
-    if (f.cause == "nvlink_fallback") fb = &f;
-  }
-  if (fb != nullptr) {
-    runs.push_back({job, job_start, t0 + fb->onset_s - 10, false});
-    runs.push_back({restarted, t0 + fb->onset_s, job_end, true});
+  if (restart_t) {
+    runs.push_back({job, job_start, *restart_t - 10, 4000});
+    JobRun r{job + "-r", *restart_t, job_end, 6000};
+    for (const FaultSpec& f : o.faults) {
+      if (f.cause == "nvlink_fallback") r.nvlink_fallback = true;
+      if (f.cause == "net_fallback") r.net_socket = true;
+      if (f.cause == "numa_mismatch") r.numa_bad.insert({f.node, f.gpu});
+      if (f.cause == "gpu_idle_allocated") r.idle_gpu = {f.node, f.gpu};
+    }
+    runs.push_back(r);
   } else {
-    runs.push_back({job, job_start, job_end, false});
+    runs.push_back({job, job_start, job_end, 4000});
   }
-  std::optional<double> lost_t;  // a GPU fell off the bus: the job dies
-  for (const FaultSpec& f : o.faults) {
-    if (f.cause == "gpu_lost") lost_t = t0 + f.onset_s;
+  // What stops every rank's steps: a lost GPU, a hang, a dead rank; and when the job then ends.
+  auto onset_of = [&](const char* cause) -> std::optional<double> {
+    const FaultSpec* f = any_fault(cause);
+    return f ? std::optional<double>(t0 + f->onset_s) : std::nullopt;
+  };
+  const std::optional<double> lost_t = onset_of("gpu_lost");
+  const std::optional<double> hang_t = onset_of("job_hang");
+  const std::optional<double> exit_t = onset_of("rank_exit");
+  std::optional<double> stop_t, stop_end_t;  // steps stop; the job ends
+  int stop_exit_code = 0;
+  for (auto [at, after] :
+       {std::pair{lost_t, 10.0}, std::pair{hang_t, kWatchdogS}, std::pair{exit_t, kTeardownS}}) {
+    if (at && (!stop_t || *at < *stop_t)) {
+      stop_t = at;
+      stop_end_t = *at + after;
+      stop_exit_code = 1;
+    }
   }
+  auto run_end = [&](const JobRun& r) {
+    return stop_end_t && *stop_end_t < r.end && *stop_end_t >= r.start ? *stop_end_t : r.end;
+  };
+
+  // Ranks: every GPU of every node but a held-idle one.
+  struct Rank {
+    int node, gpu, rank;
+  };
+  auto ranks_of = [&](const JobRun& r) {
+    std::vector<Rank> out;
+    for (int k = 0; k < o.nodes; ++k) {
+      for (int i = 0; i < n; ++i) {
+        if (r.idle_gpu && *r.idle_gpu == std::make_pair(k, i)) continue;
+        out.push_back({k, i, static_cast<int>(out.size())});
+      }
+    }
+    return out;
+  };
 
   for (const JobRun& run : runs) {
+    const std::vector<Rank> ranks = ranks_of(run);
     for (int k = 0; k < o.nodes; ++k) {
       json gpus = json::array();
       for (int i = 0; i < n; ++i) gpus.push_back(i);
-      emit(run.start, 3,
-           json{{"t", run.start},
-                {"type", "job"},
-                {"node", names[k]},
-                {"job", run.id},
-                {"state", "start"},
-                {"template", "sim-llm-fsdp"},
-                {"user", "sim"},
-                {"project", "sim"},
-                {"ranks", n * o.nodes},
-                {"gpus", gpus}}
-               .dump());
-      if (run.fallback && fb->node == k) truth_at(*fb, names[k], run.start, false, "");
-      // NCCL's view of the channels: NVLink pairs over P2P, or, with P2P off, over SHM.
+      emit(k, run.start, 3,
+           {{"type", "job"},
+            {"node", names[k]},
+            {"job", run.id},
+            {"state", "start"},
+            {"template", "sim-llm-fsdp"},
+            {"user", "sim"},
+            {"project", "sim"},
+            {"ranks", ranks.size()},
+            {"gpus", gpus}});
+      if (run.nvlink_fallback && model->nvlinks > 0 && fault("nvlink_fallback", k)) {
+        truth_at("nvlink_fallback", k, run.start, {});
+      }
+      if (run.net_socket) truth_at("net_fallback", k, run.start, {});  // every node's NCCL
+      for (const auto& [bk, bi] : run.numa_bad) {
+        if (bk == k) truth_at("numa_mismatch", k, run.start, {.gpu = bi});
+      }
+      if (run.idle_gpu && run.idle_gpu->first == k) {
+        truth_at("gpu_idle_allocated", k, run.start + kIdleAllocatedS, {.job = run.id});
+      }
+      // NCCL's view of the channels: NVLink pairs over P2P (with P2P off, or without NVLink,
+      // over SHM); between nodes over IB (with IB disabled, over sockets).
       const double lt = run.start + 2;
       auto log = [&](double t, int rank, const std::string& line) {
-        emit(t, 6,
-             json{{"t", t},
-                  {"type", "log"},
-                  {"node", names[k]},
-                  {"job", run.id},
-                  {"rank", rank},
-                  {"source", "nccl"},
-                  {"line", line}}
-                 .dump());
+        emit(k, t, 6,
+             {{"type", "log"},
+              {"node", names[k]},
+              {"job", run.id},
+              {"rank", rank},
+              {"source", "nccl"},
+              {"line", line}});
       };
-      for (int i = 0; i < n; ++i) {
-        const int rank = k * n + i;
-        const std::string prefix =
-            fmt::format("{}:{}:{} [{}] NCCL INFO ", names[k], 4000 + i, 4000 + i, i);
-        log(lt, rank, prefix + "NCCL version 2.21.5+cuda12.4");
-        log(lt + 0.1, rank,
+      std::vector<Rank> local;
+      for (const Rank& r : ranks) {
+        if (r.node == k) local.push_back(r);
+      }
+      for (size_t li = 0; li < local.size(); ++li) {
+        const Rank& r = local[li];
+        const std::string prefix = fmt::format("{}:{}:{} [{}] NCCL INFO ", names[k],
+                                               run.pid_base + r.gpu, run.pid_base + r.gpu, r.gpu);
+        log(lt, r.rank, prefix + "NCCL version 2.21.5+cuda12.4");
+        if (o.nodes > 1) {
+          log(lt + 0.05, r.rank,
+              prefix + (run.net_socket
+                            ? fmt::format("NET/Socket : Using [0]eth0:10.0.0.{}<0>", 10 + k)
+                            : fmt::format("NET/IB : Using [0]mlx5_0:1/IB ; OOB eth0:10.0.0.{}<0>",
+                                          10 + k)));
+          log(lt + 0.06, r.rank,
+              prefix + (run.net_socket ? "Using network Socket" : "Using network IB"));
+        }
+        log(lt + 0.1, r.rank,
             prefix + fmt::format("comm 0x7f00{:04x} rank {} nRanks {} nNodes {} localRanks {} "
                                  "localRank {} MNNVL 0",
-                                 rank, rank, n * o.nodes, o.nodes, n, i));
-        if (n > 1) {
-          const int peer = (i + 1) % n;
+                                 r.rank, r.rank, ranks.size(), o.nodes, local.size(), li));
+        if (local.size() > 1 && li + 1 < local.size()) {
+          const Rank& peer = local[li + 1];
           const std::string via =
-              run.fallback ? "SHM/direct/direct"
-                           : (model->nvlinks > 0 ? "P2P/CUMEM/read" : "SHM/direct/direct");
+              run.nvlink_fallback ? "SHM/direct/direct"
+                                  : (model->nvlinks > 0 ? "P2P/CUMEM/read" : "SHM/direct/direct");
           for (int c = 0; c < 2; ++c) {
-            log(lt + 0.2 + 0.01 * c, rank,
-                prefix + fmt::format("Channel {:02d}/0 : {}[{}] -> {}[{}] via {}", c, rank, i,
-                                     k * n + peer, peer, via));
+            log(lt + 0.2 + 0.01 * c, r.rank,
+                prefix + fmt::format("Channel {:02d}/0 : {}[{}] -> {}[{}] via {}", c, r.rank, r.gpu,
+                                     peer.rank, peer.gpu, via));
           }
         }
-        if (i == 0) log(lt + 0.5, rank, prefix + "Connected all rings");
+        if (o.nodes > 1 && li + 1 == local.size()) {
+          // The ring leaves this node from its last rank to the next node's first.
+          const Rank& next = ranks[(r.rank + 1) % ranks.size()];
+          for (int c = 0; c < 2; ++c) {
+            log(lt + 0.25 + 0.01 * c, r.rank,
+                prefix + fmt::format("Channel {:02d}/0 : {}[{}] -> {}[{}] [send] via {}/0", c,
+                                     r.rank, r.gpu, next.rank, next.gpu,
+                                     run.net_socket ? "NET/Socket" : "NET/IB"));
+          }
+        }
+        if (li == 0) log(lt + 0.5, r.rank, prefix + "Connected all rings");
       }
-      const double end = lost_t ? std::min(run.end, *lost_t + 10) : run.end;
-      if (end >= run.start) {
-        emit(end, 3,
-             json{{"t", end},
-                  {"type", "job"},
-                  {"node", names[k]},
-                  {"job", run.id},
-                  {"state", "end"},
-                  {"exit_code", lost_t && end < run.end ? 1 : 0}}
-                 .dump());
-      }
+      const double end = run_end(run);
+      emit(k, end, 3,
+           {{"type", "job"},
+            {"node", names[k]},
+            {"job", run.id},
+            {"state", "end"},
+            {"exit_code", end < run.end ? stop_exit_code : 0}});
     }
   }
   auto job_at = [&](double t) -> const JobRun* {
     for (const JobRun& r : runs) {
-      const double end = lost_t ? std::min(r.end, *lost_t + 10) : r.end;
-      if (t >= r.start && t < end) return &r;
+      if (t >= r.start && t < run_end(r)) return &r;
     }
     return nullptr;
   };
 
-  // GPUs, hosts and steps, tick by tick.
+  // GPUs, hosts, processes and steps, tick by tick.
   std::vector<std::vector<GpuSim>> sims(o.nodes, std::vector<GpuSim>(n));
   for (auto& node : sims) {
     for (auto& g : node) {
@@ -333,95 +454,171 @@ Result<SimOutput> Simulate(const SimOptions& o) {
       g.energy_j = 3.6e6 * (1 + uni(rng));
     }
   }
-  std::vector<double> next_step(o.nodes, job_start + 5);
-  std::vector<uint64_t> step_no(o.nodes, 0);
-  std::vector<double> last_checkpoint(o.nodes, job_start);
-  std::vector<double> util_now(o.nodes, 0);  // compute share of the current step
-  std::vector<double> data_share_now(o.nodes, 0.02);
-  const std::string* current_job = nullptr;
+  // A fault that starts at its onset on one GPU of one node (or any GPU with gpu < 0).
+  auto active = [&](const char* cause, int k, int i, double tick) -> const FaultSpec* {
+    const FaultSpec* f = fault(cause, k);
+    return f && (i < 0 || f->gpu == i) && tick >= f->onset_s ? f : nullptr;
+  };
+  const JobRun* step_run = nullptr;  // the run the pending step belongs to
+  double next_step = 0;              // start of the next step
+  uint64_t step_no = 0;
+  double last_checkpoint = job_start;
+  bool ckpt_stall_done = false;
+  std::vector<double> nic_errors(o.nodes), nic_retx(o.nodes);
+  for (int k = 0; k < o.nodes; ++k) nic_errors[k] = std::floor(3 * uni(rng));
+  // Healthy is not spotless: one isolated NIC error increment, at most, somewhere.
+  const double blip_t = uni(rng) < 0.5 ? t0 + o.duration_s * uni(rng) : -1;
+  const int blip_node = static_cast<int>(uni(rng) * o.nodes) % o.nodes;
+
   for (double tick = 0; tick < o.duration_s; tick += 1) {
     const double t = t0 + tick;
     const JobRun* run = job_at(t);
-    current_job = run ? &run->id : nullptr;
-    for (int k = 0; k < o.nodes; ++k) {
-      const FaultSpec* stall = fault("data_stall", k);
-      const bool stalled = stall && tick >= stall->onset_s;
-      // Steps that end within this second.
-      // A GPU that fell off the bus stops the collective: no rank finishes a step after it.
-      while (run && next_step[k] < t + 1 && next_step[k] >= run->start &&
-             !(lost_t && next_step[k] >= *lost_t)) {
-        const double ts = next_step[k];
-        double slowest = model->max_sm_mhz;
-        for (const GpuSim& g : sims[k]) {
-          if (!g.lost) slowest = std::min(slowest, g.clock_mhz);
-        }
-        const double warm = step_no[k] < 20 ? 1.5 - step_no[k] * 0.025 : 1.0;
-        const double compute = model->step_s * (1 - model->comm_share) * warm *
-                               (model->max_sm_mhz / std::max(100.0, slowest));
-        const double comm = model->step_s * model->comm_share * (run->fallback ? 3.0 : 1.0);
-        double data = model->step_s * 0.02 * (1 + 0.3 * std::fabs(gauss(rng)));
-        if (stalled)
-          data = (compute + comm) * (0.6 + 0.6 * stall->severity) * (0.8 + 0.4 * uni(rng));
-        double ckpt = 0;
-        if (ts - last_checkpoint[k] >= kCheckpointEveryS) {
-          ckpt = 6 + 2 * uni(rng);
-          last_checkpoint[k] = ts;
-        }
-        const double dur = (compute + comm + data + ckpt) * (1 + 0.01 * gauss(rng));
-        if (stalled && !truth.count({"data_stall", k * 1000})) {
-          truth_at(*stall, names[k], std::floor(ts * 1000) / 1000, false, run->id);
-        }
-        util_now[k] = compute / dur;
-        data_share_now[k] = data / dur;
-        for (int i = 0; i < n; ++i) {
-          if (sims[k][i].lost) continue;
-          // Times to the millisecond, as the writer writes them (the truth uses the same).
-          const double ts_ms = std::round((ts + 0.002 * uni(rng)) * 1000) / 1000;
-          json st = {{"t", ts_ms},
-                     {"type", "step"},
-                     {"node", names[k]},
-                     {"job", run->id},
-                     {"rank", k * n + i},
-                     {"gpu", i},
-                     {"step", step_no[k]},
-                     {"duration_s", std::round(dur * 1e4) / 1e4},
-                     {"samples", 32},
-                     {"data_wait_s", std::round(data * 1e4) / 1e4},
-                     {"comm_s", std::round(comm * 1e4) / 1e4},
-                     {"checkpoint_s", std::round(ckpt * 1e4) / 1e4}};
-          emit(ts_ms, 4, st.dump());
-        }
-        ++step_no[k];
-        next_step[k] = ts + dur;
+    if (run != step_run) {
+      step_run = run;
+      next_step = run ? std::max(t, run->start + 5) : 0;
+      step_no = 0;
+    }
+    const std::vector<Rank> ranks = run ? ranks_of(*run) : std::vector<Rank>{};
+    const bool stopped = stop_t && t >= *stop_t;
+    // Steps that end within this second: one collective step for every rank of the job.
+    while (run && !stopped && next_step < t + 1) {
+      const double s0 = next_step;
+      const double warm = step_no < 20 ? 1.5 - step_no * 0.025 : 1.0;
+      const double tick_at = s0 - t0;
+      std::vector<double> pre(ranks.size()), compute(ranks.size()), data(o.nodes);
+      for (int k = 0; k < o.nodes; ++k) {
+        data[k] = model->step_s * 0.02 * (1 + 0.3 * std::fabs(gauss(rng)));
       }
-      if (run && next_step[k] < run->start) next_step[k] = run->start + 5;
-      if (!run) util_now[k] = 0;
+      double max_pre = 0;
+      for (size_t r = 0; r < ranks.size(); ++r) {
+        const auto [k, i, rank] = ranks[r];
+        const GpuSim& g = sims[k][i];
+        double c = model->step_s * (1 - model->comm_share) * warm *
+                   (model->max_sm_mhz / std::max(100.0, g.clock_mhz)) * (1 + 0.003 * gauss(rng));
+        if (const FaultSpec* f = active("straggler_gpu", k, i, tick_at)) {
+          c *= 1.15 + 0.25 * f->severity;  // slower with every clock at its maximum
+        }
+        if (const FaultSpec* f = any_fault("step_regression"); f && tick_at >= f->onset_s) {
+          c *= 1.3 + 0.4 * f->severity;  // slower kernels job-wide (a library's worse path)
+        }
+        if (run->numa_bad.count({k, i})) c *= 1.04;
+        double d = data[k];
+        if (const FaultSpec* f = active("data_stall", k, -1, tick_at)) {
+          d = model->step_s * (0.6 + 0.6 * f->severity) * (0.8 + 0.4 * uni(rng));
+          data[k] = d;
+        }
+        compute[r] = c;
+        pre[r] = d + c;
+        max_pre = std::max(max_pre, pre[r]);
+      }
+      double comm = model->step_s * model->comm_share;
+      if (run->nvlink_fallback && model->nvlinks > 0) comm *= 3;
+      if (o.nodes > 1 && run->net_socket) comm *= 4;
+      for (int k = 0; k < o.nodes; ++k) {
+        if (const FaultSpec* f = active("net_congestion", k, -1, tick_at)) {
+          comm *= 2.5 + 2 * f->severity;
+        }
+        if (active("net_errors", k, -1, tick_at)) comm *= 1.1;
+      }
+      double ckpt = 0;
+      const FaultSpec* cs = any_fault("checkpoint_stall");
+      // A stall: the first scheduled checkpoint after the onset (the storage slowed down).
+      bool stall_now = false;
+      if (s0 - last_checkpoint >= kCheckpointEveryS) {
+        stall_now = cs && tick_at >= cs->onset_s && !ckpt_stall_done;
+        ckpt = stall_now ? 60 + 180 * cs->severity : 6 + 2 * uni(rng);
+        last_checkpoint = s0;
+        ckpt_stall_done |= stall_now;
+      }
+      const double dur = (max_pre + comm) * (1 + 0.01 * gauss(rng)) + ckpt;
+      const double e = s0 + dur;
+      for (int k = 0; k < o.nodes; ++k) {
+        if (ckpt > 0) {
+          json ev = {{"type", "event"}, {"node", names[k]}, {"job", run->id}};
+          ev["kind"] = "checkpoint_start";
+          emit(k, e - ckpt, 5, ev);
+          ev["kind"] = "checkpoint_end";
+          emit(k, e, 5, ev);
+          if (stall_now) truth_at("checkpoint_stall", k, e - ckpt, {.job = run->id});
+        }
+        if (active("data_stall", k, -1, tick_at)) {
+          truth_at("data_stall", k, std::floor(s0 * 1000) / 1000, {.job = run->id});
+        }
+        if (any_fault("step_regression") && tick_at >= any_fault("step_regression")->onset_s) {
+          truth_at("step_regression", k, std::floor(s0 * 1000) / 1000, {.job = run->id});
+        }
+      }
+      for (size_t r = 0; r < ranks.size(); ++r) {
+        const auto [k, i, rank] = ranks[r];
+        if (sims[k][i].lost) continue;
+        if (active("straggler_gpu", k, i, tick_at)) {
+          truth_at("straggler_gpu", k, std::floor(s0 * 1000) / 1000, {.gpu = i, .job = run->id});
+        }
+        sims[k][i].util = compute[r] / dur;
+        // Ranks leave the collective together, within a few milliseconds.
+        const double te = e + 0.002 * uni(rng);
+        emit(k, te, 4,
+             {{"type", "step"},
+              {"node", names[k]},
+              {"job", run->id},
+              {"rank", rank},
+              {"gpu", i},
+              {"step", step_no},
+              {"duration_s", std::round(dur * 1e4) / 1e4},
+              {"samples", 32},
+              {"data_wait_s", std::round(data[k] * 1e4) / 1e4},
+              {"comm_s", std::round((comm + max_pre - pre[r]) * 1e4) / 1e4},
+              {"checkpoint_s", std::round(ckpt * 1e4) / 1e4}});
+      }
+      ++step_no;
+      next_step = e;
+    }
+    if (run && stopped && hang_t && *stop_t == *hang_t) {
+      // The hang began when the last step ended (next_step: the end of the last one); listed
+      // on the node of the stuck rank.
+      const FaultSpec* f = any_fault("job_hang");
+      truth_at("job_hang", f->node, shifted(f->node, next_step), {.job = run->id});
+    }
+    if (skew && tick == std::floor(skew->onset_s)) {
+      truth_at("clock_skew", skew->node, shifted(skew->node, t), {});
+    }
 
+    for (int k = 0; k < o.nodes; ++k) {
+      const bool stalled = active("data_stall", k, -1, tick) != nullptr;
       // GPU samples.
       for (int i = 0; i < n; ++i) {
         GpuSim& g = sims[k][i];
         if (g.lost) continue;
-        auto fault_here = [&](const char* cause) -> const FaultSpec* {
-          const FaultSpec* f = fault(cause, k);
-          return f && f->gpu == i && tick >= f->onset_s ? f : nullptr;
-        };
-        if (const FaultSpec* f = fault_here("gpu_lost")) {
+        auto fault_here = [&](const char* cause) { return active(cause, k, i, tick); };
+        if (fault_here("gpu_lost")) {
           g.lost = true;
-          emit(t, 5,
-               json{{"t", t},
-                    {"type", "event"},
-                    {"node", names[k]},
-                    {"gpu", i},
-                    {"kind", "xid"},
-                    {"code", 79},
-                    {"message", "GPU has fallen off the bus"}}
-                   .dump());
-          truth_at(*f, names[k], t, true, "");
+          emit(k, t, 5,
+               {{"type", "event"},
+                {"node", names[k]},
+                {"gpu", i},
+                {"kind", "xid"},
+                {"code", 79},
+                {"message", "GPU has fallen off the bus"}});
+          truth_at("gpu_lost", k, shifted(k, t), {.gpu = i});
           continue;
         }
-        const bool busy = run != nullptr;
-        double util = busy ? std::clamp(util_now[k] * 100 + 2 * gauss(rng), 0.0, 100.0) : 0;
-        if (busy && stalled) util *= 0.9;
+        const bool held = run != nullptr;
+        const bool idle_held = held && run->idle_gpu && *run->idle_gpu == std::make_pair(k, i);
+        const bool dead =
+            exit_t && t >= *exit_t && fault("rank_exit", k) && fault("rank_exit", k)->gpu == i;
+        const bool stuck =
+            hang_t && t >= *hang_t && fault("job_hang", k) && fault("job_hang", k)->gpu == i;
+        // Stopped steps: the live ranks spin in their NCCL kernels (busy, little power); the
+        // stuck rank sits in host code, its GPU idle.
+        const bool spinning = held && stopped && !idle_held && !dead && !stuck;
+        const bool busy = held && !idle_held && !dead && !stuck;
+        double util = 0;
+        if (spinning) {
+          util = 100;
+        } else if (busy) {
+          util = std::clamp(g.util * 100 + 2 * gauss(rng), 0.0, 100.0);
+          if (stalled) util *= 0.9;
+        }
         // Thermal: the cooling of a GPU degrades; its steady temperature climbs.
         if (const FaultSpec* f = fault_here("thermal_throttle")) {
           g.ambient_c =
@@ -430,10 +627,11 @@ Result<SimOutput> Simulate(const SimOptions& o) {
         if (const FaultSpec* f = fault_here("power_throttle")) {
           g.power_limit_w = model->tdp_w * (0.75 - 0.25 * f->severity);
         }
-        double power =
-            model->idle_w + (model->tdp_w - model->idle_w) * util / 100 * (0.9 + 0.05 * gauss(rng));
+        double power = model->idle_w + (model->tdp_w - model->idle_w) * util / 100 *
+                                           (spinning ? 0.35 : 0.9 + 0.05 * gauss(rng));
         std::vector<std::string> throttle;
         double clock = busy ? model->max_sm_mhz : model->max_sm_mhz * 0.1;
+        if (!busy) throttle.push_back("idle");
         if (busy && power > g.power_limit_w) {
           clock *= g.power_limit_w / power;
           power = g.power_limit_w;
@@ -448,30 +646,31 @@ Result<SimOutput> Simulate(const SimOptions& o) {
         if (g.temp_c > kThrottleTempC && busy) {
           clock *= std::max(0.5, 1 - (g.temp_c - kThrottleTempC) * 0.08);
           throttle.push_back("sw_thermal");
-          if (const FaultSpec* f = fault_here("thermal_throttle")) {
-            truth_at(*f, names[k], t, true, "");
-          }
+          if (fault_here("thermal_throttle")) truth_at("thermal_throttle", k, shifted(k, t), {i});
         }
-        if (const FaultSpec* f = fault_here("power_throttle");
-            f && busy &&
+        if (const FaultSpec* f = fault_here("clock_slowdown"); f && busy) {
+          clock *= 0.6 - 0.2 * f->severity;  // the board's slowdown signal (e.g. a PSU event)
+          throttle.push_back("hw_slowdown");
+          truth_at("clock_slowdown", k, shifted(k, t), {i});
+        }
+        if (fault_here("power_throttle") && busy &&
             std::find(throttle.begin(), throttle.end(), "sw_power_cap") != throttle.end()) {
-          truth_at(*f, names[k], t, true, "");
+          truth_at("power_throttle", k, shifted(k, t), {i});
         }
         g.clock_mhz = clock;
         g.energy_j += power;
         // Memory: the job's allocations ramp over the first minute, then hold; a leak adds an
         // allocator-sized chunk at intervals from its onset.
-        const double job_age = run ? t - run->start : 0;
+        const double job_age = held ? t - run->start : 0;
         const double steady = model->job_mem_mib * (0.95 + 0.01 * i);
-        double mem = run ? std::min(1.0, job_age / 60) * steady : 500;
-        if (const FaultSpec* f = fault_here("memory_leak"); f && run) {
+        double mem = held && !idle_held && !dead ? std::min(1.0, job_age / 60) * steady : 0;
+        if (const FaultSpec* f = fault_here("memory_leak"); f && busy) {
           const double since = tick - f->onset_s;
           const double chunk = 512 * (1 + f->severity);
-          const double interval = 20;
           g.mem_mib = std::max(g.mem_mib, mem);
-          if (std::fmod(since, interval) < 1) {
+          if (std::fmod(since, 20) < 1) {
             g.mem_mib = std::min(g.mem_mib + chunk, model->mem_total_mib * 0.97);
-            truth_at(*f, names[k], t, false, run->id);
+            truth_at("memory_leak", k, shifted(k, t), {.job = run->id});
           }
           mem = g.mem_mib;
         } else {
@@ -486,39 +685,50 @@ Result<SimOutput> Simulate(const SimOptions& o) {
         };
         if (const FaultSpec* f = every("pcie_replay", 10)) {
           g.pcie_replay += 1 + std::floor(5 * f->severity * uni(rng));
-          truth_at(*f, names[k], t, true, "");
+          truth_at("pcie_replay", k, shifted(k, t), {i});
         }
         if (const FaultSpec* f = every("nvlink_errors", 10)) {
           g.nvlink_crc += 1 + std::floor(5 * f->severity * uni(rng));
-          truth_at(*f, names[k], t, true, "");
+          truth_at("nvlink_errors", k, shifted(k, t), {i});
         }
-        if (const FaultSpec* f = every("ecc_sbe_growth", 20)) {
+        if (every("ecc_sbe_growth", 20)) {
           g.sbe += 1;
-          truth_at(*f, names[k], t, true, "");
+          truth_at("ecc_sbe_growth", k, shifted(k, t), {i});
         }
-        if (const FaultSpec* f = fault_here("ecc_dbe"); f && g.dbe == 0) {
+        if (fault_here("ecc_dbe") && g.dbe == 0) {
           g.dbe = 1;
-          emit(t, 5,
-               json{{"t", t},
-                    {"type", "event"},
-                    {"node", names[k]},
-                    {"gpu", i},
-                    {"kind", "xid"},
-                    {"code", 48},
-                    {"message", "An uncorrectable double bit error (DBE) has been detected"}}
-                   .dump());
-          truth_at(*f, names[k], t, true, "");
+          emit(k, t, 5,
+               {{"type", "event"},
+                {"node", names[k]},
+                {"gpu", i},
+                {"kind", "xid"},
+                {"code", 48},
+                {"message", "An uncorrectable double bit error (DBE) has been detected"}});
+          truth_at("ecc_dbe", k, shifted(k, t), {i});
         }
-        if (const FaultSpec* f = fault_here("pcie_downgrade")) {
+        if (const FaultSpec* f = fault_here("xid"); f && !truth.count({"xid", k, i})) {
+          // XIDs without a more specific cause: a GSP RPC timeout, an internal micro-controller
+          // error, a channel error; the job carries on (or not: that is another fault).
+          const int codes[] = {119, 62, 120};
+          const int code = codes[o.seed % 3];
+          emit(k, t, 5,
+               {{"type", "event"},
+                {"node", names[k]},
+                {"gpu", i},
+                {"kind", "xid"},
+                {"code", code},
+                {"message", fmt::format("Xid {} reported by the driver", code)}});
+          truth_at("xid", k, shifted(k, t), {i});
+        }
+        if (fault_here("pcie_downgrade")) {
           g.pcie_width = 8;
-          truth_at(*f, names[k], t, true, "");
+          truth_at("pcie_downgrade", k, shifted(k, t), {i});
         }
-        json rec = {{"t", t},
-                    {"type", "gpu"},
+        json rec = {{"type", "gpu"},
                     {"node", names[k]},
                     {"gpu", i},
                     {"util_pct", std::round(util)},
-                    {"mem_util_pct", std::round(util * 0.4)},
+                    {"mem_util_pct", std::round(spinning ? 0 : util * 0.4)},
                     {"mem_used_mib", std::round(mem)},
                     {"temp_c", std::round(g.temp_c * 10) / 10},
                     {"power_w", std::round(power * 10) / 10},
@@ -535,33 +745,88 @@ Result<SimOutput> Simulate(const SimOptions& o) {
                     {"ecc_dbe_volatile", g.dbe},
                     {"retired_pages", 0}};
         if (model->nvlinks > 0) {
-          const bool fallback = run && run->fallback;
-          rec["nvlink_tx_mbs"] = busy && !fallback ? std::round(40000 * util / 100) : 0;
-          rec["nvlink_rx_mbs"] = busy && !fallback ? std::round(39800 * util / 100) : 0;
+          const bool fallback = run && run->nvlink_fallback;
+          const bool moving = busy && !fallback && !stopped;
+          rec["nvlink_tx_mbs"] = moving ? std::round(40000 * util / 100) : 0;
+          rec["nvlink_rx_mbs"] = moving ? std::round(39800 * util / 100) : 0;
           rec["nvlink_active_links"] = model->nvlinks;
           rec["nvlink_crc_errors"] = g.nvlink_crc;
           rec["nvlink_replay"] = 0;
           rec["nvlink_recovery"] = 0;
         }
-        emit(t, 1, rec.dump());
+        emit(k, t, 1, rec);
       }
-      // Host every 5 s: iowait follows the data stall.
+      // Processes of the job: one per rank, bound to its GPU's NUMA node (or, misbound, to
+      // the other one); a dead rank's process is gone.
+      if (run && std::fmod(tick, kProcEveryS) < 1) {
+        for (const Rank& r : ranks) {
+          if (r.node != k || sims[k][r.gpu].lost) continue;
+          const FaultSpec* ex = fault("rank_exit", k);
+          if (ex && ex->gpu == r.gpu && t >= *exit_t) {
+            truth_at("rank_exit", k, shifted(k, t), {.job = run->id, .rank = r.rank});
+            continue;
+          }
+          const int numa = run->numa_bad.count({k, r.gpu}) ? 1 - numa_of(r.gpu) : numa_of(r.gpu);
+          emit(k, t, 2,
+               {{"type", "proc"},
+                {"node", names[k]},
+                {"pid", run->pid_base + r.gpu},
+                {"gpu", r.gpu},
+                {"mem_used_mib", std::round(sims[k][r.gpu].mem_mib * 0.98)},
+                {"user", "sim"},
+                {"container", fmt::format("{:012x}", (o.seed * 2654435761u) & 0xffffffffffffu)},
+                {"job", run->id},
+                {"cpu_numa_nodes", {numa}},
+                {"visible_index", r.gpu}});
+        }
+      }
+      // Host every 5 s: iowait follows the data stall; the NIC carries the ring between nodes.
       if (std::fmod(tick, 5) < 1) {
         const double iowait = stalled && run ? 15 + 10 * uni(rng) : 0.5 + 0.5 * uni(rng);
-        emit(t, 2,
-             json{{"t", t},
-                  {"type", "host"},
-                  {"node", names[k]},
-                  {"cpu_pct", std::round((run ? 35 : 3) + 3 * gauss(rng))},
-                  {"iowait_pct", std::round(iowait * 10) / 10},
-                  {"mem_used_mib", 402311},
-                  {"mem_total_mib", 2063592},
-                  {"load1", run ? 41.2 : 1.0}}
-                 .dump());
+        const double rate_mbs = kNicGbps * 1000 / 8;
+        double nic_share = run && !stopped ? (o.nodes > 1 ? 0.25 + 0.1 * uni(rng) : 0.002) : 0.001;
+        if (run && o.nodes > 1 && run->net_socket) nic_share = 0.02;  // over eth0, not IB
+        bool congested = false;
+        if (active("net_congestion", k, -1, tick)) {
+          nic_share = 0.9 + 0.07 * uni(rng);  // another tenant's traffic fills the link
+          congested = true;
+        }
+        if (const FaultSpec* f = active("net_errors", k, -1, tick)) {
+          nic_errors[k] += 1 + std::floor(4 * f->severity * uni(rng));
+          nic_retx[k] += 2 + std::floor(20 * f->severity * uni(rng));
+          truth_at("net_errors", k, shifted(k, t), {.nic = "mlx5_0"});
+        } else if (blip_t >= 0 && k == blip_node && t >= blip_t && t < blip_t + 5) {
+          nic_errors[k] += 1;
+        }
+        if (congested && run) truth_at("net_congestion", k, shifted(k, t), {.nic = "mlx5_0"});
+        emit(k, t, 2,
+             {{"type", "host"},
+              {"node", names[k]},
+              {"cpu_pct", std::round((run ? 35 : 3) + 3 * gauss(rng))},
+              {"iowait_pct", std::round(iowait * 10) / 10},
+              {"mem_used_mib", 402311},
+              {"mem_total_mib", 2063592},
+              {"load1", run ? 41.2 : 1.0},
+              {"nics",
+               {{"mlx5_0",
+                 {{"tx_mbs", std::round(rate_mbs * nic_share)},
+                  {"rx_mbs", std::round(rate_mbs * nic_share * 0.99)},
+                  {"link_up", true},
+                  {"errors", nic_errors[k]},
+                  {"retransmits", nic_retx[k]}}}}}});
+      }
+      if (const FaultSpec* f = fault("topology_change", k); f && tick == std::floor(f->onset_s)) {
+        // A NIC that came back from a reset on another PCIe root (the archive no longer
+        // matches); nothing else about the node changes.
+        emit(k, t, 5,
+             {{"type", "event"},
+              {"node", names[k]},
+              {"kind", "topology_change"},
+              {"message", "nic mlx5_0 moved: NUMA node 0 -> 1; GPU0-mlx5_0 PIX -> SYS"}});
+        truth_at("topology_change", k, shifted(k, t), {});
       }
     }
   }
-  (void)current_job;
   std::stable_sort(lines.begin(), lines.end(), [](const Line& a, const Line& b) {
     return a.t != b.t ? a.t < b.t : a.order < b.order;
   });

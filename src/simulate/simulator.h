@@ -2,19 +2,26 @@
 // physics coupled the way real jobs are, emitted as a trace (../shared/spec/trace-format.md)
 // plus the truth file of the faults it planted (findings.md, Evaluation).
 //
-// The model, per step of a synchronous data-parallel job:
-//   duration = data_wait + compute × (max clock / clock of the slowest GPU) + exposed comm
-//              + checkpoint (every checkpoint_every_s)
-// so one slow GPU sets every rank's pace; GPU utilisation is the compute share of the step;
-// power follows utilisation; temperature lags power (first order, 60 s); a GPU that crosses
-// its slowdown temperature throttles (sw_thermal) and its clock falls with the excess, which
-// stretches compute. Noise: per-sample jitter, step jitter, one-sample power-cap flickers at
-// full load (healthy GPUs do that), and a slow warm-up of steps and memory.
+// The model, per step of a synchronous data-parallel job (every rank of every node):
+//   rank r is ready after data_wait(node) + compute(r), compute = base × (max clock / clock)
+//   step = max over ranks of ready + comm + checkpoint (every checkpoint_every_s)
+//   rank r's exposed comm = comm + (slowest ready - r's ready)
+// so the slowest rank sets every rank's pace and the others wait for it in communication; all
+// ranks leave the collective together (one step end on every node). GPU utilisation is the
+// compute share of the step; power follows utilisation; temperature lags power (first order,
+// 60 s); a GPU that crosses its slowdown temperature throttles (sw_thermal) and its clock falls
+// with the excess, which stretches compute. Stopped steps (a hang, a dead rank) leave the live
+// ranks spinning in their NCCL kernels: busy, on little power. Noise: per-sample jitter, step
+// jitter, one-sample power-cap flickers at full load, static NIC error counts with at most one
+// isolated increment, and a slow warm-up of steps and memory.
 //
-// Faults (one per cause the simulator knows; `KnownFaults()`): each has an onset and a
-// severity in [0, 1]; the truth's start is the first record that shows it, as the scenario
-// README defines (a throttle: the first throttled sample on a busy GPU; a counter fault: the
-// first increment; a fault that needs a restart: the job's start record).
+// Faults: one per cause of findings.md (`KnownFaults()`), each with an onset and a severity in
+// [0, 1]. The truth's start follows ../shared/scenarios/README.md: the first record that shows
+// the fault (a throttle: the first throttled sample on a busy GPU; a counter fault: the first
+// increment; a restart fault — fallbacks, NUMA binding, an idle held GPU — the restarted
+// job's start; job_hang: the end of the last step; gpu_idle_allocated: ten minutes into the
+// idleness). Job-wide faults (net_fallback, step_regression, checkpoint_stall) are listed once
+// per node; a skewed node (clock_skew) writes its records with its own clock's timestamps.
 //
 // Thread-safety: pure function of its options (seeded, deterministic).
 #pragma once

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The diagnosis yardstick (issue 6): generates a fixed suite of simulated scenarios (every cause
-# the simulator knows on four node shapes, healthy runs, multi-node runs and combined faults),
+# of findings.md on four node shapes, healthy runs, multi-node runs and combined faults),
 # runs `gpuwatch eval` on it and on ../shared/scenarios, and prints both tables.
 #   bench/eval/run.sh [GPUWATCH] [OUTDIR]
 # Results are recorded in bench/eval/RESULTS.md.
@@ -11,8 +11,11 @@ OUT=${2:-build/bench-eval}
 [ -x "$GPUWATCH" ] || { echo "build gpuwatch first (scripts/up.sh builds build/release)" >&2; exit 2; }
 rm -rf "$OUT" && mkdir -p "$OUT/suite"
 
-CAUSES=(thermal_throttle power_throttle gpu_lost ecc_dbe ecc_sbe_growth pcie_downgrade
-        pcie_replay nvlink_errors nvlink_fallback data_stall memory_leak)
+# Every cause of one node (the NIC causes on a node's own NIC).
+CAUSES=(thermal_throttle power_throttle clock_slowdown gpu_lost xid ecc_dbe ecc_sbe_growth
+        pcie_downgrade pcie_replay nvlink_errors nvlink_fallback net_errors numa_mismatch
+        topology_change data_stall checkpoint_stall memory_leak job_hang rank_exit
+        straggler_gpu step_regression gpu_idle_allocated)
 SHAPES=(8xH100 8xA100 4xL40S 8x4090)
 n=0
 for shape in "${SHAPES[@]}"; do
@@ -22,8 +25,10 @@ for shape in "${SHAPES[@]}"; do
       # NVLink causes need NVLink.
       case "$cause:$shape" in nvlink_*:4xL40S|nvlink_*:8x4090) continue ;; esac
       s=$((seed * 7919 + n * 104729))
-      gpu=$((s % gpus)); onset=$((300 + s % 300)); sev=0.$((3 + s % 7))
-      "$GPUWATCH" sim --shape "$shape" --seed "$s" --duration 15m \
+      gpu=$((s % gpus)); onset=$((300 + s % 300)); sev=0.$((3 + s % 7)); dur=15m
+      # An idle held GPU is a finding after ten minutes of it.
+      [ "$cause" = gpu_idle_allocated ] && dur=25m
+      "$GPUWATCH" sim --shape "$shape" --seed "$s" --duration "$dur" \
         --fault "$cause:gpu=$gpu,onset=$onset,severity=$sev" --out "$OUT/suite/$cause-$shape-$seed" >/dev/null
       n=$((n + 1))
     done
@@ -34,13 +39,20 @@ for shape in "${SHAPES[@]}"; do
     done
   done
 done
-# Multi-node: one node on another driver, and a healthy 4-node job.
+# Multi-node jobs: the causes between nodes, task causes that start on one node of the job,
+# and healthy 2- and 4-node jobs.
 for seed in 1 2 3 4; do
-  "$GPUWATCH" sim --shape 8xH100 --nodes 4 --seed "$seed" --duration 15m \
-    --fault "version_mismatch:node=$((seed % 4))" --out "$OUT/suite/version_mismatch-4n-$seed" >/dev/null
-  "$GPUWATCH" sim --shape 8xH100 --nodes 4 --seed $((seed + 100)) --duration 15m \
-    --out "$OUT/suite/healthy-4n-$seed" >/dev/null
-  n=$((n + 2))
+  nodes=$((2 + seed % 3)); node=$((1 + seed % (nodes - 1))); s=$((seed * 15485863))
+  for cause in version_mismatch clock_skew net_fallback net_congestion net_errors job_hang \
+               rank_exit data_stall straggler_gpu memory_leak; do
+    "$GPUWATCH" sim --shape 8xH100 --nodes "$nodes" --seed "$((s + n))" --duration 15m \
+      --fault "$cause:node=$node,gpu=$((s % 8)),onset=$((300 + s % 240)),severity=0.$((4 + seed))" \
+      --out "$OUT/suite/$cause-${nodes}n-$seed" >/dev/null
+    n=$((n + 1))
+  done
+  "$GPUWATCH" sim --shape 8xH100 --nodes "$nodes" --seed $((seed + 100)) --duration 15m \
+    --out "$OUT/suite/healthy-${nodes}n-$seed" >/dev/null
+  n=$((n + 1))
 done
 # Two faults at once, on different GPUs or layers.
 "$GPUWATCH" sim --shape 8xH100 --seed 501 --fault thermal_throttle:gpu=1,onset=420 \

@@ -105,6 +105,22 @@ double Median(std::vector<double> v) {
   const size_t n = v.size();
   return n % 2 == 1 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
+// Median absolute deviation, scaled to a normal distribution's standard deviation.
+double Mad(const std::vector<double>& v) {
+  const double m = Median(v);
+  std::vector<double> dev;
+  for (double x : v) dev.push_back(std::fabs(x - m));
+  return 1.4826 * Median(dev);
+}
+// The start of the newest run of increments with no gap over `max_gap` between them: a counter
+// that rose once long before (healthy runs have an isolated increment) does not date a fault.
+double RunStart(const std::deque<double>& times, double max_gap) {
+  double start = times.back();
+  for (size_t i = times.size() - 1; i > 0 && times[i] - times[i - 1] <= max_gap; --i) {
+    start = times[i - 1];
+  }
+  return start;
+}
 }  // namespace
 
 void Diagnoser::OnStep(const trace::TraceRecord& r, const trace::TraceStep& st) {
@@ -220,7 +236,13 @@ void Diagnoser::OnStepTask(const trace::TraceRecord& r, const trace::TraceStep& 
       std::vector<double> others;
       for (size_t i = 1; i < medians.size(); ++i) others.push_back(medians[i].first);
       const double rest = Median(others);
-      const bool straggle = rest > 0.02 && medians[0].first < o_.straggler_comm_share * rest;
+      // The straggler's comm is an outlier below the others': by a share of the step that
+      // costs time, well outside the others' spread (robust: median absolute deviation).
+      std::vector<double> d(ts.durations.begin(), ts.durations.end());
+      const double gap = rest - medians[0].first;
+      const bool straggle = rest > 0.02 && medians[0].first < o_.straggler_comm_share * rest &&
+                            gap >= o_.straggler_step_share * Median(d) &&
+                            gap > o_.straggler_mad_factor * Mad(others);
       if (!straggle) {
         ts.straggle_since = -1;
       } else {
@@ -311,17 +333,21 @@ void Diagnoser::CheckHangs(const std::string& node, double t) {
                              : std::max(o_.hang_min_s, o_.hang_factor * Median(d));
     if (t - ts.last_step_t < limit) continue;
     // Which node holds the stuck rank: the live ranks spin in their collective (busy GPUs),
-    // the stuck one does not.
+    // the stuck one does not. Judged once, when the hang is first seen (the job's GPUs go idle
+    // one by one later, when it is torn down).
     int idle = 0, spinning = 0;
-    for (const auto& [place, held] : gpu_job_) {
-      if (place.first != node || held.first != key.second) continue;
-      auto g = gpus_.find(place);
-      if (g == gpus_.end() || !g->second.prev || !g->second.prev->util_pct) continue;
-      const double util = *g->second.prev->util_pct;
-      idle += util < 5 ? 1 : 0;
-      spinning += util >= o_.busy_util_pct ? 1 : 0;
+    if (!ts.hang_judged) {
+      for (const auto& [place, held] : gpu_job_) {
+        if (place.first != node || held.first != key.second) continue;
+        auto g = gpus_.find(place);
+        if (g == gpus_.end() || !g->second.prev || !g->second.prev->util_pct) continue;
+        const double util = *g->second.prev->util_pct;
+        idle += util < 5 ? 1 : 0;
+        spinning += util >= o_.busy_util_pct ? 1 : 0;
+      }
+      ts.hang_judged = true;
+      ts.hang_stuck_here = idle > 0 && spinning > 0;
     }
-    if (!ts.hang_stuck_here) ts.hang_stuck_here = idle > 0 && spinning > 0;
     Finding f = Make("job_hang", "critical", node, std::nullopt);
     f.job = key.second;
     f.first_seen = ts.last_step_t;
@@ -446,7 +472,7 @@ void Diagnoser::OnHost(const trace::TraceRecord& r, const trace::TraceHost& h) {
     if (down || (rose && static_cast<int>(times.size()) >= o_.counter_increments)) {
       Finding f = Make("net_errors", "warning", r.node, std::nullopt);
       f.nic = name;
-      f.first_seen = down ? r.t : times.front();
+      f.first_seen = down ? r.t : RunStart(times, o_.MaxIncrementGap());
       f.summary = down ? fmt::format("NIC {} went down", name)
                        : fmt::format("NIC {} errors or RDMA retransmissions keep rising", name);
       f.evidence = {down ? "link_up false"
@@ -729,7 +755,7 @@ void Diagnoser::OnGpu(const trace::TraceRecord& r, const TraceGpu& g) {
     const auto& times = s.increments[name];
     if (static_cast<int>(times.size()) < o_.counter_increments) return;
     Finding f = Make(cause, "warning", r.node, gpu);
-    f.first_seen = times.front();
+    f.first_seen = RunStart(times, o_.MaxIncrementGap());
     f.summary = fmt::format("GPU {} {} keep rising ({} now)", gpu, what, Num(*(g.*field)));
     f.evidence = {
         fmt::format("{} rose {} times in {} s", name, times.size(), Num(o_.counter_window_s))};
@@ -942,10 +968,23 @@ void Diagnoser::CrossNode() {
       if (it != ns.versions.end()) groups[it->second.first].push_back(name);
     }
     if (groups.size() < 2) continue;
+    // The largest group is the reference; on a tie, the group of rank 0's node (the node a
+    // job is launched from), as the NCCL log analysis decides it.
+    std::set<std::string> rank0_nodes;
+    for (const auto& [job, sc] : step_clock_) {
+      if (!sc.rank0_node.empty()) rank0_nodes.insert(sc.rank0_node);
+    }
+    auto has_rank0 = [&](const std::vector<std::string>& members) {
+      for (const std::string& m : members) {
+        if (rank0_nodes.count(m) != 0) return true;
+      }
+      return false;
+    };
     const std::vector<std::string>* major = nullptr;
     std::string major_value;
     for (const auto& [v, members] : groups) {
-      if (!major || members.size() > major->size()) {
+      if (!major || members.size() > major->size() ||
+          (members.size() == major->size() && has_rank0(members) && !has_rank0(*major))) {
         major = &members;
         major_value = v;
       }

@@ -67,6 +67,8 @@ struct DiagnoserOptions {
   double power_peer_clock_ratio = 0.97;  // … or below this share of its busy peers' median
   double counter_window_s = 300;         // rising counters: increments within this window …
   int counter_increments = 3;            // … at least this many
+  // A fault's run of increments: no gap longer than this between them.
+  double MaxIncrementGap() const { return counter_window_s / counter_increments; }
   double clock_skew_tolerance_ms = 100;
   // data_stall: after warm-up, a job's baseline share of step time spent waiting for data is
   // learned from its first steps; a stall is a rolling median share above both the floor and
@@ -93,9 +95,12 @@ struct DiagnoserOptions {
   double checkpoint_min_extra_s = 20;
   double checkpoint_budget_s = 300;
   // straggler_gpu: over straggler_window_s, one rank's median exposed comm is below this share
-  // of the others' (they wait for it), while theirs is above their baseline by the factor.
+  // of the others' median, lower by at least straggler_step_share of the median step and by
+  // more than straggler_mad_factor × the others' spread (they wait for it; it never waits).
   double straggler_window_s = 60;
-  double straggler_comm_share = 0.5;
+  double straggler_comm_share = 0.8;
+  double straggler_step_share = 0.08;
+  double straggler_mad_factor = 4;
   // step_regression: steps this much slower than the job's post-warm-up median, held.
   double regression_factor = 1.25;
   double regression_hold_s = 120;
@@ -151,7 +156,7 @@ class Diagnoser {
     uint32_t lead_rank = UINT32_MAX;
     // job_hang: whether, when the hang was judged, one of the job's GPUs here sat idle while
     // the others spun in their collectives (the stuck rank's node in a multi-node job).
-    bool hang_stuck_here = false;
+    bool hang_judged = false, hang_stuck_here = false;
     double last_checkpoint_start = -1;
     std::deque<double> durations;  // the last steps' durations, for the hang threshold
     bool ended = false;

@@ -21,13 +21,18 @@
 //                  a job's NCCL log lines against the node's topology (src/nccl)
 //   topology_change an event topology_change
 //   version_mismatch the node whose driver, CUDA or NCCL version differs from the others'
-//   clock_skew     the node whose clock offset differs from the others' by more than 100 ms
+//   clock_skew     the node whose clock offset differs from the others' by more than 100 ms,
+//                  or whose steps of a multi-node job end apart from the others' by more (the
+//                  ranks leave each collective together, so a skewed node's timestamps show)
 //   data_stall     a job's share of step time waiting for input, well above its own baseline
 //   memory_leak    a job's GPU memory that keeps growing after warm-up and never falls back
-//   job_hang       no step for 10× the median step (≥ 60 s; 10 min inside a checkpoint)
+//   job_hang       no step for 10× the median step (≥ 60 s; 10 min inside a checkpoint); in a
+//                  multi-node job, on the node whose GPU sat idle while the others spun
 //   checkpoint_stall a checkpoint blocking 3× the job's earlier ones (or over 5 min)
-//   straggler_gpu  the rank that never waits in communication while the others wait for it
+//   straggler_gpu  the rank whose exposed comm is a robust outlier below the others' (they
+//                  wait for it in communication; it never waits)
 //   step_regression steps 25 % over the job's own post-warm-up median, held 2 min
+//   (task rules judge each node of a job from its lowest rank there)
 //   numa_mismatch  a GPU process on CPUs of another NUMA node than its GPU's
 //   net_errors     NIC errors or RDMA retransmissions that keep rising, a NIC going down
 //   gpu_idle_allocated a GPU a job holds at 0 % for 10 minutes
@@ -36,8 +41,8 @@
 //                  job's processes are still there (the first such round of a job only: what
 //                  vanishes after is the teardown)
 // Deepest cause only (Finish): a card cause on a GPU removes that GPU's straggler finding; any
-// card or link cause on a node removes its step_regression; a lost GPU or an XID removes a
-// job_hang.
+// card, link or deeper task cause on a node of the job removes its step_regression; a lost
+// GPU, an XID or a DBE on the node, or a rank_exit anywhere in the job, removes a job_hang.
 // Findings of one cause at one place are one finding (first_seen, last_seen extended).
 // first_seen is when the evidence began (the first sample of a sustained run), not when the
 // rule became sure.

@@ -6,7 +6,7 @@ GPUWATCH=$1 MOCK=$2 FIXTURES=$3
 . "$(dirname "$0")/lib.sh"
 
 "$GPUWATCH" --version >"$TMP/version.txt" && grep -q '^gpuwatch ' "$TMP/version.txt" || fail "--version"
-for sub in "" up agent status docs; do
+for sub in "" up agent status docs diagnose replay; do
   # shellcheck disable=SC2086
   "$GPUWATCH" $sub --help >"$TMP/help.txt" || fail "gpuwatch $sub --help exited non-zero"
   grep -q -- '--help' "$TMP/help.txt" || fail "gpuwatch $sub --help printed no usage"
@@ -84,6 +84,27 @@ ev = json.load(open(sys.argv[1]))["events"]
 assert ev and all(e["kind"] == "xid" for e in ev), ev
 assert any(e["xid"] == 79 and e["severity"] == "critical" for e in ev), ev
 ' "$TMP/xid.json" || fail "XID 79 not kept in the event store"
+# Live diagnosis (the engine reads the agent's own records every 5 s, 5 s behind): the lost GPU
+# is a critical gpu_lost finding; `diagnose` exits 1 when there are findings.
+for ((i = 0; i < 200; i++)); do
+  rc=0
+  "$GPUWATCH" diagnose --agent "http://127.0.0.1:$PORT" --json >"$TMP/diag.json" 2>"$TMP/diag.err" || rc=$?
+  [ "$rc" = 1 ] && break
+  [ "$rc" = 0 ] || { cat "$TMP/diag.err"; fail "diagnose exited $rc"; }
+  sleep 0.1
+done
+python3 -c '
+import json, sys
+f = json.load(open(sys.argv[1]))["findings"]
+lost = [x for x in f if x["cause"] == "gpu_lost"]
+assert lost and lost[0]["gpu"] == 2 and lost[0]["severity"] == "critical", f
+assert all(x["cause"] != "rank_exit" for x in f), f
+' "$TMP/diag.json" || fail "live diagnosis: no gpu_lost finding for GPU 2"
+node=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["findings"][0]["node"])' "$TMP/diag.json")
+"$GPUWATCH" diagnose "$node" --agent "http://127.0.0.1:$PORT" >"$TMP/diag.txt" && fail "diagnose NODE with findings exited 0"
+grep -q "^critical gpu_lost .*GPU2" "$TMP/diag.txt" || { cat "$TMP/diag.txt"; fail "diagnose NODE text lacks gpu_lost"; }
+"$GPUWATCH" diagnose no-such-job --agent "http://127.0.0.1:$PORT" >"$TMP/diag0.txt" || fail "diagnose of a quiet job exited non-zero"
+grep -q '^no findings$' "$TMP/diag0.txt" || fail "diagnose of a quiet job printed findings"
 code=$(curl -s -o "$TMP/ev.out" -w '%{http_code}' "http://127.0.0.1:$PORT/api/v1/events?limit=0")
 [ "$code" = 400 ] || fail "/api/v1/events?limit=0 answered $code"
 curl -fsS "http://127.0.0.1:$PORT/api/v1/processes" | python3 -c '

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # `gpuwatch replay` and `gpuwatch eval` (issue 6): replay --json prints only the findings
 # document and is byte-identical run to run; an unreadable trace exits non-zero naming the line;
-# eval on the example scenarios runs and prints valid JSON. Detection quality is tracked by
+# --serve keeps the findings in the API; eval on the example scenarios runs and prints valid
+# JSON. Detection quality is tracked by
 # bench/eval, not asserted here.
 GPUWATCH=$1 FIXTURES=$2 SCENARIOS=$3
 . "$(dirname "$0")/lib.sh"
@@ -31,6 +32,25 @@ start=$(date +%s%N)
 elapsed_ms=$(( ($(date +%s%N) - start) / 1000000 ))
 [ "$elapsed_ms" -ge 400 ] || fail "replay --speed 4 took ${elapsed_ms} ms for a 2 s trace"
 grep -q 'gpu_lost' "$TMP/text.txt" || { cat "$TMP/text.txt"; fail "replay text view"; }
+
+# --serve: the findings stay open in the API (job=/node= filter) until SIGTERM, which ends it
+# with exit 0.
+PORT=$(free_port)
+"$GPUWATCH" replay "$TMP/t.jsonl" --json --serve "127.0.0.1:$PORT" >"$TMP/serve.out" 2>"$TMP/serve.err" &
+SERVE=$!
+PIDS+=("$SERVE")
+wait_http "http://127.0.0.1:$PORT/healthz" 20 || { cat "$TMP/serve.err"; fail "replay --serve did not listen"; }
+curl -fsS "http://127.0.0.1:$PORT/api/v1/findings" >"$TMP/served.json"
+python3 -c '
+import json, sys
+served, printed = json.load(open(sys.argv[1])), json.load(open(sys.argv[2]))
+assert served == printed, (served, printed)
+assert any(f["cause"] == "gpu_lost" for f in served["findings"]), served
+' "$TMP/served.json" "$TMP/serve.out" || fail "replay --serve serves other findings than it printed"
+curl -fsS "http://127.0.0.1:$PORT/api/v1/findings?node=elsewhere" | grep -q '"findings":\[\]' ||
+  fail "replay --serve: node filter"
+kill -TERM "$SERVE"
+wait "$SERVE" || fail "replay --serve exited non-zero on SIGTERM"
 
 printf '{"t":1,"type":"node","node":"n"}\n[1,2]\n' >"$TMP/bad.jsonl"
 set +e

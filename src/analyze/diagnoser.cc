@@ -282,22 +282,27 @@ void Diagnoser::OnStepTask(const trace::TraceRecord& r, const trace::TraceStep& 
       ts.comm_share.pop_front();
     }
   }
+  // The work of a step: a checkpoint's blocking is judged by checkpoint_stall, not here (one
+  // long checkpoint would otherwise be a minute of "slow steps").
+  const double work_s = std::max(0.0, *st.duration_s - st.checkpoint_s.value_or(0));
   if (!ts.base_step_s) {
-    ts.base_steps.push_back(*st.duration_s);
+    ts.base_steps.push_back(work_s);
     if (ts.base_steps.size() >= o_.baseline_steps / 2) {
       ts.base_step_s = Median(ts.base_steps);
       ts.base_steps.clear();
     }
     return;
   }
-  ts.recent_steps.push_back({r.t, *st.duration_s});
-  while (!ts.recent_steps.empty() && ts.recent_steps.front().first < r.t - 60) {
+  ts.recent_steps.push_back({r.t, work_s});
+  // The last minute, and at least the last 5 steps (slow jobs step less than once in 12 s).
+  while (ts.recent_steps.size() > 5 && ts.recent_steps.front().first < r.t - 60) {
     ts.recent_steps.pop_front();
   }
   std::vector<double> v;
   for (const auto& [t, d] : ts.recent_steps) v.push_back(d);
   const double now = Median(v);
-  if (now < o_.regression_factor * *ts.base_step_s) {
+  // A median of a handful of steps is one step's noise: judge a window of several.
+  if (v.size() < 5 || now < o_.regression_factor * *ts.base_step_s) {
     ts.slow_since = -1;
     return;
   }

@@ -507,6 +507,19 @@ int Main(int argc, char** argv) {
                          "Pace the records at N times real time (default: as fast as possible)");
   replay_cmd->add_flag("--json", replay_json,
                        "Print exactly the findings document of findings.md on stdout");
+  std::string replay_serve;
+  replay_cmd->add_option("--serve", replay_serve,
+                         "Then keep the findings open at http://ADDR/api/v1/findings "
+                         "(e.g. 127.0.0.1:9471) until SIGINT or SIGTERM");
+  std::string diagnose_target;
+  bool diagnose_json = false;
+  auto* diagnose_cmd = app.add_subcommand(
+      "diagnose",
+      "The running agent's current findings (task -> card -> link, deepest cause), all or those "
+      "of one job or node; exit 0 none, 1 findings, 2 error");
+  diagnose_cmd->add_option("target", diagnose_target, "A job id or a node name");
+  diagnose_cmd->add_flag("--json", diagnose_json, "The findings document of findings.md");
+  diagnose_cmd->add_option("--agent", agent_url, "The agent's URL")->capture_default_str();
   auto* eval_cmd = app.add_subcommand(
       "eval",
       "Replay every NAME.jsonl[.gz|.zst] in DIR that has a NAME.truth.json and score the findings "
@@ -637,7 +650,9 @@ int Main(int argc, char** argv) {
     return 0;
   }
   if (replay_cmd->parsed())
-    return RunReplay(replay_path, replay_json, replay_speed, std::cout, std::cerr);
+    return RunReplay(replay_path, replay_json, replay_speed, std::cout, std::cerr, replay_serve);
+  if (diagnose_cmd->parsed())
+    return RunDiagnose(agent_url, diagnose_target, diagnose_json, std::cout, std::cerr);
   if (eval_cmd->parsed()) return RunEval(eval_dir, eval_json, std::cout, std::cerr);
   if (sim_cmd->parsed()) return RunSim(sim, std::cout, std::cerr);
   if (topo_import->parsed()) return RunTopoImport(link_file, link_json, std::cout, std::cerr);

@@ -1,6 +1,9 @@
 #include "cli/replay_cmd.h"
 
 #include <fmt/format.h>
+#include <httplib.h>
+#include <pthread.h>
+#include <signal.h>
 
 #include <algorithm>
 #include <chrono>
@@ -10,9 +13,12 @@
 
 #include "analyze/diagnoser.h"
 #include "cli/config_file.h"
+#include "cli/job_view.h"
 #include "common/file_io.h"
 #include "common/strings.h"
+#include "common/time_base.h"
 #include "eval/scoring.h"
+#include "server/listen_address.h"
 #include "simulate/simulator.h"
 #include "trace/trace_file.h"
 #include "trace/trace_reader.h"
@@ -90,8 +96,44 @@ Result<ReplayResult> ReplayTrace(const std::string& path, double speed) {
   return out;
 }
 
+std::string RenderFindingsText(const nlohmann::json& doc, double origin_t) {
+  std::vector<nlohmann::json> sorted;
+  if (doc.contains("findings") && doc["findings"].is_array()) {
+    for (const auto& f : doc["findings"]) sorted.push_back(f);
+  }
+  if (sorted.empty()) return "no findings\n";
+  auto num = [](const nlohmann::json& f, const char* k) {
+    return f.contains(k) && f[k].is_number() ? f[k].get<double>() : 0.0;
+  };
+  auto str = [](const nlohmann::json& f, const char* k) {
+    return f.contains(k) && f[k].is_string() ? f[k].get<std::string>() : std::string();
+  };
+  std::stable_sort(sorted.begin(), sorted.end(), [&](const auto& a, const auto& b) {
+    return num(a, "first_seen") < num(b, "first_seen");
+  });
+  std::string out;
+  for (const auto& f : sorted) {
+    std::string place = str(f, "node");
+    if (f.contains("gpu") && f["gpu"].is_number()) place += fmt::format(" GPU{}", num(f, "gpu"));
+    if (!str(f, "job").empty()) place += " job " + str(f, "job");
+    if (!str(f, "nic").empty()) place += " NIC " + str(f, "nic");
+    const double at = num(f, "first_seen");
+    out += fmt::format("{:<8} {:<17} {} at {}: {}\n", str(f, "severity"), str(f, "cause"), place,
+                       origin_t > 0 ? fmt::format("+{:.0f}s", at - origin_t)
+                                    : FormatUtc(static_cast<int64_t>(at * 1000)),
+                       str(f, "summary"));
+    if (f.contains("evidence") && f["evidence"].is_array()) {
+      for (const auto& e : f["evidence"]) {
+        if (e.is_string()) out += "           - " + e.get<std::string>() + "\n";
+      }
+    }
+    if (!str(f, "action").empty()) out += "           → " + str(f, "action") + "\n";
+  }
+  return out;
+}
+
 int RunReplay(const std::string& path, bool json, double speed, std::ostream& out,
-              std::ostream& err) {
+              std::ostream& err, const std::string& serve) {
   if (speed < 0 || !std::isfinite(speed)) {
     err << "gpuwatch: replay: --speed must be a positive number\n";
     return 2;
@@ -104,29 +146,102 @@ int RunReplay(const std::string& path, bool json, double speed, std::ostream& ou
   }
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   for (const std::string& n : r->notes) err << "gpuwatch: " << path << ": " << n << "\n";
+  nlohmann::json stats = r->stats;
+  stats["trace"] = path;
+  const nlohmann::json doc = analyze::FindingsDocument(r->findings, stats);
   if (json) {
-    out << analyze::FindingsDocument(r->findings, r->stats).dump(1) << "\n";
-    return 0;
+    out << doc.dump(1) << "\n";
+  } else {
+    const double span = r->last_t - r->first_t;
+    out << fmt::format("{}: {} records over {:.0f} s replayed in {:.2f} s ({:.0f}x real time)\n",
+                       path, r->stats["records"].get<uint64_t>(), span, secs,
+                       secs > 0 ? span / secs : 0.0);
+    out << RenderFindingsText(doc, r->first_t);
   }
-  const double span = r->last_t - r->first_t;
-  out << fmt::format("{}: {} records over {:.0f} s replayed in {:.2f} s ({:.0f}x real time)\n",
-                     path, r->stats["records"].get<uint64_t>(), span, secs,
-                     secs > 0 ? span / secs : 0.0);
-  if (r->findings.empty()) {
-    out << "no findings\n";
-    return 0;
-  }
-  std::vector<analyze::Finding> sorted = r->findings;
-  std::sort(sorted.begin(), sorted.end(),
-            [](const auto& a, const auto& b) { return a.first_seen < b.first_seen; });
-  for (const analyze::Finding& f : sorted) {
-    out << fmt::format("{:<8} {:<17} {}{} at +{:.0f}s: {}\n", f.severity, f.cause, f.node,
-                       f.gpu ? fmt::format(" GPU{}", *f.gpu) : "", f.first_seen - r->first_t,
-                       f.summary);
-    for (const std::string& e : f.evidence) out << "           - " << e << "\n";
-    if (!f.action.empty()) out << "           → " << f.action << "\n";
+  out.flush();
+  if (serve.empty()) return 0;
+  Status st = ServeFindings(serve, doc, "replay of " + path, err);
+  if (!st.ok()) {
+    err << "gpuwatch: replay: --serve: " << st.message() << "\n";
+    return 2;
   }
   return 0;
+}
+
+Status ServeFindings(const std::string& listen, const nlohmann::json& doc, const std::string& what,
+                     std::ostream& err) {
+  auto addr = server::ParseListenAddress(listen);
+  if (!addr.ok()) return addr.status();
+  // Stop signals are waited for here, not delivered: block them before the server's threads
+  // start so that every thread inherits the mask.
+  sigset_t stop;
+  sigemptyset(&stop);
+  sigaddset(&stop, SIGINT);
+  sigaddset(&stop, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &stop, nullptr);
+  httplib::Server srv;
+  const std::string body = doc.dump();
+  srv.Get("/api/v1/findings", [&](const httplib::Request& req, httplib::Response& res) {
+    const std::string job = req.has_param("job") ? req.get_param_value("job") : "";
+    const std::string node = req.has_param("node") ? req.get_param_value("node") : "";
+    if (job.empty() && node.empty()) {
+      res.set_content(body, "application/json");
+      return;
+    }
+    nlohmann::json filtered = doc;
+    filtered["findings"] = nlohmann::json::array();
+    for (const auto& f : doc["findings"]) {
+      if (!job.empty() && f.value("job", "") != job) continue;
+      if (!node.empty() && f.value("node", "") != node) continue;
+      filtered["findings"].push_back(f);
+    }
+    res.set_content(filtered.dump(), "application/json");
+  });
+  srv.Get("/healthz", [](const httplib::Request&, httplib::Response& res) {
+    res.set_content("ok\n", "text/plain");
+  });
+  srv.Get("/", [&](const httplib::Request&, httplib::Response& res) {
+    res.set_content("gpuwatch " + what + "\n/api/v1/findings\n/healthz\n", "text/plain");
+  });
+  if (!srv.bind_to_port(addr->host, addr->port)) {
+    return Status::IoError("cannot listen on " + listen);
+  }
+  err << "gpuwatch: serving the " << what << " on http://" << listen
+      << "/api/v1/findings until SIGINT or SIGTERM\n";
+  std::thread listener([&] { srv.listen_after_bind(); });
+  int sig = 0;
+  sigwait(&stop, &sig);
+  srv.stop();
+  listener.join();
+  return Status::Ok();
+}
+
+int RunDiagnose(const std::string& agent_url, const std::string& target, bool json,
+                std::ostream& out, std::ostream& err) {
+  Result<nlohmann::json> doc = AgentGetJson(agent_url, "/api/v1/findings");
+  if (!doc.ok()) {
+    err << "gpuwatch: diagnose: " << doc.status().message() << "\n";
+    return 2;
+  }
+  if (!doc->contains("findings") || !(*doc)["findings"].is_array()) {
+    err << "gpuwatch: diagnose: the agent's /api/v1/findings has no findings array\n";
+    return 2;
+  }
+  // TARGET is a job or a node: a finding about either is kept.
+  nlohmann::json kept = *doc;
+  kept["findings"] = nlohmann::json::array();
+  for (const auto& f : (*doc)["findings"]) {
+    if (!target.empty() && f.value("job", "") != target && f.value("node", "") != target) {
+      continue;
+    }
+    kept["findings"].push_back(f);
+  }
+  if (json) {
+    out << kept.dump(1) << "\n";
+  } else {
+    out << RenderFindingsText(kept, 0);
+  }
+  return kept["findings"].empty() ? 0 : 1;
 }
 
 int RunEval(const std::string& dir, bool json, std::ostream& out, std::ostream& err) {

@@ -24,9 +24,21 @@ struct ReplayResult {
 // CPU allows.
 Result<ReplayResult> ReplayTrace(const std::string& path, double speed = 0);
 
-// Exit codes: 0 the trace was read (findings or not), 2 it could not be.
+// Exit codes: 0 the trace was read (findings or not), 2 it could not be. `serve` ("" none): a
+// listen address where the findings stay open in the API after the replay, until SIGINT or
+// SIGTERM.
 int RunReplay(const std::string& path, bool json, double speed, std::ostream& out,
-              std::ostream& err);
+              std::ostream& err, const std::string& serve = "");
+// Serves `doc` at /api/v1/findings (job= and node= filter) on `listen` until SIGINT/SIGTERM.
+Status ServeFindings(const std::string& listen, const nlohmann::json& doc, const std::string& what,
+                     std::ostream& err);
+// The findings of a findings.md document as text, oldest first; times relative to origin_t
+// ("+12s"), or as UTC date-times when origin_t is 0.
+std::string RenderFindingsText(const nlohmann::json& doc, double origin_t);
+// `gpuwatch diagnose [TARGET]`: the agent's live findings, all or those of one job or node.
+// Exit codes: 0 no findings, 1 findings, 2 the agent could not be asked.
+int RunDiagnose(const std::string& agent_url, const std::string& target, bool json,
+                std::ostream& out, std::ostream& err);
 // Exit codes: 0 every scenario replayed and scored, 2 a trace or truth file failed.
 int RunEval(const std::string& dir, bool json, std::ostream& out, std::ostream& err);
 

@@ -5,20 +5,13 @@
 #include <filesystem>
 #include <optional>
 
+#include "common/time_base.h"
 #include "store/event_store.h"
 
 namespace gpuwatch::cli {
 namespace {
 
-std::string IsoTime(int64_t ms) {
-  if (ms == 0) return "";
-  const time_t secs = static_cast<time_t>(ms / 1000);
-  struct tm tm {};
-  gmtime_r(&secs, &tm);
-  char buf[32];
-  std::strftime(buf, sizeof(buf), "%Y-%m-%dT%H:%M:%SZ", &tm);
-  return buf;
-}
+std::string IsoTime(int64_t ms) { return ms == 0 ? "" : FormatUtc(ms); }
 
 double PerSample(uint64_t bytes, uint64_t samples) {
   return samples == 0 ? 0.0 : static_cast<double>(bytes) / static_cast<double>(samples);

@@ -11,6 +11,7 @@
 #include "collect/nvml_source.h"
 #include "collect/topology_probe.h"
 #include "common/strings.h"
+#include "common/time_base.h"
 #include "topo/archive.h"
 #include "topo/topo_text.h"
 
@@ -204,11 +205,7 @@ int RunTopoList(const TopoOptions& o, std::ostream& out, std::ostream& err) {
                    {"hostname", s->hostname}});
       continue;
     }
-    const time_t secs = static_cast<time_t>(s->taken_at_ms / 1000);
-    std::tm tm{};
-    gmtime_r(&secs, &tm);
-    char when[32];
-    std::strftime(when, sizeof(when), "%Y-%m-%d %H:%M:%S", &tm);
+    const std::string when = FormatUtc(s->taken_at_ms, "%Y-%m-%d %H:%M:%S");
     out << fmt::format("v{:<7} {:<24} {:>5} {:>5}  {}\n", v.version, when, s->gpus.size(),
                        s->nics.size(), s->hostname);
   }

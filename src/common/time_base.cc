@@ -1,8 +1,19 @@
 #include "common/time_base.h"
 
 #include <cstdlib>
+#include <ctime>
 
 namespace gpuwatch {
+
+std::string FormatUtc(int64_t ms, const char* format) {
+  // Floor, not truncation: -1 ms is the last second of 1969.
+  const std::time_t secs = static_cast<std::time_t>(ms >= 0 ? ms / 1000 : (ms - 999) / 1000);
+  std::tm tm{};
+  gmtime_r(&secs, &tm);
+  char buf[64];
+  const size_t n = std::strftime(buf, sizeof(buf), format, &tm);
+  return std::string(buf, n);
+}
 
 int64_t WallClockMs() {
   using namespace std::chrono;

@@ -9,12 +9,16 @@
 #include <chrono>
 #include <cstdint>
 #include <mutex>
+#include <string>
 
 namespace gpuwatch {
 
 // The system clock in ms since the Unix epoch, unsmoothed: for deadlines, retention and
 // request defaults, where TimeBase's monotonic correction is not needed.
 int64_t WallClockMs();
+
+// ms since the Unix epoch as UTC text in strftime's `format` ("2026-11-30T18:22:02Z").
+std::string FormatUtc(int64_t ms, const char* format = "%Y-%m-%dT%H:%M:%SZ");
 
 class TimeBase {
  public:

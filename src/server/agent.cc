@@ -29,7 +29,9 @@ Agent::Agent(AgentOptions options, std::unique_ptr<collect::GpuSource> gpu)
       host_(options_.root_dir),
       attributor_(options_.root_dir, options_.job_env_var),
       jobs_(options_.jobs, jobs::ProcfsProbe(options_.root_dir)),
-      recorder_(trace::FlightRecorderOptions{options_.recorder_bytes, options_.snapshot_window}) {
+      recorder_(trace::FlightRecorderOptions{options_.recorder_bytes, options_.snapshot_window}),
+      diagnosis_(
+          [this](int64_t from_ms, int64_t to_ms) { return recorder_.Window(from_ms, to_ms); }) {
   state_.hostname = options_.hostname;
   state_.version = options_.version;
   state_.model_label = options_.model_label;
@@ -627,6 +629,8 @@ void Agent::ObserveNcclVersions(const std::vector<JobLogLine>& lines,
   }
 }
 
+void Agent::TickDiagnosis() { diagnosis_.Tick(clock_.NowMs()); }
+
 void Agent::DrainJobs() {
   jobs::JobOutputs out = jobs_.TakeOutputs();
   if (store_ && !out.steps.empty()) StoreTick(RawStepSeries(options_.hostname, out.steps));
@@ -797,7 +801,8 @@ void Agent::RunTiers() {
                   {options_.host_interval, &Agent::TickHost, now},
                   {options_.process_interval, &Agent::TickProcesses, now},
                   {options_.job_interval, &Agent::TickJobs, now + options_.job_interval},
-                  {std::chrono::milliseconds(1000), &Agent::DrainJobs, now}};
+                  {std::chrono::milliseconds(1000), &Agent::DrainJobs, now},
+                  {std::chrono::milliseconds(5000), &Agent::TickDiagnosis, now}};
   while (true) {
     for (auto& t : tiers) {
       if (Clock::now() >= t.next) {

@@ -30,6 +30,7 @@
 #include "server/agent_state.h"
 #include "server/change_timeline.h"
 #include "server/job_logs.h"
+#include "server/live_diagnosis.h"
 #include "server/snapshots.h"
 #include "store/event_store.h"
 #include "store/store.h"
@@ -93,6 +94,14 @@ class Agent {
   std::vector<std::string> TraceWindow(int64_t from_ms, int64_t to_ms) const {
     return recorder_.Window(from_ms, to_ms);
   }
+  // The findings of the diagnosis engine on this node's records (findings.md form);
+  // `job` / `node` filter ("" for all).
+  nlohmann::json Findings(const std::string& job = "", const std::string& node = "") const {
+    return diagnosis_.Document(job, node);
+  }
+  // Runs the diagnosis engine over the records added since the last call (every 5 s on the
+  // tier thread; tests call it directly).
+  void TickDiagnosis();
   // "" without a data dir.
   const std::string& data_dir() const { return options_.data_dir; }
   // Failure snapshots; null without a data dir.
@@ -152,6 +161,7 @@ class Agent {
   std::map<std::pair<unsigned, uint64_t>, std::map<std::string, int64_t>> last_xid_by_source_;
   uint64_t xid_duplicates_ = 0;
   trace::FlightRecorder recorder_;
+  LiveDiagnosis diagnosis_;  // reads recorder_
   std::unique_ptr<SnapshotManager> snapshots_;
   std::vector<model::GpuSample> prev_gpu_samples_;  // tier thread: rates for trace records
   std::optional<model::HostSample> prev_host_;      // tier thread

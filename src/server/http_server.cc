@@ -122,6 +122,14 @@ Status HttpServer::Start(const ListenAddress& addr) {
     }
     res.set_content(std::move(body), "application/x-ndjson");
   });
+  // The diagnosis engine's findings on this node (findings.md form); job= and node= filter.
+  srv.Get("/api/v1/findings", [agent](const httplib::Request& req, httplib::Response& res) {
+    res.set_content(agent
+                        ->Findings(req.has_param("job") ? req.get_param_value("job") : "",
+                                   req.has_param("node") ? req.get_param_value("node") : "")
+                        .dump(),
+                    "application/json");
+  });
   srv.Get("/api/v1/snapshots", [agent](const httplib::Request&, httplib::Response& res) {
     nlohmann::json j = {{"snapshots", nlohmann::json::array()}};
     if (auto* s = agent->snapshots()) {
@@ -282,7 +290,8 @@ Status HttpServer::Start(const ListenAddress& addr) {
   srv.Get("/", [](const httplib::Request&, httplib::Response& res) {
     res.set_content(
         "gpuwatch agent\n/metrics\n/api/v1/gpus\n/api/v1/processes\n/api/v1/capabilities\n"
-        "/api/v1/events\n/api/v1/host\n/api/v1/write\n/api/v1/query\n/api/v1/query_range\n"
+        "/api/v1/events\n/api/v1/findings\n/api/v1/host\n/api/v1/write\n/api/v1/query\n/api/v1/"
+        "query_range\n"
         "/api/v1/labels\n/api/v1/label/NAME/values\n/api/v1/series\n/healthz\n",
         "text/plain");
   });

@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/log.h"
+#include "common/time_base.h"
 #include "trace/trace_file.h"
 #include "trace/trace_writer.h"
 
@@ -18,11 +19,7 @@ namespace fs = std::filesystem;
 
 // An id is a directory name: UTC time, then the job and reason with anything unusual replaced.
 std::string MakeId(int64_t t_ms, const std::string& job, const std::string& reason) {
-  std::time_t secs = static_cast<std::time_t>(t_ms / 1000);
-  std::tm tm{};
-  gmtime_r(&secs, &tm);
-  char when[32];
-  std::strftime(when, sizeof(when), "%Y%m%dT%H%M%S", &tm);
+  const std::string when = FormatUtc(t_ms, "%Y%m%dT%H%M%S");
   auto clean = [](const std::string& s) {
     std::string out;
     for (char c : s.substr(0, 64))

@@ -1,0 +1,77 @@
+#include "server/live_diagnosis.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "trace/trace_reader.h"
+
+namespace gpuwatch::server {
+
+LiveDiagnosis::LiveDiagnosis(WindowFn window, analyze::DiagnoserOptions options)
+    : window_(std::move(window)), diagnoser_(std::move(options)) {}
+
+size_t LiveDiagnosis::Tick(int64_t now_ms) {
+  const int64_t to_ms = now_ms - kLagMs;
+  if (to_ms <= cursor_ms_) return 0;
+  // The first tick reads everything the recorder holds.
+  const int64_t from_ms = cursor_ms_ < 0 ? 0 : cursor_ms_ + 1;
+  std::string text;
+  for (const std::string& line : window_(from_ms, to_ms)) {
+    text += line;
+    text += '\n';
+  }
+  cursor_ms_ = to_ms;
+  size_t read = 0;
+  double last_t = 0;
+  auto reader = trace::TraceReader::OpenBuffer(text, "flight-recorder");
+  if (!reader.ok()) {
+    ++errors_;
+    last_error_ = reader.status().message();
+  } else {
+    trace::TraceRecord rec;
+    while (true) {
+      Result<bool> more = (*reader)->Next(&rec);
+      if (!more.ok()) {
+        // The agent writes these lines itself, so this is a bug; count it and keep what was
+        // read (a reader's error is sticky: the rest of this window is lost).
+        ++errors_;
+        last_error_ = more.status().message();
+        break;
+      }
+      if (!*more) break;
+      // Window repeats the node records in force at its start; the diagnoser takes them as
+      // the same node seen again.
+      diagnoser_.Observe(rec);
+      last_t = std::max(last_t, rec.t);
+      ++read;
+    }
+  }
+  records_ += read;
+  std::vector<analyze::Finding> findings = diagnoser_.Finish(last_t);
+  nlohmann::json stats = {{"live", true},
+                          {"records", records_},
+                          {"analysed_until", static_cast<double>(to_ms) / 1000},
+                          {"read_errors", errors_}};
+  if (!last_error_.empty()) stats["last_read_error"] = last_error_;
+  std::lock_guard<std::mutex> lock(mu_);
+  findings_ = std::move(findings);
+  stats_ = std::move(stats);
+  return read;
+}
+
+nlohmann::json LiveDiagnosis::Document(const std::string& job, const std::string& node) const {
+  std::vector<analyze::Finding> keep;
+  nlohmann::json stats;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const analyze::Finding& f : findings_) {
+      if (!job.empty() && f.job != job) continue;
+      if (!node.empty() && f.node != node) continue;
+      keep.push_back(f);
+    }
+    stats = stats_;
+  }
+  return analyze::FindingsDocument(std::move(keep), stats);
+}
+
+}  // namespace gpuwatch::server

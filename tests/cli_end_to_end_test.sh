@@ -38,7 +38,7 @@ grep -q '^    processes  *yes$' "$TMP/caps.txt" || fail "status --capabilities: 
 "$GPUWATCH" status --nvml-lib /nonexistent/libnvidia-ml.so.1 >"$TMP/nonvml.txt" || fail "status without NVML"
 grep -q 'no GPU metrics: cannot load NVML library' "$TMP/nonvml.txt" || fail "no clear no-NVML message"
 PORT=$(free_port)
-"$GPUWATCH" up --listen "127.0.0.1:$PORT" --nvml-lib /nonexistent/libnvidia-ml.so.1 --host-interval 200ms \
+"$GPUWATCH" up --job-socket off --listen "127.0.0.1:$PORT" --nvml-lib /nonexistent/libnvidia-ml.so.1 --host-interval 200ms \
   >"$TMP/nonvml.log" 2>&1 &
 PIDS+=($!)
 wait_http "http://127.0.0.1:$PORT/healthz" 20 || fail "agent without NVML did not start"
@@ -49,7 +49,7 @@ grep -q '^gpuwatch_host_memory_total_bytes' "$TMP/nonvml.prom" || fail "no host 
 
 # A GPU lost mid-run, XIDs as events, kept in the data dir.
 PORT=$(free_port)
-GPUWATCH_MOCK_NVML="$FIXTURES/mock/lost_and_xid.json" "$GPUWATCH" up --listen "127.0.0.1:$PORT" --nvml-lib "$MOCK" \
+GPUWATCH_MOCK_NVML="$FIXTURES/mock/lost_and_xid.json" "$GPUWATCH" up --job-socket off --listen "127.0.0.1:$PORT" --nvml-lib "$MOCK" \
   --data-dir "$TMP/data" --gpu-interval 200ms --process-interval 500ms >"$TMP/lost.log" 2>&1 &
 PIDS+=($!)
 wait_http "http://127.0.0.1:$PORT/healthz" 20 || fail "agent with scenario did not start"
@@ -115,7 +115,7 @@ assert any(x["gpu"] == 0 for x in p), p
 
 # Remote-write into --data-dir survives a restart (SIGTERM closes the store cleanly).
 PORT=$(free_port)
-"$GPUWATCH" up --listen "127.0.0.1:$PORT" --nvml-lib /nonexistent --data-dir "$TMP/store" >"$TMP/rw1.log" 2>&1 &
+"$GPUWATCH" up --job-socket off --listen "127.0.0.1:$PORT" --nvml-lib /nonexistent --data-dir "$TMP/store" >"$TMP/rw1.log" 2>&1 &
 RW_PID=$!
 wait_http "http://127.0.0.1:$PORT/healthz" 20 || fail "agent with a data dir did not start"
 code=$(curl -s -o "$TMP/rw.out" -w '%{http_code}' -H 'Content-Encoding: snappy' \
@@ -128,7 +128,7 @@ code=$(curl -s -o "$TMP/rw.out" -w '%{http_code}' -H 'Content-Encoding: snappy' 
 kill -TERM "$RW_PID"
 wait "$RW_PID" || fail "agent did not exit cleanly on SIGTERM"
 PORT=$(free_port)
-"$GPUWATCH" up --listen "127.0.0.1:$PORT" --nvml-lib /nonexistent --data-dir "$TMP/store" >"$TMP/rw2.log" 2>&1 &
+"$GPUWATCH" up --job-socket off --listen "127.0.0.1:$PORT" --nvml-lib /nonexistent --data-dir "$TMP/store" >"$TMP/rw2.log" 2>&1 &
 PIDS+=($!)
 wait_http "http://127.0.0.1:$PORT/healthz" 20 || fail "agent did not restart on its data dir"
 # The 2 remote-written series (3 samples) plus the agent's own host series: `store stats` reads

@@ -489,7 +489,7 @@ int Main(int argc, char** argv) {
       "record", "Write the agent's records for the next DURATION in the trace format");
   record_cmd->add_option("--duration", rec_duration, "How long to record (30s, 10m, 2h)")
       ->required();
-  record_cmd->add_option("--out", rec.out, "Trace file to write (.jsonl, or .jsonl.gz)")
+  record_cmd->add_option("--out", rec.out, "Trace file to write (.jsonl, .jsonl.gz or .jsonl.zst)")
       ->required();
   record_cmd->add_option("--agent", rec.agent_url, "The agent's URL");
 

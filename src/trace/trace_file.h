@@ -1,13 +1,13 @@
-// Trace files: JSON Lines, gzip-compressed when the path ends in ".gz" (trace-format.md,
-// "Encoding"), written crash-safe: the data goes to "<path>.tmp", which is fsynced and then
-// renamed onto <path> (and the directory fsynced), so <path> is either absent, the previous
-// file, or the whole new trace — never half of one. A crash, or a writer destroyed without
+// Trace files: JSON Lines, gzip-compressed when the path ends in ".gz", zstd when it ends in
+// ".zst" (trace-format.md, "Encoding"), written crash-safe: the data goes to "<path>.tmp", which is
+// fsynced and then renamed onto <path> (and the directory fsynced), so <path> is either absent, the
+// previous file, or the whole new trace — never half of one. A crash, or a writer destroyed without
 // Close, leaves "<path>.tmp" behind (for salvage: JSONL, and a gzip prefix that zcat reads up
-// to the cut) and never touches <path>.
+// to the cut; for zstd, a frame that `gpuwatch replay` reads up to the last Flush and reports
+// as cut) and never touches <path>.
 //
-// Paths ending in ".zst" are refused with NotSupported (no zstd in the build). Every error is
-// a Status that names the file. Thread-safety: WriteTraceFile is reentrant; a TraceFileWriter
-// is used by one thread at a time.
+// Every error is a Status that names the file. Thread-safety: WriteTraceFile is reentrant; a
+// TraceFileWriter is used by one thread at a time.
 #pragma once
 
 #include <string>
@@ -33,8 +33,8 @@ class TraceFileWriter {
   Status Open(const std::string& path);
   // Appends one record and a '\n'. Buffered. REQUIRES: open.
   Status Append(std::string_view line);
-  // Pushes buffered data to the kernel (and, for gzip, a sync flush point, so a crash after
-  // it leaves a .tmp that decompresses up to here). No fsync. REQUIRES: open.
+  // Pushes buffered data to the kernel (and, for gzip and zstd, a flush point, so a crash
+  // after it leaves a .tmp that decompresses up to here). No fsync. REQUIRES: open.
   Status Flush();
   // Finishes the stream, fsyncs, renames <path>.tmp onto <path>, fsyncs the directory. On an
   // error the .tmp stays and <path> is untouched. The writer is closed either way.
@@ -50,7 +50,12 @@ class TraceFileWriter {
 
   std::string path_, tmp_path_;
   int fd_ = -1;
-  void* gz_ = nullptr;  // gzFile when compressing (zlib.h stays out of this header)
+  void* gz_ = nullptr;   // gzFile when compressing (zlib.h stays out of this header)
+  void* zst_ = nullptr;  // ZSTD_CCtx when compressing with zstd
+  std::string zst_out_;  // zstd's output buffer
+  // Runs the zstd stream over `in` with the end directive (continue, flush, end) and writes
+  // what it produces.
+  Status ZstdDrive(std::string_view in, int directive);
   std::string buffer_;
   uint64_t bytes_appended_ = 0;
   Status error_;  // the first write error: later calls return it

@@ -36,11 +36,6 @@ std::string ReadFile(const std::string& path) {
   return ss.str();
 }
 
-void WriteFile(const std::string& path, const std::string& data) {
-  std::ofstream out(path, std::ios::binary);
-  out << data;
-}
-
 // gzip with zlib's deflate (the gzip wrapper: windowBits 15 + 16).
 std::string Gzip(const std::string& data) {
   z_stream zs{};
@@ -592,7 +587,7 @@ TEST_F(TraceReaderTest, RoundTripFromTheWriterPlainGzipZstd) {
   const std::vector<std::string> lines = WriterLines();
   ASSERT_TRUE(WriteTraceFile(dir_ + "/w.jsonl", lines).ok());
   ASSERT_TRUE(WriteTraceFile(dir_ + "/w.jsonl.gz", lines).ok());
-  WriteFile(dir_ + "/w.jsonl.zst", Zstd(ReadFile(dir_ + "/w.jsonl")));
+  ASSERT_TRUE(WriteTraceFile(dir_ + "/w.jsonl.zst", lines).ok());
 
   const ReadResult plain = ReadPath(dir_ + "/w.jsonl");
   ExpectWriterValues(plain);
@@ -610,33 +605,36 @@ TEST_F(TraceReaderTest, RoundTripFromTheWriterPlainGzipZstd) {
 }
 
 TEST_F(TraceReaderTest, ACrashedRecordingReadsUpToItsLastFlush) {
-  // A crash while `gpuwatch record` appends leaves <path>.tmp (trace_file.h): a gzip prefix up
-  // to the last sync flush, without the stream's end. The reader gives every flushed record
-  // and reports the cut as a warning.
-  const std::string path = dir_ + "/rec.jsonl.gz";
-  const std::vector<std::string> lines = WriterLines();
-  const pid_t pid = fork();
-  ASSERT_GE(pid, 0);
-  if (pid == 0) {
-    TraceFileWriter w;
-    if (!w.Open(path).ok()) _exit(1);
-    for (const auto& l : lines)
-      if (!w.Append(l).ok()) _exit(1);
-    if (!w.Flush().ok()) _exit(1);
-    (void)w.Append(lines[0]);  // still buffered: lost with the process
-    _exit(0);                  // no destructor, no Close: a crash as far as the file is concerned
+  // A crash while `gpuwatch record` appends leaves <path>.tmp (trace_file.h): a gzip or zstd
+  // prefix up to the last flush, without the stream's end. The reader gives every flushed
+  // record and reports the cut as a warning.
+  for (const std::string ext : {".gz", ".zst"}) {
+    const std::string path = dir_ + "/rec.jsonl" + ext;
+    const std::vector<std::string> lines = WriterLines();
+    const pid_t pid = fork();
+    ASSERT_GE(pid, 0);
+    if (pid == 0) {
+      TraceFileWriter w;
+      if (!w.Open(path).ok()) _exit(1);
+      for (const auto& l : lines)
+        if (!w.Append(l).ok()) _exit(1);
+      if (!w.Flush().ok()) _exit(1);
+      (void)w.Append(lines[0]);  // still buffered: lost with the process
+      _exit(0);                  // no destructor, no Close: a crash as far as the file is concerned
+    }
+    int status = 0;
+    ASSERT_EQ(waitpid(pid, &status, 0), pid);
+    ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    // .tmp does not end in .gz: the name says plain, the bytes say gzip -> a clear error.
+    const ReadResult r = ReadPath(path + ".tmp");
+    EXPECT_EQ(r.error.message(), path + ".tmp: " + (ext == ".gz" ? "gzip" : "zstd") +
+                                     " data in a file whose name does not end in " + ext);
+    std::filesystem::copy_file(path + ".tmp", dir_ + "/salvaged.jsonl" + ext);
+    const ReadResult s = ReadPath(dir_ + "/salvaged.jsonl" + ext);
+    ExpectWriterValues(s);
+    EXPECT_TRUE(s.stats.truncated_stream) << ext;
+    EXPECT_EQ(s.stats.truncated_last_line, 0u) << ext;
   }
-  int status = 0;
-  ASSERT_EQ(waitpid(pid, &status, 0), pid);
-  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
-  // .tmp does not end in .gz: the name says plain, the bytes say gzip -> a clear error.
-  const ReadResult r = ReadPath(path + ".tmp");
-  EXPECT_EQ(r.error.message(), path + ".tmp: gzip data in a file whose name does not end in .gz");
-  std::filesystem::copy_file(path + ".tmp", dir_ + "/salvaged.jsonl.gz");
-  const ReadResult s = ReadPath(dir_ + "/salvaged.jsonl.gz");
-  ExpectWriterValues(s);
-  EXPECT_TRUE(s.stats.truncated_stream);
-  EXPECT_EQ(s.stats.truncated_last_line, 0u);
 }
 
 // ---------------------------------------------------------------- compression

@@ -48,6 +48,17 @@ std::string ScenarioName(const std::string& file) {
   return "";
 }
 
+// `doc` (a findings document) with only the findings `keep` accepts.
+template <typename Keep>
+nlohmann::json KeepFindings(const nlohmann::json& doc, Keep keep) {
+  nlohmann::json out = doc;
+  out["findings"] = nlohmann::json::array();
+  for (const auto& f : doc["findings"]) {
+    if (keep(f)) out["findings"].push_back(f);
+  }
+  return out;
+}
+
 nlohmann::json TallyJson(const eval::Tally& t) {
   return {{"faults", t.faults},
           {"detected", t.detected},
@@ -188,13 +199,10 @@ Status ServeFindings(const std::string& listen, const nlohmann::json& doc, const
       res.set_content(body, "application/json");
       return;
     }
-    nlohmann::json filtered = doc;
-    filtered["findings"] = nlohmann::json::array();
-    for (const auto& f : doc["findings"]) {
-      if (!job.empty() && f.value("job", "") != job) continue;
-      if (!node.empty() && f.value("node", "") != node) continue;
-      filtered["findings"].push_back(f);
-    }
+    const nlohmann::json filtered = KeepFindings(doc, [&](const nlohmann::json& f) {
+      return (job.empty() || f.value("job", "") == job) &&
+             (node.empty() || f.value("node", "") == node);
+    });
     res.set_content(filtered.dump(), "application/json");
   });
   srv.Get("/healthz", [](const httplib::Request&, httplib::Response& res) {
@@ -228,14 +236,9 @@ int RunDiagnose(const std::string& agent_url, const std::string& target, bool js
     return 2;
   }
   // TARGET is a job or a node: a finding about either is kept.
-  nlohmann::json kept = *doc;
-  kept["findings"] = nlohmann::json::array();
-  for (const auto& f : (*doc)["findings"]) {
-    if (!target.empty() && f.value("job", "") != target && f.value("node", "") != target) {
-      continue;
-    }
-    kept["findings"].push_back(f);
-  }
+  const nlohmann::json kept = KeepFindings(*doc, [&](const nlohmann::json& f) {
+    return target.empty() || f.value("job", "") == target || f.value("node", "") == target;
+  });
   if (json) {
     out << kept.dump(1) << "\n";
   } else {

@@ -36,7 +36,7 @@ grep -q 'gpu_lost' "$TMP/text.txt" || { cat "$TMP/text.txt"; fail "replay text v
 # --serve: the findings stay open in the API (job=/node= filter) until SIGTERM, which ends it
 # with exit 0.
 PORT=$(free_port)
-"$GPUWATCH" replay "$TMP/t.jsonl" --json --serve "127.0.0.1:$PORT" >"$TMP/serve.out" 2>"$TMP/serve.err" &
+"$GPUWATCH" replay "$TMP/t.jsonl" --json --serve --listen "127.0.0.1:$PORT" >"$TMP/serve.out" 2>"$TMP/serve.err" &
 SERVE=$!
 PIDS+=("$SERVE")
 wait_http "http://127.0.0.1:$PORT/healthz" 20 || { cat "$TMP/serve.err"; fail "replay --serve did not listen"; }

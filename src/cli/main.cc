@@ -507,10 +507,14 @@ int Main(int argc, char** argv) {
                          "Pace the records at N times real time (default: as fast as possible)");
   replay_cmd->add_flag("--json", replay_json,
                        "Print exactly the findings document of findings.md on stdout");
-  std::string replay_serve;
-  replay_cmd->add_option("--serve", replay_serve,
-                         "Then keep the findings open at http://ADDR/api/v1/findings "
-                         "(e.g. 127.0.0.1:9471) until SIGINT or SIGTERM");
+  // The contract: `replay TRACE [--json] [--speed N] [--serve]`; where to serve is
+  // --listen.
+  bool replay_serve = false;
+  std::string replay_listen = "127.0.0.1:9471";
+  replay_cmd->add_flag("--serve", replay_serve,
+                       "Then keep the findings open at http://LISTEN/api/v1/findings until "
+                       "SIGINT or SIGTERM");
+  replay_cmd->add_option("--listen", replay_listen, "Where --serve listens")->capture_default_str();
   std::string diagnose_target;
   bool diagnose_json = false;
   auto* diagnose_cmd = app.add_subcommand(
@@ -650,7 +654,8 @@ int Main(int argc, char** argv) {
     return 0;
   }
   if (replay_cmd->parsed())
-    return RunReplay(replay_path, replay_json, replay_speed, std::cout, std::cerr, replay_serve);
+    return RunReplay(replay_path, replay_json, replay_speed, std::cout, std::cerr,
+                     replay_serve ? replay_listen : "");
   if (diagnose_cmd->parsed())
     return RunDiagnose(agent_url, diagnose_target, diagnose_json, std::cout, std::cerr);
   if (eval_cmd->parsed()) return RunEval(eval_dir, eval_json, std::cout, std::cerr);

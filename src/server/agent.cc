@@ -7,6 +7,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <map>
 #include <nlohmann/json.hpp>
 
 #include "collect/topology_probe.h"
@@ -340,6 +341,23 @@ void Agent::TickProcesses() {
   auto attributed = attributor_.Attribute(refs, devices);
   const int64_t now_ms = clock_.NowMs();
   jobs_.Tick(now_ms, attributed);
+  // A process without a scheduler job id may be a rank that reported over the job protocol:
+  // its job is the registry's. The proc records need it (live diagnosis tells a rank's exit
+  // from a job's end by the job's processes), and so does `status`.
+  bool unnamed = false;
+  for (const auto& p : attributed) unnamed = unnamed || p.job_id.empty();
+  if (unnamed) {
+    std::map<uint32_t, std::string> job_of;
+    for (const jobs::JobView& j : jobs_.Jobs()) {
+      if (j.source != "sdk" || j.state == "finished" || j.state == "failed" || j.state == "gone")
+        continue;
+      for (uint32_t pid : j.pids) job_of.emplace(pid, j.id);
+    }
+    for (auto& p : attributed) {
+      if (!p.job_id.empty()) continue;
+      if (auto it = job_of.find(p.pid); it != job_of.end()) p.job_id = it->second;
+    }
+  }
   for (const auto& p : attributed)
     recorder_.Add(now_ms,
                   trace::ProcRecord(

@@ -9,9 +9,11 @@
 #include <CLI/CLI.hpp>
 #include <chrono>
 #include <cstdio>
+#include <functional>
 #include <iostream>
 
 #include "cli/config_file.h"
+#include "cli/demo_cmd.h"
 #include "cli/job_view.h"
 #include "cli/link_tools.h"
 #include "cli/linkbase_cmd.h"
@@ -284,12 +286,14 @@ int Fail(const Status& st) {
   return 2;
 }
 
-int RunAgent(CLI::App* app, AgentFlags* flags) {
-  if (Status st = ApplyConfig(app, flags); !st.ok()) return Fail(st);
-  if (Status st = SetLevel(flags->log_level); !st.ok()) return Fail(st);
-  auto opts = MakeOptions(*flags);
-  if (!opts.ok()) return Fail(opts.status());
-  for (const auto& [key, value] : FlagFields(flags)) opts->config_text += key + "=" + *value + "\n";
+// Called each second while the agent serves, with the HTTP port; false stops the agent.
+using EverySecond = std::function<bool(const server::Agent&, int http_port)>;
+
+// Runs an agent on `gpu` with the store, event store, job listener, kernel log and HTTP server
+// `flags` ask for, until SIGINT or SIGTERM (or until `every_second` says stop).
+int ServeAgent(const AgentFlags* flags, const server::AgentOptions& agent_opts,
+               std::unique_ptr<collect::GpuSource> gpu, const EverySecond& every_second) {
+  const auto* opts = &agent_opts;
   auto addr = server::ParseListenAddress(flags->listen);
   if (!addr.ok()) return Fail(addr.status());
 
@@ -307,7 +311,7 @@ int RunAgent(CLI::App* app, AgentFlags* flags) {
     return Fail(
         Status::InvalidArgument("bad --keep-history '" + flags->keep_history + "': on or off"));
 
-  server::Agent agent(*opts, MakeGpuSource(flags->nvml_lib));
+  server::Agent agent(*opts, std::move(gpu));
   if (Status st = agent.Init(); !st.ok()) return Fail(st);
   // The store lives under the data dir; every acknowledged write is in its WAL. The event
   // store outlives it: the store reports into it until it is closed.
@@ -380,8 +384,17 @@ int RunAgent(CLI::App* app, AgentFlags* flags) {
               opts->hostname, addr->host, http.port());
   if (!agent.job_socket_path().empty()) GW_LOG_INFO("jobs report to {}", agent.job_socket_path());
   int sig = 0;
-  sigwait(&stop_signals, &sig);
-  GW_LOG_INFO("signal {}: stopping", sig);
+  const timespec second{1, 0};
+  while (true) {
+    if (!every_second) {
+      sigwait(&stop_signals, &sig);
+      break;
+    }
+    sig = sigtimedwait(&stop_signals, nullptr, &second);
+    if (sig > 0) break;
+    if (!every_second(agent, http.port())) break;
+  }
+  if (sig > 0) GW_LOG_INFO("signal {}: stopping", sig);
   http.Stop();
   agent.Stop();
   if (db) {
@@ -389,6 +402,37 @@ int RunAgent(CLI::App* app, AgentFlags* flags) {
     if (Status st = db->Close(); !st.ok()) GW_LOG_ERROR("store: {}", st.message());
   }
   return 0;
+}
+
+int RunAgent(CLI::App* app, AgentFlags* flags) {
+  if (Status st = ApplyConfig(app, flags); !st.ok()) return Fail(st);
+  if (Status st = SetLevel(flags->log_level); !st.ok()) return Fail(st);
+  auto opts = MakeOptions(*flags);
+  if (!opts.ok()) return Fail(opts.status());
+  for (const auto& [key, value] : FlagFields(flags)) opts->config_text += key + "=" + *value + "\n";
+  return ServeAgent(flags, *opts, MakeGpuSource(flags->nvml_lib), nullptr);
+}
+
+// `gpuwatch demo`: the agent on a simulated node (cli/demo_cmd.h).
+int RunDemo(const DemoCommand& c, const std::string& listen, const std::string& log_level) {
+  // Before any thread: the demo forks its rank processes.
+  auto demo = Demo::Start(c);
+  if (!demo.ok()) return Fail(demo.status());
+  AgentFlags flags;
+  flags.listen = listen;
+  flags.log_level = log_level;
+  flags.hostname = (*demo)->hostname();
+  flags.data_dir = (*demo)->data_dir();
+  flags.job_socket = (*demo)->job_socket();
+  flags.kmsg = "off";  // the real host's XIDs are not the simulated node's
+  flags.process_interval = "5s";
+  if (Status st = SetLevel(flags.log_level); !st.ok()) return Fail(st);
+  auto opts = MakeOptions(flags);
+  if (!opts.ok()) return Fail(opts.status());
+  return ServeAgent(&flags, *opts, (*demo)->TakeSource(),
+                    [&demo](const server::Agent& agent, int port) {
+                      return (*demo)->Tick(agent, port, std::cout);
+                    });
 }
 
 int RunStatus(bool json, bool capabilities, const std::string& nvml_lib,
@@ -545,6 +589,27 @@ int Main(int argc, char** argv) {
   sim_cmd->add_option("--out", sim.out, "Output prefix: PREFIX.jsonl.gz, PREFIX.truth.json")
       ->required();
 
+  DemoCommand demo;
+  std::string demo_listen = "127.0.0.1:9470", demo_log_level = "warning";
+  auto* demo_cmd = app.add_subcommand(
+      "demo",
+      "A SIMULATED 8-GPU node running a training job, watched by the agent (API, findings), "
+      "with a fault injected after a few minutes");
+  std::string demo_faults;
+  for (const auto& f : DemoFaults()) demo_faults += (demo_faults.empty() ? "" : ", ") + f;
+  demo_cmd->add_option("--fault", demo.fault,
+                       "cause[:gpu=G,severity=0..1,onset=SECONDS] (default thermal_throttle); one "
+                       "of " +
+                           demo_faults);
+  demo_cmd->add_option("--fault-after", demo.fault_after,
+                       "When the fault starts, unless it names its onset (default 3m)");
+  demo_cmd->add_option("--shape", demo.shape,
+                       "<N>x<MODEL>: H100, A100, L40S, 4090 (default 8xH100)");
+  demo_cmd->add_option("--duration", demo.duration, "How long the simulation runs (default 30m)");
+  demo_cmd->add_option("--seed", demo.seed, "Seed of the simulation");
+  demo_cmd->add_option("--listen", demo_listen, "HTTP listen address (default 127.0.0.1:9470)");
+  demo_cmd->add_option("--log-level", demo_log_level, "The agent's log level (default warning)");
+
   TopoOptions topo_opts;
   std::string topo_a, topo_b;
   auto* topo_cmd = app.add_subcommand(
@@ -660,6 +725,7 @@ int Main(int argc, char** argv) {
     return RunDiagnose(agent_url, diagnose_target, diagnose_json, std::cout, std::cerr);
   if (eval_cmd->parsed()) return RunEval(eval_dir, eval_json, std::cout, std::cerr);
   if (sim_cmd->parsed()) return RunSim(sim, std::cout, std::cerr);
+  if (demo_cmd->parsed()) return RunDemo(demo, demo_listen, demo_log_level);
   if (topo_import->parsed()) return RunTopoImport(link_file, link_json, std::cout, std::cerr);
   if (topo_list->parsed()) return RunTopoList(topo_opts, std::cout, std::cerr);
   if (topo_show->parsed()) return RunTopoShow(topo_opts, topo_a, std::cout, std::cerr);

@@ -4,6 +4,7 @@
 #include <strings.h>
 #include <sys/stat.h>
 #include <sys/utsname.h>
+#include <time.h>
 
 #include <cerrno>
 #include <cstring>
@@ -808,23 +809,37 @@ void Agent::RunTiers() {
   // sleep_until on the steady clock: a 1 Hz tier stays at 1 Hz however long a tick took, and
   // a tick that overran is not replayed in a burst.
   struct Tier {
+    const char* name;
     std::chrono::milliseconds interval;
     void (Agent::*tick)();
     Clock::time_point next;
   };
   const auto now = Clock::now();
   // The topology check first: the first node record of the trace then carries the wiring.
-  Tier tiers[] = {{options_.topology_interval, &Agent::TickTopology, now},
-                  {options_.gpu_interval, &Agent::TickGpu, now},
-                  {options_.host_interval, &Agent::TickHost, now},
-                  {options_.process_interval, &Agent::TickProcesses, now},
-                  {options_.job_interval, &Agent::TickJobs, now + options_.job_interval},
-                  {std::chrono::milliseconds(1000), &Agent::DrainJobs, now},
-                  {std::chrono::milliseconds(5000), &Agent::TickDiagnosis, now}};
+  Tier tiers[] = {{"topology", options_.topology_interval, &Agent::TickTopology, now},
+                  {"gpu", options_.gpu_interval, &Agent::TickGpu, now},
+                  {"host", options_.host_interval, &Agent::TickHost, now},
+                  {"processes", options_.process_interval, &Agent::TickProcesses, now},
+                  {"jobs", options_.job_interval, &Agent::TickJobs, now + options_.job_interval},
+                  {"drain", std::chrono::milliseconds(1000), &Agent::DrainJobs, now},
+                  {"diagnosis", std::chrono::milliseconds(5000), &Agent::TickDiagnosis, now}};
+  // What each tier costs in CPU (this thread's clock, so waits and other threads do not count):
+  // the agent's own overhead, by tier (gpuwatch_agent_tier_cpu_seconds_total).
+  auto thread_cpu_s = [] {
+    timespec ts{};
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
+  };
   while (true) {
     for (auto& t : tiers) {
       if (Clock::now() >= t.next) {
+        const double cpu0 = thread_cpu_s();
         (this->*t.tick)();
+        const double cpu_s = thread_cpu_s() - cpu0;
+        {
+          std::lock_guard<std::mutex> lock(mu_);
+          state_.tier_cpu_seconds[t.name] += cpu_s;
+        }
         t.next += t.interval;
         if (t.next < Clock::now()) t.next = Clock::now() + t.interval;
       }

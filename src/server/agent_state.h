@@ -53,6 +53,7 @@ struct AgentState {
   std::vector<LinkRate> host_link_rates, gpu_link_rates;
   std::map<std::string, double> tick_seconds;  // tier -> duration of its last tick
   std::map<std::string, uint64_t> tick_counts;
+  std::map<std::string, double> tier_cpu_seconds;  // tier -> CPU its ticks used since start
 };
 
 }  // namespace gpuwatch::server

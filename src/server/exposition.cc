@@ -180,6 +180,12 @@ void RenderPrometheus(const AgentState& s, std::string* out) {
     for (const auto& [tier, secs] : s.tick_seconds)
       Line(b, "gpuwatch_agent_tick_seconds", host, fmt::format("tier=\"{}\"", tier), secs);
   }
+  if (!s.tier_cpu_seconds.empty()) {
+    HeaderOther(b, "gpuwatch_agent_tier_cpu_seconds_total");
+    for (const auto& [tier, secs] : s.tier_cpu_seconds)
+      Line(b, "gpuwatch_agent_tier_cpu_seconds_total", host, fmt::format("tier=\"{}\"", tier),
+           secs);
+  }
 
   if (!s.devices.empty()) {
     HeaderOther(b, "gpuwatch_gpu_info");

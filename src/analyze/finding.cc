@@ -42,6 +42,12 @@ constexpr CauseLayer kCauses[] = {
 
 }  // namespace
 
+std::vector<std::string_view> Causes() {
+  std::vector<std::string_view> out;
+  for (const CauseLayer& c : kCauses) out.push_back(c.cause);
+  return out;
+}
+
 std::string_view LayerOf(std::string_view cause) {
   for (const auto& c : kCauses) {
     if (c.cause == cause) return c.layer;

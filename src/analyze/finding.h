@@ -29,6 +29,8 @@ struct Finding {
 
 // The layer findings.md gives a cause ("card" for thermal_throttle); "" for an unknown cause.
 std::string_view LayerOf(std::string_view cause);
+// Every cause of findings.md, in its order.
+std::vector<std::string_view> Causes();
 
 // findings.md's JSON form of one finding; gpu/peer_gpu/job/rank/nic/code only when set.
 nlohmann::json FindingToJson(const Finding& f);

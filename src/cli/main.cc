@@ -12,6 +12,7 @@
 #include <functional>
 #include <iostream>
 
+#include "analyze/prometheus_rules.h"
 #include "cli/config_file.h"
 #include "cli/demo_cmd.h"
 #include "cli/job_view.h"
@@ -23,6 +24,7 @@
 #include "cli/store_admin.h"
 #include "cli/topo_cmd.h"
 #include "collect/nvml_source.h"
+#include "common/file_io.h"
 #include "common/log.h"
 #include "common/strings.h"
 #include "common/time_base.h"
@@ -693,6 +695,14 @@ int Main(int argc, char** argv) {
   auto* docs = app.add_subcommand("docs", "Print generated documentation");
   docs->require_subcommand(1);
   auto* docs_metrics = docs->add_subcommand("metrics", "docs/metrics.md, from the metric catalog");
+  auto* rules_cmd = app.add_subcommand("rules", "gpuwatch's built-in alerting rules");
+  rules_cmd->require_subcommand(1);
+  std::string rules_out;
+  auto* rules_export = rules_cmd->add_subcommand(
+      "export",
+      "Write the built-in rules as Prometheus alerting rules (YAML; checked with `promtool check "
+      "rules`) for teams that alert from Prometheus");
+  rules_export->add_option("--out", rules_out, "Write to this file (default: stdout)");
 
   CLI11_PARSE(app, argc, argv);
 
@@ -745,6 +755,15 @@ int Main(int argc, char** argv) {
   if (annotate_cmd->parsed()) {
     if (Status st = AgentAnnotate(agent_url, annotate_text, annotate_job); !st.ok())
       return Fail(st);
+    return 0;
+  }
+  if (rules_export->parsed()) {
+    const std::string yaml = analyze::PrometheusRulesYaml();
+    if (rules_out.empty()) {
+      std::cout << yaml;
+      return 0;
+    }
+    if (Status st = WriteFileAtomically(rules_out, yaml); !st.ok()) return Fail(st);
     return 0;
   }
   if (docs_metrics->parsed()) {

@@ -1,0 +1,62 @@
+// The Prometheus export of the built-in rules: every cause of findings.md is either a rule or
+// named as the engine's alone, once; every rule reaches the file with its labels. promtool
+// judges the file itself (tests/rules_export_test.sh).
+#include "analyze/prometheus_rules.h"
+
+#include <gtest/gtest.h>
+
+#include <map>
+#include <string>
+
+#include "analyze/finding.h"
+
+namespace gpuwatch::analyze {
+namespace {
+
+TEST(PrometheusRulesTest, EveryCauseIsARuleOrTheEnginesAloneExactlyOnce) {
+  std::map<std::string, int> seen;
+  for (const auto& r : PrometheusRules()) {
+    ++seen[std::string(r.cause)];
+    EXPECT_TRUE(r.severity == "info" || r.severity == "warning" || r.severity == "critical")
+        << r.cause;
+    EXPECT_FALSE(r.expr.empty()) << r.cause;
+    EXPECT_FALSE(r.summary.empty()) << r.cause;
+  }
+  for (const auto& e : EngineOnlyCauses()) {
+    ++seen[std::string(e.cause)];
+    EXPECT_FALSE(e.why.empty()) << e.cause;
+  }
+  for (std::string_view cause : Causes()) {
+    EXPECT_EQ(seen[std::string(cause)], 1) << cause;
+    seen.erase(std::string(cause));
+  }
+  EXPECT_TRUE(seen.empty()) << "not a findings.md cause: " << seen.begin()->first;
+}
+
+TEST(PrometheusRulesTest, TheFileHoldsEveryRuleInItsLayersGroup) {
+  const std::string yaml = PrometheusRulesYaml();
+  size_t alerts = 0;
+  for (size_t at = yaml.find("- alert: "); at != std::string::npos;
+       at = yaml.find("- alert: ", at + 1)) {
+    ++alerts;
+  }
+  EXPECT_EQ(alerts, PrometheusRules().size());
+  EXPECT_NE(yaml.find("  - name: gpuwatch-card\n"), std::string::npos);
+  EXPECT_NE(yaml.find("  - name: gpuwatch-task\n"), std::string::npos);
+  EXPECT_NE(yaml.find("  - name: gpuwatch-link\n"), std::string::npos);
+  // The thermal rule: its name, its labels, its expression quoted for YAML.
+  EXPECT_NE(
+      yaml.find("      - alert: GpuwatchThermalThrottle\n"
+                "        expr: \"max by (Hostname, gpu, UUID) "
+                "(gpuwatch_clock_event_reason_active{reason=~\\\"sw_thermal|hw_thermal\\\"})"),
+      std::string::npos)
+      << yaml;
+  EXPECT_NE(yaml.find("          severity: critical\n          cause: gpu_lost\n"
+                      "          layer: card\n"),
+            std::string::npos);
+  for (const auto& e : EngineOnlyCauses())
+    EXPECT_NE(yaml.find("#   " + std::string(e.cause) + ": "), std::string::npos) << e.cause;
+}
+
+}  // namespace
+}  // namespace gpuwatch::analyze

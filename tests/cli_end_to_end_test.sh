@@ -6,7 +6,7 @@ GPUWATCH=$1 MOCK=$2 FIXTURES=$3
 . "$(dirname "$0")/lib.sh"
 
 "$GPUWATCH" --version >"$TMP/version.txt" && grep -q '^gpuwatch ' "$TMP/version.txt" || fail "--version"
-for sub in "" up agent status docs diagnose replay; do
+for sub in "" up agent status docs diagnose replay doctor demo "rules export"; do
   # shellcheck disable=SC2086
   "$GPUWATCH" $sub --help >"$TMP/help.txt" || fail "gpuwatch $sub --help exited non-zero"
   grep -q -- '--help' "$TMP/help.txt" || fail "gpuwatch $sub --help printed no usage"
@@ -172,6 +172,39 @@ a, b = (json.load(open(f)) for f in sys.argv[1:3])
 assert b["blocks"] <= 2 and b["samples"] >= a["samples"] and b["series"] >= a["series"], (a, b)
 assert b["wal_bytes"] == 0 and b["head"]["samples"] == 0, b
 ' "$TMP/stats.json" "$TMP/stats2.json" || fail "store compact lost data: $(cat "$TMP/stats2.json")"
+
+# doctor: a healthy mock node passes every GPU check; a sick one names each problem and its GPU,
+# exits 1, and its topology is compared (read only) with the archive the agent above wrote.
+GPUWATCH_MOCK_NVML=8xH100 "$GPUWATCH" doctor --json --nvml-lib "$MOCK" >"$TMP/doctor-ok.json" || true
+python3 - "$TMP/doctor-ok.json" <<'PY' || fail "doctor on a healthy mock node: $(cat "$TMP/doctor-ok.json")"
+import json, sys
+c = {x["name"]: x for x in json.load(open(sys.argv[1]))["checks"]}
+for name in ("nvml", "gpus", "ecc", "clocks", "temperature", "pcie", "nvlink", "numa"):
+    assert c[name]["status"] == "ok", c[name]
+assert c["topology"]["status"] == "skip", c["topology"]
+PY
+ls "$TMP/data/topology" >"$TMP/topo-before.txt"
+rc=0
+GPUWATCH_MOCK_NVML="$FIXTURES/mock/doctor.json" "$GPUWATCH" doctor --json --nvml-lib "$MOCK" \
+  --data-dir "$TMP/data" >"$TMP/doctor.json" || rc=$?
+[ "$rc" = 1 ] || fail "doctor on a sick node exited $rc, not 1"
+python3 - "$TMP/doctor.json" <<'PY' || fail "doctor on a sick mock node: $(cat "$TMP/doctor.json")"
+import json, sys
+d = json.load(open(sys.argv[1]))
+assert d["ok"] is False
+c = {x["name"]: x for x in d["checks"]}
+def has(name, status, text):
+    assert c[name]["status"] == status, c[name]
+    assert any(text in line for line in c[name]["details"]), (text, c[name])
+    assert c[name]["action"], c[name]
+has("ecc", "fail", "GPU 2: 1 uncorrectable")
+has("ecc", "fail", "GPU 3: a row remap is pending")
+has("clocks", "fail", "GPU 3: hardware slowdown active: hw_slowdown")
+has("pcie", "warn", "GPU 1: PCIe link x8 of x16")
+has("topology", "warn", "GPU1 PCIe width")
+assert c["nvlink"]["status"] == "ok" and c["gpus"]["status"] == "ok", c
+PY
+ls "$TMP/data/topology" | cmp -s - "$TMP/topo-before.txt" || fail "doctor wrote to the topology archive"
 
 # Bad input names what was wrong.
 set +e

@@ -15,6 +15,7 @@
 #include "analyze/prometheus_rules.h"
 #include "cli/config_file.h"
 #include "cli/demo_cmd.h"
+#include "cli/doctor.h"
 #include "cli/job_view.h"
 #include "cli/link_tools.h"
 #include "cli/linkbase_cmd.h"
@@ -489,6 +490,20 @@ int Main(int argc, char** argv) {
                      "NVML library to dlopen (default libnvidia-ml.so.1)");
   status->add_option("--root-dir", status_root, "Root of procfs/sysfs to read (default /)");
 
+  std::string doctor_nvml = collect::kDefaultNvmlLibrary, doctor_root = "/", doctor_data;
+  bool doctor_json = false;
+  auto* doctor = app.add_subcommand(
+      "doctor",
+      "One-shot health check of this node as a checklist: driver and NVML, GPUs, ECC and row "
+      "remaps, clock reasons, temperatures, PCIe and NVLinks, topology against the archive, "
+      "NUMA of GPU processes, clock sync (exit 0 all well, 1 something wrong, 2 error)");
+  doctor->add_flag("--json", doctor_json, "Print the checks as JSON");
+  doctor->add_option("--nvml-lib", doctor_nvml,
+                     "NVML library to dlopen (default libnvidia-ml.so.1)");
+  doctor->add_option("--root-dir", doctor_root, "Root of procfs/sysfs to read (default /)");
+  doctor->add_option("--data-dir", doctor_data,
+                     "The agent's --data-dir: compare the topology with its archive (read only)");
+
   auto* store_cmd = app.add_subcommand("store", "Inspect and maintain the store under a data dir");
   store_cmd->require_subcommand(1);
   std::string store_dir;
@@ -709,6 +724,9 @@ int Main(int argc, char** argv) {
   if (up->parsed()) return RunAgent(up, &up_flags);
   if (agent->parsed()) return RunAgent(agent, &agent_flags);
   if (status->parsed()) return RunStatus(status_json, status_caps, status_nvml, status_root);
+  if (doctor->parsed())
+    return RunDoctor(MakeGpuSource(doctor_nvml), doctor_root, doctor_data, doctor_json, std::cout,
+                     std::cerr);
   if (store_stats->parsed()) return RunStoreStats(store_dir, store_json, std::cout, std::cerr);
   if (store_check->parsed())
     return RunStoreCheck(store_dir, !store_no_quarantine, std::cout, std::cerr);

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs, from Debian 12's archive, whatever gpuwatch needs that is missing.
 #   scripts/deps.sh build   — compiler, CMake, libraries
-#   scripts/deps.sh test    — build + GoogleTest and the servers tests start (Prometheus)
+#   scripts/deps.sh test    — build + GoogleTest and the servers tests start (Prometheus,
+#                             Alertmanager; promtool comes with Prometheus)
 #   scripts/deps.sh bench   — test + Google Benchmark, node-exporter, GNU time
 # Packages already installed are not touched; apt-get runs only when something is missing.
 set -euo pipefail
@@ -9,7 +10,7 @@ set -euo pipefail
 build_pkgs=(g++ cmake ninja-build pkg-config nlohmann-json3-dev libfmt-dev libcli11-dev
             libcpp-httplib-dev libssl-dev zlib1g-dev libbrotli-dev libre2-dev
             libsnappy-dev libzstd-dev)
-test_pkgs=(libgtest-dev libgmock-dev python3 curl prometheus)
+test_pkgs=(libgtest-dev libgmock-dev python3 curl prometheus prometheus-alertmanager)
 bench_pkgs=(libbenchmark-dev prometheus-node-exporter time)
 
 want=("${build_pkgs[@]}")
@@ -31,8 +32,10 @@ SUDO=""
 echo "gpuwatch: installing ${missing[*]}" >&2
 export DEBIAN_FRONTEND=noninteractive
 $SUDO apt-get update -qq
-# Debian's prometheus package starts a system service on install; the tests start their own.
+# Debian's prometheus packages start system services on install; the tests start their own.
 $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
-if [ -d /run/systemd/system ] && printf '%s\n' "${missing[@]}" | grep -qx prometheus; then
-  $SUDO systemctl disable --now prometheus >/dev/null 2>&1 || true
-fi
+for svc in prometheus prometheus-alertmanager; do
+  if [ -d /run/systemd/system ] && printf '%s\n' "${missing[@]}" | grep -qx "$svc"; then
+    $SUDO systemctl disable --now "$svc" >/dev/null 2>&1 || true
+  fi
+done

@@ -115,7 +115,8 @@ std::string Quote(std::string_view s) {
   return out + "\"";
 }
 
-// thermal_throttle → GpuwatchThermalThrottle
+}  // namespace
+
 std::string AlertName(std::string_view cause) {
   std::string out = "Gpuwatch";
   bool upper = true;
@@ -129,8 +130,6 @@ std::string AlertName(std::string_view cause) {
   }
   return out;
 }
-
-}  // namespace
 
 const std::vector<PrometheusRule>& PrometheusRules() { return kRules; }
 const std::vector<EngineOnlyCause>& EngineOnlyCauses() { return kEngineOnly; }

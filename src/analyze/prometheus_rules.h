@@ -26,6 +26,9 @@ struct PrometheusRule {
 };
 
 const std::vector<PrometheusRule>& PrometheusRules();
+// The alert name of a cause: thermal_throttle → GpuwatchThermalThrottle (the exported rules'
+// and the alerts the agent sends to Alertmanager).
+std::string AlertName(std::string_view cause);
 
 struct EngineOnlyCause {
   std::string_view cause;

@@ -75,7 +75,9 @@ void ExpectOnly(const std::vector<DoctorCheck>& checks, const std::string& excep
       bool has = false;
       for (const auto& d : c.details) has = has || d.find(text) != std::string::npos;
       EXPECT_TRUE(has) << except << ": no detail with '" << text << "': " << c.details[0];
-      if (status != "ok") EXPECT_FALSE(c.action.empty()) << except;
+      if (status != "ok") {
+        EXPECT_FALSE(c.action.empty()) << except;
+      }
     } else {
       EXPECT_TRUE(c.status == "ok" || c.status == "skip") << c.name << ": " << c.status;
     }

@@ -71,6 +71,8 @@ struct AgentFlags {
   std::string job_hang_in_phase = "10m";
   std::string job_raw_steps_hz = "20";
   std::string kmsg = "/dev/kmsg";
+  std::string alert_webhook, alertmanager;
+  std::string alert_resolve_after = "2m";
 };
 
 void AddStoreFlags(CLI::App* app, AgentFlags* f) {
@@ -159,6 +161,14 @@ void AddAgentFlags(CLI::App* app, AgentFlags* f) {
   app->add_option("--kmsg", f->kmsg,
                   "Kernel log read for NVRM Xid lines, a second XID source (default /dev/kmsg; "
                   "off)");
+  app->add_option("--alert-webhook", f->alert_webhook,
+                  "POST alert transitions here as JSON (docs/format/alerts.md; http:// only)");
+  app->add_option("--alertmanager", f->alertmanager,
+                  "Send alerts to this Prometheus Alertmanager (its v2 API), e.g. "
+                  "http://127.0.0.1:9093");
+  app->add_option("--alert-resolve-after", f->alert_resolve_after,
+                  "A condition's alert resolves when not seen this long (default 2m; events are "
+                  "held 1h)");
   AddStoreFlags(app, f);
   app->add_option("--log-level", f->log_level, "debug, info, warning or error (default info)");
 }
@@ -192,6 +202,9 @@ std::map<std::string, std::string*> FlagFields(AgentFlags* f) {
           {"job-hang-in-phase", &f->job_hang_in_phase},
           {"job-raw-steps-hz", &f->job_raw_steps_hz},
           {"kmsg", &f->kmsg},
+          {"alert-webhook", &f->alert_webhook},
+          {"alertmanager", &f->alertmanager},
+          {"alert-resolve-after", &f->alert_resolve_after},
           {"log-level", &f->log_level}};
 }
 
@@ -228,6 +241,14 @@ Result<server::AgentOptions> MakeOptions(const AgentFlags& f) {
     char buf[256] = {};
     if (gethostname(buf, sizeof(buf) - 1) == 0) o.hostname = buf;
   }
+  o.notify.webhook_url = f.alert_webhook;
+  o.notify.alertmanager_url = f.alertmanager;
+  o.notify.generator_url = "http://" + f.listen + "/api/v1/alerts";
+  auto resolve = ParseDurationMs(f.alert_resolve_after);
+  if (!resolve.ok() || *resolve <= 0)
+    return Status::InvalidArgument("bad --alert-resolve-after '" + f.alert_resolve_after +
+                                   "': a duration such as 2m");
+  o.alerts.resolve_after_ms = *resolve;
   const std::pair<const std::string*, std::chrono::milliseconds*> durations[] = {
       {&f.gpu_interval, &o.gpu_interval},
       {&f.host_interval, &o.host_interval},

@@ -33,7 +33,8 @@ Agent::Agent(AgentOptions options, std::unique_ptr<collect::GpuSource> gpu)
       jobs_(options_.jobs, jobs::ProcfsProbe(options_.root_dir)),
       recorder_(trace::FlightRecorderOptions{options_.recorder_bytes, options_.snapshot_window}),
       diagnosis_(
-          [this](int64_t from_ms, int64_t to_ms) { return recorder_.Window(from_ms, to_ms); }) {
+          [this](int64_t from_ms, int64_t to_ms) { return recorder_.Window(from_ms, to_ms); }),
+      alerts_(options_.alerts) {
   state_.hostname = options_.hostname;
   state_.version = options_.version;
   state_.model_label = options_.model_label;
@@ -42,6 +43,11 @@ Agent::Agent(AgentOptions options, std::unique_ptr<collect::GpuSource> gpu)
 Agent::~Agent() { Stop(); }
 
 Status Agent::Init() {
+  if (!options_.notify.webhook_url.empty() || !options_.notify.alertmanager_url.empty()) {
+    auto n = AlertNotifier::Create(options_.notify, options_.hostname);
+    if (!n.ok()) return n.status();
+    notifier_ = std::move(n).value();
+  }
   if (!options_.data_dir.empty()) {
     if (::mkdir(options_.data_dir.c_str(), 0755) != 0 && errno != EEXIST)
       return Status::IoError("cannot create data dir " + options_.data_dir + ": " +
@@ -648,7 +654,45 @@ void Agent::ObserveNcclVersions(const std::vector<JobLogLine>& lines,
   }
 }
 
-void Agent::TickDiagnosis() { diagnosis_.Tick(clock_.NowMs()); }
+void Agent::TickDiagnosis() {
+  const int64_t now_ms = clock_.NowMs();
+  diagnosis_.Tick(now_ms);
+  std::vector<analyze::AlertNotification> changes;
+  std::vector<analyze::Alert> firing;
+  {
+    std::lock_guard<std::mutex> lock(alerts_mu_);
+    changes = alerts_.Update(diagnosis_.Findings(), now_ms);
+    if (notifier_) firing = alerts_.Notifiable();
+  }
+  for (const auto& c : changes) {
+    GW_LOG_INFO("alert {} [{}] {}: {}", analyze::NotificationKindName(c.kind),
+                c.alert.finding.severity, c.alert.fingerprint, c.alert.finding.summary);
+  }
+  if (notifier_) notifier_->Publish(std::move(changes), std::move(firing));
+}
+
+nlohmann::json Agent::AlertsJson() const {
+  const int64_t now_ms = WallClockMs();
+  nlohmann::json alerts = nlohmann::json::array(), silences = nlohmann::json::array();
+  std::lock_guard<std::mutex> lock(alerts_mu_);
+  for (const analyze::Alert& a : alerts_.Alerts()) alerts.push_back(analyze::AlertToJson(a));
+  for (const analyze::Silence& s : alerts_.Silences(now_ms))
+    silences.push_back(analyze::SilenceToJson(s));
+  return {{"alerts", alerts}, {"silences", silences}};
+}
+
+Result<std::string> Agent::AddSilence(analyze::Silence s) const {
+  const int64_t now_ms = WallClockMs();
+  std::lock_guard<std::mutex> lock(alerts_mu_);
+  auto id = alerts_.AddSilence(std::move(s), now_ms);
+  if (id.ok()) GW_LOG_INFO("silence {} added", *id);
+  return id;
+}
+
+Status Agent::ExpireSilence(const std::string& id) const {
+  std::lock_guard<std::mutex> lock(alerts_mu_);
+  return alerts_.ExpireSilence(id, WallClockMs());
+}
 
 void Agent::DrainJobs() {
   jobs::JobOutputs out = jobs_.TakeOutputs();
@@ -784,6 +828,7 @@ void Agent::Start() {
   }
   RecordNodeChanges();
   stopping_drain_ = false;
+  if (notifier_) notifier_->Start();
   tiers_thread_ = std::thread([this] { RunTiers(); });
   if (gpu_ready_) events_thread_ = std::thread([this] { RunEvents(); });
 }
@@ -796,6 +841,7 @@ void Agent::Stop() {
   stop_cv_.notify_all();
   const bool was_running = tiers_thread_.joinable();
   if (tiers_thread_.joinable()) tiers_thread_.join();
+  if (notifier_) notifier_->Stop();
   if (events_thread_.joinable()) events_thread_.join();
   if (listener_) listener_->Stop();
   if (was_running) {

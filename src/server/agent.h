@@ -20,6 +20,7 @@
 #include <thread>
 #include <tuple>
 
+#include "analyze/alerts.h"
 #include "collect/attribution.h"
 #include "collect/gpu_source.h"
 #include "collect/host_collector.h"
@@ -28,6 +29,7 @@
 #include "jobs/job_registry.h"
 #include "logs/kmsg.h"
 #include "server/agent_state.h"
+#include "server/alert_notifier.h"
 #include "server/change_timeline.h"
 #include "server/job_logs.h"
 #include "server/live_diagnosis.h"
@@ -63,6 +65,9 @@ struct AgentOptions {
   // The effective configuration as text: its hash changing between starts is a config_change
   // event on the time line (R21).
   std::string config_text;
+  // Findings become alerts (analyze/alerts.h), told to a webhook and/or Alertmanager.
+  analyze::AlertOptions alerts;
+  NotifierOptions notify;
 };
 
 class Agent {
@@ -99,9 +104,20 @@ class Agent {
   nlohmann::json Findings(const std::string& job = "", const std::string& node = "") const {
     return diagnosis_.Document(job, node);
   }
-  // Runs the diagnosis engine over the records added since the last call (every 5 s on the
-  // tier thread; tests call it directly).
+  // Runs the diagnosis engine over the records added since the last call and folds its
+  // findings into the alerts (every 5 s on the tier thread; tests call it directly).
   void TickDiagnosis();
+  // The alerts and silences (docs/format/alerts.md): {"alerts": [...], "silences": [...]}.
+  nlohmann::json AlertsJson() const;
+  // Adds a silence or maintenance window; returns its id. Errors name what is wrong.
+  // Const: the HTTP server holds a const Agent; silences live in the alert book, under its own
+  // lock, apart from everything the agent collects.
+  Result<std::string> AddSilence(analyze::Silence s) const;
+  Status ExpireSilence(const std::string& id) const;
+  // The notifier's counters; all zero without one.
+  AlertNotifier::Counters NotifierCounters() const {
+    return notifier_ ? notifier_->counters() : AlertNotifier::Counters{};
+  }
   // "" without a data dir.
   const std::string& data_dir() const { return options_.data_dir; }
   // Failure snapshots; null without a data dir.
@@ -162,6 +178,9 @@ class Agent {
   uint64_t xid_duplicates_ = 0;
   trace::FlightRecorder recorder_;
   LiveDiagnosis diagnosis_;  // reads recorder_
+  mutable std::mutex alerts_mu_;
+  mutable analyze::AlertBook alerts_;  // guarded by alerts_mu_
+  std::unique_ptr<AlertNotifier> notifier_;
   std::unique_ptr<SnapshotManager> snapshots_;
   std::vector<model::GpuSample> prev_gpu_samples_;  // tier thread: rates for trace records
   std::optional<model::HostSample> prev_host_;      // tier thread

@@ -130,6 +130,37 @@ Status HttpServer::Start(const ListenAddress& addr) {
                         .dump(),
                     "application/json");
   });
+  // Alerts and silences (docs/format/alerts.md).
+  srv.Get("/api/v1/alerts", [agent](const httplib::Request&, httplib::Response& res) {
+    res.set_content(DumpJson(agent->AlertsJson(), 2), "application/json");
+  });
+  srv.Post("/api/v1/silences", [agent](const httplib::Request& req, httplib::Response& res) {
+    nlohmann::json body = nlohmann::json::parse(req.body, nullptr, false);
+    if (body.is_discarded()) {
+      res.status = 400;
+      res.set_content(R"({"error":"the body is not JSON"})", "application/json");
+      return;
+    }
+    auto s = analyze::SilenceFromJson(body, WallClockMs());
+    Result<std::string> id = s.ok() ? agent->AddSilence(*s) : Result<std::string>(s.status());
+    if (!id.ok()) {
+      res.status = id.status().code() == StatusCode::kResourceExhausted ? 429 : 400;
+      res.set_content(DumpJson({{"error", id.status().message()}}), "application/json");
+      return;
+    }
+    res.status = 201;
+    res.set_content(DumpJson({{"id", *id}}), "application/json");
+  });
+  srv.Delete(R"(/api/v1/silences/([A-Za-z0-9]+))",
+             [agent](const httplib::Request& req, httplib::Response& res) {
+               Status st = agent->ExpireSilence(req.matches[1].str());
+               if (!st.ok()) {
+                 res.status = 404;
+                 res.set_content(DumpJson({{"error", st.message()}}), "application/json");
+                 return;
+               }
+               res.set_content(R"({"expired":true})", "application/json");
+             });
   srv.Get("/api/v1/snapshots", [agent](const httplib::Request&, httplib::Response& res) {
     nlohmann::json j = {{"snapshots", nlohmann::json::array()}};
     if (auto* s = agent->snapshots()) {

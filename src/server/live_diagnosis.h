@@ -35,6 +35,11 @@ class LiveDiagnosis {
   size_t Tick(int64_t now_ms);
   // {"findings": [...], "stats": {...}} (findings.md); `job` / `node` keep only those ("" all).
   nlohmann::json Document(const std::string& job = "", const std::string& node = "") const;
+  // The current findings (what the alert book folds in after each tick).
+  std::vector<analyze::Finding> Findings() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return findings_;
+  }
 
  private:
   WindowFn window_;

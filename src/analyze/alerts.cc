@@ -1,0 +1,299 @@
+#include "analyze/alerts.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "common/time_base.h"
+
+namespace gpuwatch::analyze {
+namespace {
+
+int64_t Ms(double unix_s) { return static_cast<int64_t>(std::llround(unix_s * 1000)); }
+
+int SeverityRank(std::string_view s) { return s == "critical" ? 2 : s == "warning" ? 1 : 0; }
+
+// What a firing source alert inhibits on the same place.
+struct Inhibition {
+  std::string_view source;
+  std::vector<std::string_view> targets;
+  bool same_gpu;  // else same job
+};
+const std::vector<Inhibition> kInhibitions = {
+    {"gpu_lost",
+     {"thermal_throttle", "power_throttle", "clock_slowdown", "xid", "ecc_sbe_growth",
+      "pcie_downgrade", "pcie_replay", "nvlink_errors", "memory_leak", "gpu_idle_allocated",
+      "straggler_gpu"},
+     true},
+    {"rank_exit", {"job_hang", "straggler_gpu", "step_regression", "data_stall"}, false},
+};
+
+}  // namespace
+
+bool IsEventCause(std::string_view cause) {
+  static const std::vector<std::string_view> kEvents = {
+      "gpu_lost",        "ecc_dbe",          "xid",        "ecc_sbe_growth",
+      "pcie_replay",     "nvlink_errors",    "net_errors", "rank_exit",
+      "topology_change", "version_mismatch", "clock_skew"};
+  return std::find(kEvents.begin(), kEvents.end(), cause) != kEvents.end();
+}
+
+std::string AlertFingerprint(const Finding& f) {
+  return fmt::format("{}/{}/{}/{}/{}/{}", f.cause, f.node, f.gpu ? std::to_string(*f.gpu) : "",
+                     f.job.value_or(""), f.rank ? std::to_string(*f.rank) : "", f.nic.value_or(""));
+}
+
+std::string_view NotificationKindName(AlertNotification::Kind k) {
+  switch (k) {
+    case AlertNotification::Kind::kFiring:
+      return "firing";
+    case AlertNotification::Kind::kUpdated:
+      return "updated";
+    case AlertNotification::Kind::kResolved:
+      return "resolved";
+  }
+  return "firing";
+}
+
+bool AlertBook::Matches(const Silence& s, const Alert& a) const {
+  const Finding& f = a.finding;
+  if (!s.node.empty() && s.node != f.node) return false;
+  if (s.gpu && (!f.gpu || *f.gpu != *s.gpu)) return false;
+  if (!s.job.empty() && s.job != f.job.value_or("")) return false;
+  if (!s.cause.empty() && s.cause != f.cause) return false;
+  return true;
+}
+
+std::string AlertBook::SuppressedBy(const Alert& a, int64_t now_ms) const {
+  // Maintenance first: it says more than a silence about why nobody is told.
+  for (bool maintenance : {true, false}) {
+    for (const auto& [id, s] : silences_) {
+      if (s.maintenance != maintenance || now_ms < s.starts_ms || now_ms >= s.ends_ms) continue;
+      if (Matches(s, a)) return fmt::format("{} {}", maintenance ? "maintenance" : "silence", id);
+    }
+  }
+  const Finding& f = a.finding;
+  for (const Inhibition& in : kInhibitions) {
+    if (std::find(in.targets.begin(), in.targets.end(), f.cause) == in.targets.end()) continue;
+    for (const auto& [fp, src] : alerts_) {
+      const Finding& s = src.finding;
+      if (src.state != "firing" || s.cause != in.source || s.node != f.node) continue;
+      const bool same =
+          in.same_gpu ? (s.gpu && f.gpu && *s.gpu == *f.gpu) : (s.job && f.job && *s.job == *f.job);
+      if (same) return "inhibited by " + fp;
+    }
+  }
+  return "";
+}
+
+std::vector<AlertNotification> AlertBook::Update(const std::vector<Finding>& findings,
+                                                 int64_t now_ms) {
+  std::vector<AlertNotification> out;
+  std::map<std::string, bool> severity_rose;
+  for (const Finding& f : findings) {
+    const std::string fp = AlertFingerprint(f);
+    const int64_t last_ms = Ms(f.last_seen);
+    const int64_t hold = IsEventCause(f.cause) ? o_.event_hold_ms : o_.resolve_after_ms;
+    auto it = alerts_.find(fp);
+    if (it == alerts_.end() || (it->second.state == "resolved" && last_ms > it->second.ends_ms)) {
+      if (now_ms - last_ms > hold) continue;  // already over before we heard of it
+      Alert a;
+      a.fingerprint = fp;
+      a.finding = f;
+      a.state = "firing";
+      // A new occurrence after a resolve starts at its return, not at the engine's first sight.
+      a.starts_ms = it == alerts_.end() ? Ms(f.first_seen) : it->second.ends_ms;
+      a.updated_ms = last_ms;
+      a.seen = 1;
+      alerts_[fp] = std::move(a);
+      continue;
+    }
+    Alert& a = it->second;
+    if (a.state != "firing" || last_ms <= a.updated_ms) continue;
+    if (SeverityRank(f.severity) > SeverityRank(a.finding.severity)) severity_rose[fp] = true;
+    a.finding = f;
+    a.updated_ms = last_ms;
+    ++a.seen;
+  }
+  // Expired silences go.
+  for (auto it = silences_.begin(); it != silences_.end();) {
+    it = it->second.ends_ms <= now_ms ? silences_.erase(it) : std::next(it);
+  }
+  // Resolve what has not been seen for its hold.
+  for (auto& [fp, a] : alerts_) {
+    if (a.state != "firing") continue;
+    const int64_t hold = IsEventCause(a.finding.cause) ? o_.event_hold_ms : o_.resolve_after_ms;
+    if (now_ms - a.updated_ms <= hold) continue;
+    a.state = "resolved";
+    a.ends_ms = now_ms;
+    if (a.notified) out.push_back({AlertNotification::Kind::kResolved, a});
+  }
+  // Suppression, then what to tell: new firing alerts (or ones a silence no longer hides) and
+  // severities that rose.
+  for (auto& [fp, a] : alerts_) {
+    if (a.state != "firing") continue;
+    a.suppressed_by = SuppressedBy(a, now_ms);
+    if (!a.suppressed_by.empty()) continue;
+    if (!a.notified) {
+      a.notified = true;
+      out.push_back({AlertNotification::Kind::kFiring, a});
+    } else if (severity_rose.count(fp) != 0) {
+      out.push_back({AlertNotification::Kind::kUpdated, a});
+    }
+  }
+  // Bounded: the oldest resolved alerts are forgotten first.
+  while (alerts_.size() > o_.max_alerts) {
+    auto oldest = alerts_.end();
+    for (auto it = alerts_.begin(); it != alerts_.end(); ++it) {
+      if (it->second.state == "resolved" &&
+          (oldest == alerts_.end() || it->second.ends_ms < oldest->second.ends_ms))
+        oldest = it;
+    }
+    if (oldest == alerts_.end()) break;
+    alerts_.erase(oldest);
+  }
+  return out;
+}
+
+Result<std::string> AlertBook::AddSilence(Silence s, int64_t now_ms) {
+  if (s.node.empty() && s.job.empty() && s.cause.empty() && !s.gpu)
+    return Status::InvalidArgument("a silence needs a node, gpu, job or cause to match");
+  if (!s.cause.empty() && LayerOf(s.cause).empty())
+    return Status::InvalidArgument("unknown cause '" + s.cause + "' (findings.md's vocabulary)");
+  if (s.gpu && *s.gpu < 0) return Status::InvalidArgument("gpu must be >= 0");
+  if (s.starts_ms == 0) s.starts_ms = now_ms;
+  if (s.ends_ms <= s.starts_ms || s.ends_ms <= now_ms)
+    return Status::InvalidArgument("a silence must end after it starts, and in the future");
+  if (silences_.size() >= o_.max_silences)
+    return Status::ResourceExhausted(fmt::format("{} silences already", silences_.size()));
+  s.id = fmt::format("{}{}", s.maintenance ? "m" : "s", next_silence_++);
+  const std::string id = s.id;
+  silences_[id] = std::move(s);
+  return id;
+}
+
+Status AlertBook::ExpireSilence(const std::string& id, int64_t now_ms) {
+  auto it = silences_.find(id);
+  if (it == silences_.end() || it->second.ends_ms <= now_ms)
+    return Status::NotFound("no active silence '" + id + "'");
+  silences_.erase(it);
+  return Status::Ok();
+}
+
+std::vector<Alert> AlertBook::Alerts() const {
+  std::vector<Alert> out;
+  for (const auto& [fp, a] : alerts_) out.push_back(a);
+  std::sort(out.begin(), out.end(), [](const Alert& a, const Alert& b) {
+    if (a.state != b.state) return a.state == "firing";
+    return a.starts_ms > b.starts_ms;
+  });
+  return out;
+}
+
+std::vector<Silence> AlertBook::Silences(int64_t now_ms) const {
+  std::vector<Silence> out;
+  for (const auto& [id, s] : silences_) {
+    if (s.ends_ms > now_ms) out.push_back(s);
+  }
+  std::sort(out.begin(), out.end(),
+            [](const Silence& a, const Silence& b) { return a.ends_ms < b.ends_ms; });
+  return out;
+}
+
+std::vector<Alert> AlertBook::Notifiable() const {
+  std::vector<Alert> out;
+  for (const auto& [fp, a] : alerts_) {
+    if (a.state == "firing" && a.notified && a.suppressed_by.empty()) out.push_back(a);
+  }
+  return out;
+}
+
+std::string Rfc3339Ms(int64_t ms) {
+  return FormatUtc(ms, "%Y-%m-%dT%H:%M:%S") + fmt::format(".{:03d}Z", ((ms % 1000) + 1000) % 1000);
+}
+
+nlohmann::json AlertToJson(const Alert& a) {
+  nlohmann::json j = FindingToJson(a.finding);
+  j["fingerprint"] = a.fingerprint;
+  j["status"] = a.state;
+  j["suppressed_by"] = a.suppressed_by;
+  j["starts_at"] = Rfc3339Ms(a.starts_ms);
+  j["last_seen_at"] = Rfc3339Ms(a.updated_ms);
+  if (a.ends_ms != 0) j["ends_at"] = Rfc3339Ms(a.ends_ms);
+  j["seen"] = a.seen;
+  return j;
+}
+
+nlohmann::json SilenceToJson(const Silence& s) {
+  nlohmann::json j = {{"id", s.id},
+                      {"maintenance", s.maintenance},
+                      {"starts_at", Rfc3339Ms(s.starts_ms)},
+                      {"ends_at", Rfc3339Ms(s.ends_ms)}};
+  if (!s.node.empty()) j["node"] = s.node;
+  if (s.gpu) j["gpu"] = *s.gpu;
+  if (!s.job.empty()) j["job"] = s.job;
+  if (!s.cause.empty()) j["cause"] = s.cause;
+  if (!s.created_by.empty()) j["created_by"] = s.created_by;
+  if (!s.comment.empty()) j["comment"] = s.comment;
+  return j;
+}
+
+Result<Silence> SilenceFromJson(const nlohmann::json& j, int64_t now_ms) {
+  if (!j.is_object()) return Status::InvalidArgument("a silence is a JSON object");
+  Silence s;
+  for (const auto& [key, v] : j.items()) {
+    auto bad = [&, k = key](const char* want) {
+      return Status::InvalidArgument(fmt::format("silence field '{}' must be {}", k, want));
+    };
+    auto str = [&](std::string* out, size_t max) -> Status {
+      if (!v.is_string() || v.get<std::string>().size() > max)
+        return bad(fmt::format("a string of at most {} bytes", max).c_str());
+      *out = v.get<std::string>();
+      return Status::Ok();
+    };
+    auto seconds = [&](int64_t* out_ms) -> Status {
+      if (!v.is_number() || !std::isfinite(v.get<double>()) || v.get<double>() < 0 ||
+          v.get<double>() > 1e11)
+        return bad("a number of seconds");
+      *out_ms = static_cast<int64_t>(std::llround(v.get<double>() * 1000));
+      return Status::Ok();
+    };
+    Status st;
+    if (key == "node") {
+      st = str(&s.node, 256);
+    } else if (key == "job") {
+      st = str(&s.job, 256);
+    } else if (key == "cause") {
+      st = str(&s.cause, 64);
+    } else if (key == "comment") {
+      st = str(&s.comment, 4096);
+    } else if (key == "created_by") {
+      st = str(&s.created_by, 256);
+    } else if (key == "gpu") {
+      if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() > 4096)
+        return bad("a GPU index (an integer >= 0)");
+      s.gpu = static_cast<int>(v.get<int64_t>());
+    } else if (key == "maintenance") {
+      if (!v.is_boolean()) return bad("true or false");
+      s.maintenance = v.get<bool>();
+    } else if (key == "starts_at") {
+      st = seconds(&s.starts_ms);
+    } else if (key == "ends_at") {
+      st = seconds(&s.ends_ms);
+    } else if (key == "duration_s") {
+      int64_t d = 0;
+      st = seconds(&d);
+      if (st.ok()) s.ends_ms = -d;  // resolved against the start below
+    } else {
+      return Status::InvalidArgument("unknown silence field '" + key + "'");
+    }
+    if (!st.ok()) return st;
+  }
+  if (s.starts_ms == 0) s.starts_ms = now_ms;
+  if (s.ends_ms < 0) s.ends_ms = s.starts_ms - s.ends_ms;
+  if (s.ends_ms == 0) return Status::InvalidArgument("a silence needs ends_at or duration_s");
+  return s;
+}
+
+}  // namespace gpuwatch::analyze

@@ -1,0 +1,190 @@
+// The alert lifecycle: fire, update, resolve, silence, maintenance, inhibit, de-duplicate.
+#include "analyze/alerts.h"
+
+#include <gtest/gtest.h>
+
+namespace gpuwatch::analyze {
+namespace {
+
+constexpr int64_t kT0 = 1'764'460'800'000;  // ms
+
+Finding F(const std::string& cause, const std::string& severity, std::optional<int> gpu,
+          int64_t first_ms, int64_t last_ms, const std::string& node = "n1") {
+  Finding f;
+  f.cause = cause;
+  f.layer = std::string(LayerOf(cause));
+  f.severity = severity;
+  f.node = node;
+  f.gpu = gpu;
+  f.first_seen = first_ms / 1000.0;
+  f.last_seen = last_ms / 1000.0;
+  f.summary = cause + " summary";
+  return f;
+}
+
+using Kind = AlertNotification::Kind;
+
+std::vector<std::pair<Kind, std::string>> Kinds(const std::vector<AlertNotification>& ns) {
+  std::vector<std::pair<Kind, std::string>> out;
+  for (const auto& n : ns) out.emplace_back(n.kind, n.alert.finding.cause);
+  return out;
+}
+
+TEST(AlertBookTest, AConditionFiresOnceUpdatesQuietlyAndResolvesAfterItsHysteresis) {
+  AlertBook book;
+  auto n = book.Update({F("thermal_throttle", "warning", 3, kT0, kT0)}, kT0 + 5000);
+  ASSERT_EQ(n.size(), 1u);
+  EXPECT_EQ(n[0].kind, Kind::kFiring);
+  EXPECT_EQ(n[0].alert.starts_ms, kT0);
+  // Seen again and again: one alert, no new notification.
+  for (int i = 1; i <= 10; ++i) {
+    auto more = book.Update({F("thermal_throttle", "warning", 3, kT0, kT0 + i * 5000)},
+                            kT0 + 5000 + i * 5000);
+    EXPECT_TRUE(more.empty()) << i;
+  }
+  ASSERT_EQ(book.Alerts().size(), 1u);
+  EXPECT_EQ(book.Alerts()[0].seen, 11u);
+  EXPECT_EQ(book.Alerts()[0].updated_ms, kT0 + 50000);
+  // Not seen for 120 s (the engine keeps the old finding): resolved, once.
+  const auto stale = F("thermal_throttle", "warning", 3, kT0, kT0 + 50000);
+  EXPECT_TRUE(book.Update({stale}, kT0 + 50000 + 120000).empty());
+  n = book.Update({stale}, kT0 + 50000 + 120001);
+  ASSERT_EQ(n.size(), 1u);
+  EXPECT_EQ(n[0].kind, Kind::kResolved);
+  EXPECT_EQ(n[0].alert.ends_ms, kT0 + 170001);
+  EXPECT_TRUE(book.Update({stale}, kT0 + 400000).empty());  // the old finding does not re-fire
+  EXPECT_EQ(book.Alerts()[0].state, "resolved");
+  EXPECT_TRUE(book.Notifiable().empty());
+  // It comes back: a new firing alert, starting at its return.
+  n = book.Update({F("thermal_throttle", "warning", 3, kT0, kT0 + 500000)}, kT0 + 501000);
+  ASSERT_EQ(n.size(), 1u);
+  EXPECT_EQ(n[0].kind, Kind::kFiring);
+  EXPECT_EQ(n[0].alert.starts_ms, kT0 + 170001);
+}
+
+TEST(AlertBookTest, HardwareEventsFireAtOnceAndAreHeldForAnHour) {
+  AlertBook book;
+  auto n = book.Update({F("ecc_dbe", "critical", 1, kT0, kT0)}, kT0 + 1000);
+  ASSERT_EQ(Kinds(n), (std::vector<std::pair<Kind, std::string>>{{Kind::kFiring, "ecc_dbe"}}));
+  EXPECT_TRUE(book.Update({F("ecc_dbe", "critical", 1, kT0, kT0)}, kT0 + 3'600'000).empty());
+  n = book.Update({F("ecc_dbe", "critical", 1, kT0, kT0)}, kT0 + 3'600'001);
+  ASSERT_EQ(Kinds(n), (std::vector<std::pair<Kind, std::string>>{{Kind::kResolved, "ecc_dbe"}}));
+  EXPECT_TRUE(IsEventCause("gpu_lost"));
+  EXPECT_FALSE(IsEventCause("data_stall"));
+}
+
+TEST(AlertBookTest, ARisingSeverityIsAnUpdate) {
+  AlertBook book;
+  book.Update({F("job_hang", "warning", std::nullopt, kT0, kT0)}, kT0);
+  auto n = book.Update({F("job_hang", "critical", std::nullopt, kT0, kT0 + 5000)}, kT0 + 5000);
+  ASSERT_EQ(n.size(), 1u);
+  EXPECT_EQ(n[0].kind, Kind::kUpdated);
+  EXPECT_EQ(n[0].alert.finding.severity, "critical");
+  // Falling back is not news.
+  EXPECT_TRUE(
+      book.Update({F("job_hang", "warning", std::nullopt, kT0, kT0 + 10000)}, kT0 + 10000).empty());
+}
+
+TEST(AlertBookTest, ASilencedAlertIsTrackedNotNotifiedAndFiresWhenTheSilenceEnds) {
+  AlertBook book;
+  Silence s;
+  s.node = "n1";
+  s.gpu = 2;
+  s.ends_ms = kT0 + 60000;
+  s.comment = "reseating GPU 2";
+  auto id = book.AddSilence(s, kT0);
+  ASSERT_TRUE(id.ok()) << id.status().message();
+  auto n = book.Update({F("pcie_downgrade", "warning", 2, kT0, kT0 + 1000),
+                        F("pcie_downgrade", "warning", 3, kT0, kT0 + 1000)},
+                       kT0 + 1000);
+  ASSERT_EQ(n.size(), 1u);  // GPU 3 only
+  EXPECT_EQ(n[0].alert.finding.gpu, 3);
+  auto alerts = book.Alerts();
+  ASSERT_EQ(alerts.size(), 2u);
+  for (const auto& a : alerts) {
+    EXPECT_EQ(a.state, "firing");
+    EXPECT_EQ(a.suppressed_by, a.finding.gpu == 2 ? "silence " + *id : "");
+  }
+  EXPECT_EQ(book.Silences(kT0 + 1000).size(), 1u);
+  // Still firing when the silence ends: now it is told.
+  n = book.Update({F("pcie_downgrade", "warning", 2, kT0, kT0 + 60000),
+                   F("pcie_downgrade", "warning", 3, kT0, kT0 + 60000)},
+                  kT0 + 60000);
+  ASSERT_EQ(n.size(), 1u);
+  EXPECT_EQ(n[0].kind, Kind::kFiring);
+  EXPECT_EQ(n[0].alert.finding.gpu, 2);
+  EXPECT_TRUE(book.Silences(kT0 + 60000).empty());
+}
+
+TEST(AlertBookTest, AMaintenanceWindowHoldsBackTheWholeNodeAndCanBeEndedEarly) {
+  AlertBook book;
+  Silence m;
+  m.node = "n1";
+  m.maintenance = true;
+  m.ends_ms = kT0 + 3'600'000;
+  auto id = book.AddSilence(m, kT0);
+  ASSERT_TRUE(id.ok());
+  auto n = book.Update(
+      {F("xid", "warning", 0, kT0, kT0), F("data_stall", "warning", std::nullopt, kT0, kT0),
+       F("xid", "warning", 0, kT0, kT0, "n2")},
+      kT0 + 1000);
+  ASSERT_EQ(n.size(), 1u);
+  EXPECT_EQ(n[0].alert.finding.node, "n2");
+  for (const auto& a : book.Alerts()) {
+    if (a.finding.node == "n1") {
+      EXPECT_EQ(a.suppressed_by, "maintenance " + *id);
+    }
+  }
+  ASSERT_TRUE(book.ExpireSilence(*id, kT0 + 2000).ok());
+  EXPECT_EQ(book.ExpireSilence(*id, kT0 + 2000).code(), StatusCode::kNotFound);
+  n = book.Update(
+      {F("xid", "warning", 0, kT0, kT0), F("data_stall", "warning", std::nullopt, kT0, kT0 + 2000)},
+      kT0 + 2000);
+  EXPECT_EQ(n.size(), 2u);
+}
+
+TEST(AlertBookTest, ALostGpuInhibitsItsOtherCardAlertsAndADeadRankItsJobsHang) {
+  AlertBook book;
+  Finding hang = F("job_hang", "critical", std::nullopt, kT0, kT0);
+  hang.job = "j1";
+  Finding exit = F("rank_exit", "critical", std::nullopt, kT0, kT0);
+  exit.job = "j1";
+  exit.rank = 3;
+  auto n = book.Update(
+      {F("gpu_lost", "critical", 2, kT0, kT0), F("thermal_throttle", "warning", 2, kT0, kT0),
+       F("thermal_throttle", "warning", 5, kT0, kT0), hang, exit},
+      kT0 + 1000);
+  std::vector<std::string> told;
+  for (const auto& x : n) told.push_back(AlertFingerprint(x.alert.finding));
+  EXPECT_EQ(told, (std::vector<std::string>{"gpu_lost/n1/2///", "rank_exit/n1//j1/3/",
+                                            "thermal_throttle/n1/5///"}));
+  for (const auto& a : book.Alerts()) {
+    if (a.finding.cause == "thermal_throttle" && a.finding.gpu == 2) {
+      EXPECT_EQ(a.suppressed_by, "inhibited by gpu_lost/n1/2///");
+    }
+    if (a.finding.cause == "job_hang") {
+      EXPECT_EQ(a.suppressed_by, "inhibited by rank_exit/n1//j1/3/");
+    }
+  }
+  EXPECT_EQ(book.Notifiable().size(), 3u);
+}
+
+TEST(AlertBookTest, BadSilencesAndStaleFindingsAreRefused) {
+  AlertBook book;
+  Silence s;
+  s.ends_ms = kT0 + 1000;
+  EXPECT_EQ(book.AddSilence(s, kT0).status().code(), StatusCode::kInvalidArgument);  // no matcher
+  s.cause = "bogus";
+  EXPECT_NE(book.AddSilence(s, kT0).status().message().find("unknown cause 'bogus'"),
+            std::string::npos);
+  s.cause = "xid";
+  s.ends_ms = kT0 - 1;
+  EXPECT_FALSE(book.AddSilence(s, kT0).ok());  // ends in the past
+  // A finding over before the book heard of it is no alert.
+  EXPECT_TRUE(
+      book.Update({F("data_stall", "warning", std::nullopt, kT0, kT0)}, kT0 + 600000).empty());
+  EXPECT_TRUE(book.Alerts().empty());
+}
+
+}  // namespace
+}  // namespace gpuwatch::analyze

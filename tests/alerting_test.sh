@@ -1,0 +1,112 @@
+#!/usr/bin/env bash
+# Alerts end to end against a real Prometheus Alertmanager (Debian's prometheus-alertmanager,
+# started here on loopback) and a webhook receiver: a mock-NVML agent loses GPU 2 and sees an
+# XID on GPU 1; the findings become alerts that reach Alertmanager's v2 API with gpuwatch's
+# labels and the webhook with its documented body (docs/format/alerts.md); a silence made over
+# the API hides the XID alert, is listed, and can be ended; bad silences are refused naming
+# what is wrong.
+GPUWATCH=$1 MOCK=$2 FIXTURES=$3
+. "$(dirname "$0")/lib.sh"
+need_peer prometheus-alertmanager prometheus-alertmanager
+
+AM_PORT=$(free_port)
+cat >"$TMP/am.yml" <<'YML'
+route:
+  receiver: "null"
+  group_wait: 1s
+receivers:
+  - name: "null"
+YML
+prometheus-alertmanager --config.file="$TMP/am.yml" --storage.path="$TMP/am" \
+  --web.listen-address="127.0.0.1:$AM_PORT" --cluster.listen-address= >"$TMP/am.log" 2>&1 &
+PIDS+=($!)
+wait_http "http://127.0.0.1:$AM_PORT/-/ready" 30 || { cat "$TMP/am.log"; fail "alertmanager did not start"; }
+
+HOOK_PORT=$(free_port)
+python3 - "$HOOK_PORT" "$TMP/hook.jsonl" >"$TMP/hook.log" 2>&1 <<'PY' &
+import http.server, sys
+port, out = int(sys.argv[1]), sys.argv[2]
+class H(http.server.BaseHTTPRequestHandler):
+    def do_POST(self):
+        body = self.rfile.read(int(self.headers["Content-Length"]))
+        with open(out, "ab") as f:
+            f.write(self.path.encode() + b" " + body + b"\n")
+        self.send_response(200); self.end_headers()
+    def log_message(self, *a): pass
+http.server.HTTPServer(("127.0.0.1", port), H).serve_forever()
+PY
+PIDS+=($!)
+
+PORT=$(free_port)
+URL="http://127.0.0.1:$PORT"
+GPUWATCH_MOCK_NVML="$FIXTURES/mock/lost_and_xid.json" "$GPUWATCH" up --job-socket off --hostname alertnode \
+  --listen "127.0.0.1:$PORT" --nvml-lib "$MOCK" --gpu-interval 200ms --process-interval 500ms \
+  --alertmanager "http://127.0.0.1:$AM_PORT" --alert-webhook "http://127.0.0.1:$HOOK_PORT/hook" \
+  >"$TMP/agent.log" 2>&1 &
+PIDS+=($!)
+wait_http "$URL/healthz" 20 || { cat "$TMP/agent.log"; fail "agent did not start"; }
+
+# Alertmanager hears of the lost GPU (diagnosis runs every 5 s, 5 s behind).
+for ((i = 0; i < 400; i++)); do
+  curl -fsS "http://127.0.0.1:$AM_PORT/api/v2/alerts" >"$TMP/am.json"
+  grep -q GpuwatchGpuLost "$TMP/am.json" && grep -q GpuwatchXid "$TMP/am.json" && break
+  sleep 0.1
+done
+python3 - "$TMP/am.json" <<'PY' || { cat "$TMP/agent.log"; fail "alertmanager: $(cat "$TMP/am.json")"; }
+import json, sys
+alerts = {a["labels"]["alertname"]: a for a in json.load(open(sys.argv[1]))}
+lost = alerts["GpuwatchGpuLost"]["labels"]
+assert lost["cause"] == "gpu_lost" and lost["severity"] == "critical", lost
+assert lost["gpu"] == "2" and lost["Hostname"] == "alertnode" and lost["layer"] == "card", lost
+assert alerts["GpuwatchGpuLost"]["annotations"]["summary"], alerts["GpuwatchGpuLost"]
+assert alerts["GpuwatchGpuLost"]["status"]["state"] == "active"
+assert alerts["GpuwatchXid"]["labels"]["gpu"] == "1", alerts["GpuwatchXid"]
+PY
+
+# The webhook got the same transitions in gpuwatch's body.
+for ((i = 0; i < 100; i++)); do
+  [ -s "$TMP/hook.jsonl" ] && grep -q gpu_lost "$TMP/hook.jsonl" && break
+  sleep 0.1
+done
+python3 - "$TMP/hook.jsonl" <<'PY' || fail "webhook: $(cat "$TMP/hook.jsonl")"
+import json, sys
+seen = {}
+for line in open(sys.argv[1]):
+    path, body = line.split(" ", 1)
+    assert path == "/hook", path
+    b = json.loads(body)
+    assert b["version"] == 1 and b["source"] == "gpuwatch" and b["agent"] == "alertnode", b
+    for a in b["alerts"]:
+        seen[(a["cause"], a.get("gpu"))] = a
+lost = seen[("gpu_lost", 2)]
+assert lost["notification"] == "firing" and lost["status"] == "firing", lost
+assert lost["severity"] == "critical" and lost["fingerprint"] == "gpu_lost/alertnode/2///", lost
+assert lost["starts_at"].endswith("Z") and lost["summary"], lost
+PY
+
+# Silences: bad ones are refused, a good one hides the XID alert and can be ended.
+code=$(curl -s -o "$TMP/bad.json" -w '%{http_code}' -X POST "$URL/api/v1/silences" -d '{"node":"alertnode","bogus":1,"duration_s":60}')
+[ "$code" = 400 ] && grep -q "unknown silence field 'bogus'" "$TMP/bad.json" || fail "bad silence: $code $(cat "$TMP/bad.json")"
+code=$(curl -s -o "$TMP/bad.json" -w '%{http_code}' -X POST "$URL/api/v1/silences" -d '{"duration_s":60}')
+[ "$code" = 400 ] && grep -q "needs a node, gpu, job or cause" "$TMP/bad.json" || fail "matcherless silence: $code"
+code=$(curl -s -o "$TMP/s.json" -w '%{http_code}' -X POST "$URL/api/v1/silences" \
+  -d '{"node":"alertnode","cause":"xid","duration_s":600,"comment":"known XID 31","created_by":"test"}')
+[ "$code" = 201 ] || fail "silence not created: $code $(cat "$TMP/s.json")"
+SID=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["id"])' "$TMP/s.json")
+for ((i = 0; i < 150; i++)); do
+  curl -fsS "$URL/api/v1/alerts" >"$TMP/alerts.json"
+  grep -q "\"suppressed_by\": \"silence $SID\"" "$TMP/alerts.json" && break
+  sleep 0.1
+done
+python3 - "$TMP/alerts.json" "$SID" <<'PY' || fail "alerts after the silence: $(cat "$TMP/alerts.json")"
+import json, sys
+d, sid = json.load(open(sys.argv[1])), sys.argv[2]
+by = {a["cause"]: a for a in d["alerts"]}
+assert by["xid"]["suppressed_by"] == f"silence {sid}", by["xid"]
+assert by["gpu_lost"]["suppressed_by"] == "" and by["gpu_lost"]["status"] == "firing", by["gpu_lost"]
+assert [s["id"] for s in d["silences"]] == [sid] and d["silences"][0]["comment"] == "known XID 31"
+PY
+curl -fsS -X DELETE "$URL/api/v1/silences/$SID" >/dev/null || fail "silence not expired"
+code=$(curl -s -o /dev/null -w '%{http_code}' -X DELETE "$URL/api/v1/silences/$SID")
+[ "$code" = 404 ] || fail "expiring twice answered $code"
+echo "alerting_test: ok"

@@ -33,6 +33,8 @@ clang++ $FLAGS -o cli_fuzz ../../src/cli/cli_fuzz.cc ../../src/cli/config_file.c
   ../../src/server/listen_address.cc $COMMON -lfmt
 clang++ $FLAGS -o alerts_fuzz ../../src/analyze/alerts_fuzz.cc ../../src/analyze/alerts.cc \
   ../../src/analyze/finding.cc $COMMON -lfmt
+clang++ $FLAGS -o baseline_fuzz ../../src/analyze/baseline_fuzz.cc ../../src/analyze/baseline.cc \
+  ../../src/trace/trace_reader.cc ../../src/trace/trace_records.cc $COMMON -lfmt -lz -lzstd
 STORE="../../src/store/chunkenc.cc ../../src/store/labels.cc ../../src/store/remote_write.cc"
 clang++ $FLAGS -o chunkenc_fuzz ../../src/store/chunkenc_fuzz.cc $STORE $COMMON -lfmt -lz -lre2 -lsnappy
 clang++ $FLAGS -o selector_fuzz ../../src/store/selector_fuzz.cc $STORE $COMMON -lfmt -lz -lre2 -lsnappy
@@ -59,3 +61,4 @@ mkdir -p corpus/nccl_tests && ./nccl_tests_fuzz -max_total_time="$SECS" corpus/n
 mkdir -p corpus/topo && ./topo_fuzz -max_total_time="$SECS" corpus/topo ../../tests/fixtures/topo
 mkdir -p corpus/trace_reader && ./trace_reader_fuzz -max_total_time="$SECS" corpus/trace_reader ../../tests/fixtures/trace
 mkdir -p corpus/alerts && ./alerts_fuzz -max_total_time="$SECS" corpus/alerts ../../tests/fixtures/silences
+mkdir -p corpus/baseline && ./baseline_fuzz -max_total_time="$SECS" corpus/baseline ../../tests/fixtures/baselines

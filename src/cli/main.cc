@@ -13,6 +13,7 @@
 #include <iostream>
 
 #include "analyze/prometheus_rules.h"
+#include "cli/baseline_cmd.h"
 #include "cli/config_file.h"
 #include "cli/demo_cmd.h"
 #include "cli/doctor.h"
@@ -731,6 +732,46 @@ int Main(int argc, char** argv) {
   auto* docs = app.add_subcommand("docs", "Print generated documentation");
   docs->require_subcommand(1);
   auto* docs_metrics = docs->add_subcommand("metrics", "docs/metrics.md, from the metric catalog");
+  BaselineCommand bl;
+  auto* baseline_cmd = app.add_subcommand(
+      "baseline", "Per-template baselines (R13): learn from a trace, list, show, import, compare");
+  baseline_cmd->require_subcommand(1);
+  auto add_data_dir = [&bl](CLI::App* c) {
+    c->add_option("--data-dir", bl.data_dir, "The data dir; baselines live in DIR/baselines");
+  };
+  auto* bl_learn = baseline_cmd->add_subcommand(
+      "learn", "Learn each job's baseline from its first stable window after warm-up");
+  bl_learn->add_option("TRACE", bl.trace, "Trace file (.jsonl, .gz, .zst)")->required();
+  add_data_dir(bl_learn);
+  bl_learn->add_option("--job", bl.job, "Only this job");
+  bl_learn->add_option("--warmup", bl.warmup, "Left out after the first step (default 2m)");
+  bl_learn->add_option("--window", bl.window, "How long a window to learn from (default 10m)");
+  auto* bl_list = baseline_cmd->add_subcommand("list", "The stored baselines");
+  add_data_dir(bl_list);
+  bl_list->add_option("--agent", bl.agent,
+                      "Mark baselines stale against this agent's topology and driver");
+  bl_list->add_flag("--json", bl.json, "Print JSON");
+  auto* bl_show = baseline_cmd->add_subcommand("show", "One baseline as JSON (its export form)");
+  bl_show->add_option("TEMPLATE", bl.template_name, "Job template")->required();
+  add_data_dir(bl_show);
+  bl_show->add_option("--shape", bl.shape, "Node shape, when the template has several");
+  bl_show->add_option("--version", bl.version, "Version (default the newest)");
+  auto* bl_import = baseline_cmd->add_subcommand("import", "Add a baseline JSON as a new version");
+  bl_import->add_option("FILE", bl.file, "Baseline JSON (from `baseline show`)")->required();
+  add_data_dir(bl_import);
+  auto* bl_compare = baseline_cmd->add_subcommand(
+      "compare",
+      "Per-metric shift between two runs with a significance test (exit 1 when one shifted)");
+  bl_compare->add_option("RUN_A", bl.run_a, "TRACE, TRACE:JOB or baseline:TEMPLATE[@VERSION]")
+      ->required();
+  bl_compare->add_option("RUN_B", bl.run_b, "TRACE, TRACE:JOB or baseline:TEMPLATE[@VERSION]")
+      ->required();
+  add_data_dir(bl_compare);
+  bl_compare->add_option("--shape", bl.shape, "Shape of a baseline: run");
+  bl_compare->add_option("--warmup", bl.warmup,
+                         "Left out after each run's first step (default 2m)");
+  bl_compare->add_flag("--json", bl.json, "Print JSON");
+
   auto* rules_cmd = app.add_subcommand("rules", "gpuwatch's built-in alerting rules");
   rules_cmd->require_subcommand(1);
   std::string rules_out;
@@ -796,6 +837,11 @@ int Main(int argc, char** argv) {
       return Fail(st);
     return 0;
   }
+  if (bl_learn->parsed()) return RunBaselineLearn(bl, std::cout, std::cerr);
+  if (bl_list->parsed()) return RunBaselineList(bl, std::cout, std::cerr);
+  if (bl_show->parsed()) return RunBaselineShow(bl, std::cout, std::cerr);
+  if (bl_import->parsed()) return RunBaselineImport(bl, std::cout, std::cerr);
+  if (bl_compare->parsed()) return RunBaselineCompare(bl, std::cout, std::cerr);
   if (rules_export->parsed()) {
     const std::string yaml = analyze::PrometheusRulesYaml();
     if (rules_out.empty()) {

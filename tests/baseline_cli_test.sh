@@ -1,0 +1,69 @@
+#!/usr/bin/env bash
+# `gpuwatch baseline`: learn a template's baseline from a simulated healthy run, list it, export
+# and import it as a new version, compare runs (a regressed run is significantly slower; a run
+# against itself is not), mark baselines stale against a running agent whose topology was
+# archived after them, and refuse bad input naming what is wrong.
+GPUWATCH=$1 MOCK=$2
+. "$(dirname "$0")/lib.sh"
+
+"$GPUWATCH" sim --duration 15m --out "$TMP/healthy" >/dev/null
+"$GPUWATCH" sim --duration 15m --seed 2 --fault step_regression:onset=300 --out "$TMP/slow" >/dev/null
+D="$TMP/data"
+
+"$GPUWATCH" baseline learn "$TMP/healthy.jsonl.gz" --data-dir "$D" >"$TMP/learn.txt" || fail "learn: $(cat "$TMP/learn.txt")"
+grep -q '^learned sim-llm-fsdp on 1x8xNVIDIA H100 80GB HBM3 from job sim-1: version 1 ' "$TMP/learn.txt" \
+  || fail "learn printed: $(cat "$TMP/learn.txt")"
+rc=0
+"$GPUWATCH" baseline learn "$TMP/healthy.jsonl.gz" --data-dir "$D" --warmup 14m >"$TMP/short.txt" || rc=$?
+[ "$rc" = 1 ] && grep -q 'nothing learned' "$TMP/short.txt" || fail "a run too short to learn from: rc=$rc $(cat "$TMP/short.txt")"
+
+"$GPUWATCH" baseline show sim-llm-fsdp --data-dir "$D" >"$TMP/b1.json" || fail "show"
+"$GPUWATCH" baseline import "$TMP/b1.json" --data-dir "$D" >"$TMP/import.txt" || fail "import"
+grep -q 'as version 2$' "$TMP/import.txt" || fail "import printed: $(cat "$TMP/import.txt")"
+"$GPUWATCH" baseline list --data-dir "$D" --json >"$TMP/list.json"
+python3 - "$TMP/list.json" <<'PY' || fail "list: $(cat "$TMP/list.json")"
+import json, sys
+b = json.load(open(sys.argv[1]))["baselines"]
+assert [x["version"] for x in b] == [1, 2], b
+assert all(x["template"] == "sim-llm-fsdp" and x["steps"] > 300 for x in b), b
+assert 0.5 < b[0]["step_median_s"] < 3, b
+PY
+
+rc=0
+"$GPUWATCH" baseline compare baseline:sim-llm-fsdp@1 "$TMP/slow.jsonl.gz" --data-dir "$D" --json >"$TMP/cmp.json" || rc=$?
+[ "$rc" = 1 ] || fail "compare against a regressed run exited $rc, not 1"
+python3 - "$TMP/cmp.json" <<'PY' || fail "compare: $(cat "$TMP/cmp.json")"
+import json, sys
+m = {x["metric"]: x for x in json.load(open(sys.argv[1]))["metrics"]}
+s = m["step_s"]
+assert s["significant"] and s["shift_pct"] > 10 and s["p_value"] < 1e-6, s
+assert m["samples_per_s"]["significant"] and m["samples_per_s"]["shift_pct"] < 0, m["samples_per_s"]
+PY
+"$GPUWATCH" baseline compare "$TMP/healthy.jsonl.gz" "$TMP/healthy.jsonl.gz:sim-1" >"$TMP/same.txt" \
+  || fail "a run against itself shifted: $(cat "$TMP/same.txt")"
+grep -q 'No significant shift' "$TMP/same.txt" || fail "same: $(cat "$TMP/same.txt")"
+
+# Stale against an agent whose topology archive is newer than the baselines.
+PORT=$(free_port)
+GPUWATCH_MOCK_NVML=8xH100 "$GPUWATCH" up --job-socket off --listen "127.0.0.1:$PORT" --nvml-lib "$MOCK" \
+  --data-dir "$TMP/agent" >"$TMP/agent.log" 2>&1 &
+PIDS+=($!)
+wait_http "http://127.0.0.1:$PORT/healthz" 20 || fail "agent did not start"
+for ((i = 0; i < 50; i++)); do
+  curl -fsS "http://127.0.0.1:$PORT/api/v1/topology" | grep -q '"baselines_stale_before_ms": *[1-9]' && break
+  sleep 0.1
+done
+"$GPUWATCH" baseline list --data-dir "$D" --agent "http://127.0.0.1:$PORT" >"$TMP/stale.txt"
+[ "$(grep -c 'topology changed since$' "$TMP/stale.txt")" = 2 ] || fail "stale: $(cat "$TMP/stale.txt")"
+
+# Bad input.
+rc=0; out=$("$GPUWATCH" baseline learn "$TMP/healthy.jsonl.gz" 2>&1) || rc=$?
+[ "$rc" = 2 ] && grep -q -- '--data-dir is required' <<<"$out" || fail "learn without --data-dir: $rc $out"
+rc=0; out=$("$GPUWATCH" baseline compare "$TMP/nope.jsonl" "$TMP/healthy.jsonl.gz" 2>&1) || rc=$?
+[ "$rc" = 2 ] && grep -q "nope.jsonl' is neither a trace file" <<<"$out" || fail "compare a missing file: $rc $out"
+echo '{"format": "gpuwatch-baseline", "format_version": 1, "template": "t"}' >"$TMP/bad.json"
+rc=0; out=$("$GPUWATCH" baseline import "$TMP/bad.json" --data-dir "$D" 2>&1) || rc=$?
+[ "$rc" = 2 ] && grep -q "bad.json: shape: missing" <<<"$out" || fail "import a broken baseline: $rc $out"
+rc=0; out=$("$GPUWATCH" baseline show nope --data-dir "$D" 2>&1) || rc=$?
+[ "$rc" = 2 ] && grep -q "no baseline for template 'nope'" <<<"$out" || fail "show unknown: $rc $out"
+echo "baseline_cli_test: ok"

@@ -2,7 +2,8 @@
 # Alerts end to end against a real Prometheus Alertmanager (Debian's prometheus-alertmanager,
 # started here on loopback) and a webhook receiver: a mock-NVML agent loses GPU 2 and sees an
 # XID on GPU 1; the findings become alerts that reach Alertmanager's v2 API with gpuwatch's
-# labels and the webhook with its documented body (docs/format/alerts.md); a silence made over
+# labels and the webhook with its documented body (docs/format/alerts.md), and so does a user
+# rule (docs/format/user-rules.md) over the agent's store; a silence made over
 # the API hides the XID alert, is listed, and can be ended; bad silences are refused naming
 # what is wrong.
 GPUWATCH=$1 MOCK=$2 FIXTURES=$3
@@ -37,9 +38,21 @@ http.server.HTTPServer(("127.0.0.1", port), H).serve_forever()
 PY
 PIDS+=($!)
 
+# A user rule over the agent's own store: GPU 0 hotter than 0 °C, which the mock always is.
+cat >"$TMP/rules.json" <<'JSON'
+{"rules": [{"name": "MockGpuWarm", "expr": "DCGM_FI_DEV_GPU_TEMP{gpu=\"0\"} > 0", "for": "2s",
+            "severity": "info", "summary": "GPU {{gpu}} at {{value}} C"}]}
+JSON
+rc=0; out=$("$GPUWATCH" up --job-socket off --nvml-lib "$MOCK" --rules "$TMP/rules.json" 2>&1) || rc=$?
+[ "$rc" = 2 ] && grep -q -- "--rules needs --data-dir" <<<"$out" || fail "--rules without a store: $rc $out"
+echo '{"rules": [{"name": "x", "expr": "rate(up[5m]"}]}' >"$TMP/bad-rules.json"
+rc=0; out=$("$GPUWATCH" up --job-socket off --nvml-lib "$MOCK" --rules "$TMP/bad-rules.json" 2>&1) || rc=$?
+[ "$rc" = 2 ] && grep -q "bad-rules.json: rules\[0\] (x).expr" <<<"$out" || fail "a bad rule: $rc $out"
+
 PORT=$(free_port)
 URL="http://127.0.0.1:$PORT"
 GPUWATCH_MOCK_NVML="$FIXTURES/mock/lost_and_xid.json" "$GPUWATCH" up --job-socket off --hostname alertnode \
+  --data-dir "$TMP/data" --rules "$TMP/rules.json" \
   --listen "127.0.0.1:$PORT" --nvml-lib "$MOCK" --gpu-interval 200ms --process-interval 500ms \
   --alertmanager "http://127.0.0.1:$AM_PORT" --alert-webhook "http://127.0.0.1:$HOOK_PORT/hook" \
   >"$TMP/agent.log" 2>&1 &
@@ -49,7 +62,8 @@ wait_http "$URL/healthz" 20 || { cat "$TMP/agent.log"; fail "agent did not start
 # Alertmanager hears of the lost GPU (diagnosis runs every 5 s, 5 s behind).
 for ((i = 0; i < 400; i++)); do
   curl -fsS "http://127.0.0.1:$AM_PORT/api/v2/alerts" >"$TMP/am.json"
-  grep -q GpuwatchGpuLost "$TMP/am.json" && grep -q GpuwatchXid "$TMP/am.json" && break
+  grep -q GpuwatchGpuLost "$TMP/am.json" && grep -q GpuwatchXid "$TMP/am.json" \
+    && grep -q MockGpuWarm "$TMP/am.json" && break
   sleep 0.1
 done
 python3 - "$TMP/am.json" <<'PY' || { cat "$TMP/agent.log"; fail "alertmanager: $(cat "$TMP/am.json")"; }
@@ -61,6 +75,10 @@ assert lost["gpu"] == "2" and lost["Hostname"] == "alertnode" and lost["layer"] 
 assert alerts["GpuwatchGpuLost"]["annotations"]["summary"], alerts["GpuwatchGpuLost"]
 assert alerts["GpuwatchGpuLost"]["status"]["state"] == "active"
 assert alerts["GpuwatchXid"]["labels"]["gpu"] == "1", alerts["GpuwatchXid"]
+warm = alerts["MockGpuWarm"]
+assert warm["labels"]["cause"] == "user:MockGpuWarm" and warm["labels"]["layer"] == "user", warm
+assert warm["labels"]["severity"] == "info" and warm["labels"]["gpu"] == "0", warm
+assert warm["annotations"]["summary"].startswith("GPU 0 at "), warm
 PY
 
 # The webhook got the same transitions in gpuwatch's body.

@@ -56,6 +56,11 @@ std::string_view NotificationKindName(AlertNotification::Kind k) {
   return "firing";
 }
 
+int64_t AlertBook::HoldOf(const std::string& cause) const {
+  if (auto it = o_.hold_ms_by_cause.find(cause); it != o_.hold_ms_by_cause.end()) return it->second;
+  return IsEventCause(cause) ? o_.event_hold_ms : o_.resolve_after_ms;
+}
+
 bool AlertBook::Matches(const Silence& s, const Alert& a) const {
   const Finding& f = a.finding;
   if (!s.node.empty() && s.node != f.node) return false;
@@ -94,7 +99,7 @@ std::vector<AlertNotification> AlertBook::Update(const std::vector<Finding>& fin
   for (const Finding& f : findings) {
     const std::string fp = AlertFingerprint(f);
     const int64_t last_ms = Ms(f.last_seen);
-    const int64_t hold = IsEventCause(f.cause) ? o_.event_hold_ms : o_.resolve_after_ms;
+    const int64_t hold = HoldOf(f.cause);
     auto it = alerts_.find(fp);
     if (it == alerts_.end() || (it->second.state == "resolved" && last_ms > it->second.ends_ms)) {
       if (now_ms - last_ms > hold) continue;  // already over before we heard of it
@@ -123,8 +128,7 @@ std::vector<AlertNotification> AlertBook::Update(const std::vector<Finding>& fin
   // Resolve what has not been seen for its hold.
   for (auto& [fp, a] : alerts_) {
     if (a.state != "firing") continue;
-    const int64_t hold = IsEventCause(a.finding.cause) ? o_.event_hold_ms : o_.resolve_after_ms;
-    if (now_ms - a.updated_ms <= hold) continue;
+    if (now_ms - a.updated_ms <= HoldOf(a.finding.cause)) continue;
     a.state = "resolved";
     a.ends_ms = now_ms;
     if (a.notified) out.push_back({AlertNotification::Kind::kResolved, a});
@@ -159,8 +163,9 @@ std::vector<AlertNotification> AlertBook::Update(const std::vector<Finding>& fin
 Result<std::string> AlertBook::AddSilence(Silence s, int64_t now_ms) {
   if (s.node.empty() && s.job.empty() && s.cause.empty() && !s.gpu)
     return Status::InvalidArgument("a silence needs a node, gpu, job or cause to match");
-  if (!s.cause.empty() && LayerOf(s.cause).empty())
-    return Status::InvalidArgument("unknown cause '" + s.cause + "' (findings.md's vocabulary)");
+  if (!s.cause.empty() && LayerOf(s.cause).empty() && s.cause.rfind("user:", 0) != 0)
+    return Status::InvalidArgument("unknown cause '" + s.cause +
+                                   "' (findings.md's vocabulary, or user:RULE)");
   if (s.gpu && *s.gpu < 0) return Status::InvalidArgument("gpu must be >= 0");
   if (s.starts_ms == 0) s.starts_ms = now_ms;
   if (s.ends_ms <= s.starts_ms || s.ends_ms <= now_ms)

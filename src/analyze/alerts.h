@@ -41,6 +41,8 @@ struct AlertOptions {
   int64_t event_hold_ms = 3600000;    // an event alert fires this long after it was last seen
   size_t max_alerts = 10000;          // resolved alerts are forgotten first beyond this
   size_t max_silences = 1000;
+  // A cause's own hold, instead of the two above (user rules' clear_after).
+  std::map<std::string, int64_t> hold_ms_by_cause;
 };
 
 struct Alert {
@@ -94,6 +96,7 @@ class AlertBook {
 
  private:
   bool Matches(const Silence& s, const Alert& a) const;
+  int64_t HoldOf(const std::string& cause) const;
   std::string SuppressedBy(const Alert& a, int64_t now_ms) const;
 
   AlertOptions o_;

@@ -169,6 +169,22 @@ TEST(AlertBookTest, ALostGpuInhibitsItsOtherCardAlertsAndADeadRankItsJobsHang) {
   EXPECT_EQ(book.Notifiable().size(), 3u);
 }
 
+TEST(AlertBookTest, AUserRuleClearsAfterItsOwnHoldAndCanBeSilenced) {
+  AlertBook book(AlertOptions{.hold_ms_by_cause = {{"user:GpuHot", 20000}}});
+  Finding f = F("thermal_throttle", "warning", 1, kT0, kT0);
+  f.cause = "user:GpuHot";
+  f.layer = "user";
+  ASSERT_EQ(book.Update({f}, kT0).size(), 1u);
+  EXPECT_TRUE(book.Update({f}, kT0 + 20000).empty());
+  auto n = book.Update({f}, kT0 + 20001);
+  ASSERT_EQ(n.size(), 1u);
+  EXPECT_EQ(n[0].kind, Kind::kResolved);
+  Silence s;
+  s.cause = "user:GpuHot";
+  s.ends_ms = kT0 + 60000;
+  EXPECT_TRUE(book.AddSilence(s, kT0).ok());
+}
+
 TEST(AlertBookTest, BadSilencesAndStaleFindingsAreRefused) {
   AlertBook book;
   Silence s;

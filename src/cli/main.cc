@@ -74,6 +74,7 @@ struct AgentFlags {
   std::string kmsg = "/dev/kmsg";
   std::string alert_webhook, alertmanager;
   std::string alert_resolve_after = "2m";
+  std::string rules;
 };
 
 void AddStoreFlags(CLI::App* app, AgentFlags* f) {
@@ -167,6 +168,9 @@ void AddAgentFlags(CLI::App* app, AgentFlags* f) {
   app->add_option("--alertmanager", f->alertmanager,
                   "Send alerts to this Prometheus Alertmanager (its v2 API), e.g. "
                   "http://127.0.0.1:9093");
+  app->add_option("--rules", f->rules,
+                  "Your own alerting rules, PromQL over this agent's store (JSON; "
+                  "docs/format/user-rules.md; needs --data-dir)");
   app->add_option("--alert-resolve-after", f->alert_resolve_after,
                   "A condition's alert resolves when not seen this long (default 2m; events are "
                   "held 1h)");
@@ -206,6 +210,7 @@ std::map<std::string, std::string*> FlagFields(AgentFlags* f) {
           {"alert-webhook", &f->alert_webhook},
           {"alertmanager", &f->alertmanager},
           {"alert-resolve-after", &f->alert_resolve_after},
+          {"rules", &f->rules},
           {"log-level", &f->log_level}};
 }
 
@@ -250,6 +255,11 @@ Result<server::AgentOptions> MakeOptions(const AgentFlags& f) {
     return Status::InvalidArgument("bad --alert-resolve-after '" + f.alert_resolve_after +
                                    "': a duration such as 2m");
   o.alerts.resolve_after_ms = *resolve;
+  if (!f.rules.empty()) {
+    auto rules = server::LoadUserRules(f.rules);
+    if (!rules.ok()) return rules.status();
+    o.user_rules = std::move(rules).value();
+  }
   const std::pair<const std::string*, std::chrono::milliseconds*> durations[] = {
       {&f.gpu_interval, &o.gpu_interval},
       {&f.host_interval, &o.host_interval},
@@ -381,6 +391,9 @@ int ServeAgent(const AgentFlags* flags, const server::AgentOptions& agent_opts,
     });
   }
   if (flags->keep_history == "on" && db) agent.SetStore(db.get());
+  if (!opts->user_rules.empty() && !(flags->keep_history == "on" && db))
+    return Fail(Status::InvalidArgument(
+        "--rules needs --data-dir and --keep-history on: the rules query the agent's store"));
   jobs::JobListenerOptions jl;
   jl.socket_path = flags->job_socket;
   jl.udp = flags->job_udp;

@@ -25,6 +25,15 @@ namespace gpuwatch::server {
 
 using Clock = std::chrono::steady_clock;
 
+namespace {
+// The alert book's options with each user rule's clear_after as its cause's hold.
+analyze::AlertOptions AlertOptionsOf(const AgentOptions& o) {
+  analyze::AlertOptions a = o.alerts;
+  for (const UserRule& r : o.user_rules) a.hold_ms_by_cause["user:" + r.name] = r.clear_after_ms;
+  return a;
+}
+}  // namespace
+
 Agent::Agent(AgentOptions options, std::unique_ptr<collect::GpuSource> gpu)
     : options_(std::move(options)),
       gpu_(std::move(gpu)),
@@ -34,7 +43,9 @@ Agent::Agent(AgentOptions options, std::unique_ptr<collect::GpuSource> gpu)
       recorder_(trace::FlightRecorderOptions{options_.recorder_bytes, options_.snapshot_window}),
       diagnosis_(
           [this](int64_t from_ms, int64_t to_ms) { return recorder_.Window(from_ms, to_ms); }),
-      alerts_(options_.alerts) {
+      alerts_(AlertOptionsOf(options_)) {
+  if (!options_.user_rules.empty())
+    user_rules_ = std::make_unique<UserRuleEvaluator>(options_.user_rules, options_.hostname);
   state_.hostname = options_.hostname;
   state_.version = options_.version;
   state_.model_label = options_.model_label;
@@ -659,9 +670,16 @@ void Agent::TickDiagnosis() {
   diagnosis_.Tick(now_ms);
   std::vector<analyze::AlertNotification> changes;
   std::vector<analyze::Alert> firing;
+  // The user rules query the store: outside the alert book's lock, which the API also takes.
+  std::vector<analyze::Finding> findings = diagnosis_.Findings();
+  if (user_rules_ && store_) {
+    for (auto& f : user_rules_->Evaluate(*store_, now_ms)) findings.push_back(std::move(f));
+    if (!user_rules_->last_error().empty())
+      GW_LOG_WARN("user rules: {}", user_rules_->last_error());
+  }
   {
     std::lock_guard<std::mutex> lock(alerts_mu_);
-    changes = alerts_.Update(diagnosis_.Findings(), now_ms);
+    changes = alerts_.Update(findings, now_ms);
     if (notifier_) firing = alerts_.Notifiable();
   }
   for (const auto& c : changes) {

@@ -34,6 +34,7 @@
 #include "server/job_logs.h"
 #include "server/live_diagnosis.h"
 #include "server/snapshots.h"
+#include "server/user_rules.h"
 #include "store/event_store.h"
 #include "store/store.h"
 #include "trace/flight_recorder.h"
@@ -68,6 +69,9 @@ struct AgentOptions {
   // Findings become alerts (analyze/alerts.h), told to a webhook and/or Alertmanager.
   analyze::AlertOptions alerts;
   NotifierOptions notify;
+  // The operator's own rules (--rules FILE), evaluated on the store each diagnosis tick.
+  // REQUIRES: a store (SetStore) when not empty.
+  std::vector<UserRule> user_rules;
 };
 
 class Agent {
@@ -181,6 +185,7 @@ class Agent {
   mutable std::mutex alerts_mu_;
   mutable analyze::AlertBook alerts_;  // guarded by alerts_mu_
   std::unique_ptr<AlertNotifier> notifier_;
+  std::unique_ptr<UserRuleEvaluator> user_rules_;  // tier thread only
   std::unique_ptr<SnapshotManager> snapshots_;
   std::vector<model::GpuSample> prev_gpu_samples_;  // tier thread: rates for trace records
   std::optional<model::HostSample> prev_host_;      // tier thread

@@ -48,7 +48,9 @@ json AlertmanagerBody(const std::vector<Alert>& alerts, int64_t now_ms,
   json out = json::array();
   for (const Alert& a : alerts) {
     const analyze::Finding& f = a.finding;
-    json labels = {{"alertname", analyze::AlertName(f.cause)},
+    // A user rule's alerts carry the rule's own name.
+    const bool user = f.cause.rfind("user:", 0) == 0;
+    json labels = {{"alertname", user ? f.cause.substr(5) : analyze::AlertName(f.cause)},
                    {"cause", f.cause},
                    {"severity", f.severity},
                    {"layer", f.layer},

@@ -41,6 +41,9 @@ clang++ $FLAGS -o selector_fuzz ../../src/store/selector_fuzz.cc $STORE $COMMON 
 clang++ $FLAGS -o remote_write_fuzz ../../src/store/remote_write_fuzz.cc $STORE $COMMON -lfmt -lz -lre2 -lsnappy
 clang++ $FLAGS -o promql_fuzz ../../src/query/promql_fuzz.cc ../../src/query/promql.cc \
   ../../src/query/engine.cc ../../src/store/rollup.cc $STORE $COMMON -lfmt -lz -lre2 -lsnappy
+clang++ $FLAGS -o user_rules_fuzz ../../src/server/user_rules_fuzz.cc ../../src/server/user_rules.cc \
+  ../../src/analyze/finding.cc ../../src/query/promql.cc ../../src/query/engine.cc \
+  ../../src/store/rollup.cc $STORE $COMMON -lfmt -lz -lre2 -lsnappy
 clang++ $FLAGS -o block_fuzz ../../src/store/block_fuzz.cc ../../src/store/block.cc \
   ../../src/store/series_index.cc ../../src/store/internal/file_util.cc $STORE $COMMON -lfmt -lz -lre2 -lsnappy
 clang++ $FLAGS -o event_store_fuzz ../../src/store/event_store_fuzz.cc ../../src/store/event_store.cc \
@@ -62,3 +65,4 @@ mkdir -p corpus/topo && ./topo_fuzz -max_total_time="$SECS" corpus/topo ../../te
 mkdir -p corpus/trace_reader && ./trace_reader_fuzz -max_total_time="$SECS" corpus/trace_reader ../../tests/fixtures/trace
 mkdir -p corpus/alerts && ./alerts_fuzz -max_total_time="$SECS" corpus/alerts ../../tests/fixtures/silences
 mkdir -p corpus/baseline && ./baseline_fuzz -max_total_time="$SECS" corpus/baseline ../../tests/fixtures/baselines
+mkdir -p corpus/user_rules && ./user_rules_fuzz -max_total_time="$SECS" corpus/user_rules ../../tests/fixtures/user_rules

@@ -1,20 +1,20 @@
 #!/usr/bin/env bash
 # `gpuwatch baseline`: learn a template's baseline from a simulated healthy run, list it, export
-# and import it as a new version, compare runs (a regressed run is significantly slower; a run
-# against itself is not), mark baselines stale against a running agent whose topology was
+# and import it as a new version, compare runs (a regressed run is significantly slower; two
+# healthy runs of other seeds are not), mark baselines stale against a running agent whose topology was
 # archived after them, and refuse bad input naming what is wrong.
 GPUWATCH=$1 MOCK=$2
 . "$(dirname "$0")/lib.sh"
 
-"$GPUWATCH" sim --duration 15m --out "$TMP/healthy" >/dev/null
-"$GPUWATCH" sim --duration 15m --seed 2 --fault step_regression:onset=300 --out "$TMP/slow" >/dev/null
+"$GPUWATCH" sim --duration 10m --out "$TMP/healthy" >/dev/null
+"$GPUWATCH" sim --duration 10m --seed 2 --fault step_regression:onset=150 --out "$TMP/slow" >/dev/null
 D="$TMP/data"
 
 "$GPUWATCH" baseline learn "$TMP/healthy.jsonl.gz" --data-dir "$D" >"$TMP/learn.txt" || fail "learn: $(cat "$TMP/learn.txt")"
 grep -q '^learned sim-llm-fsdp on 1x8xNVIDIA H100 80GB HBM3 from job sim-1: version 1 ' "$TMP/learn.txt" \
   || fail "learn printed: $(cat "$TMP/learn.txt")"
 rc=0
-"$GPUWATCH" baseline learn "$TMP/healthy.jsonl.gz" --data-dir "$D" --warmup 14m >"$TMP/short.txt" || rc=$?
+"$GPUWATCH" baseline learn "$TMP/healthy.jsonl.gz" --data-dir "$D" --warmup 9m >"$TMP/short.txt" || rc=$?
 [ "$rc" = 1 ] && grep -q 'nothing learned' "$TMP/short.txt" || fail "a run too short to learn from: rc=$rc $(cat "$TMP/short.txt")"
 
 "$GPUWATCH" baseline show sim-llm-fsdp --data-dir "$D" >"$TMP/b1.json" || fail "show"
@@ -39,9 +39,18 @@ s = m["step_s"]
 assert s["significant"] and s["shift_pct"] > 10 and s["p_value"] < 1e-6, s
 assert m["samples_per_s"]["significant"] and m["samples_per_s"]["shift_pct"] < 0, m["samples_per_s"]
 PY
-"$GPUWATCH" baseline compare "$TMP/healthy.jsonl.gz" "$TMP/healthy.jsonl.gz:sim-1" >"$TMP/same.txt" \
-  || fail "a run against itself shifted: $(cat "$TMP/same.txt")"
-grep -q 'No significant shift' "$TMP/same.txt" || fail "same: $(cat "$TMP/same.txt")"
+# Two healthy runs (other seeds, other noise) keep their step time; TRACE:JOB names the job.
+"$GPUWATCH" sim --duration 10m --seed 3 --out "$TMP/healthy3" >/dev/null
+rc=0
+"$GPUWATCH" baseline compare "$TMP/healthy.jsonl.gz" "$TMP/healthy3.jsonl.gz:sim-3" --json >"$TMP/same.json" || rc=$?
+[ "$rc" -le 1 ] || fail "compare two healthy runs exited $rc"
+python3 - "$TMP/same.json" <<'PY' || fail "two healthy runs: $(cat "$TMP/same.json")"
+import json, sys
+d = json.load(open(sys.argv[1]))
+assert d["b"]["job"] == "sim-3", d["b"]
+s = {x["metric"]: x for x in d["metrics"]}["step_s"]
+assert not s["significant"] and abs(s["shift_pct"]) < 2, s
+PY
 
 # Stale against an agent whose topology archive is newer than the baselines.
 PORT=$(free_port)

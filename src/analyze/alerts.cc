@@ -107,8 +107,9 @@ std::vector<AlertNotification> AlertBook::Update(const std::vector<Finding>& fin
       a.fingerprint = fp;
       a.finding = f;
       a.state = "firing";
-      // A new occurrence after a resolve starts at its return, not at the engine's first sight.
-      a.starts_ms = it == alerts_.end() ? Ms(f.first_seen) : it->second.ends_ms;
+      // A new occurrence after a resolve starts at its return (the first sighting since), not
+      // at the engine's first sight of the old one.
+      a.starts_ms = it == alerts_.end() ? Ms(f.first_seen) : last_ms;
       a.updated_ms = last_ms;
       a.seen = 1;
       alerts_[fp] = std::move(a);
@@ -289,6 +290,7 @@ Result<Silence> SilenceFromJson(const nlohmann::json& j, int64_t now_ms) {
     } else if (key == "duration_s") {
       int64_t d = 0;
       st = seconds(&d);
+      if (st.ok() && d <= 0) return bad("a number of seconds > 0");
       if (st.ok()) s.ends_ms = -d;  // resolved against the start below
     } else {
       return Status::InvalidArgument("unknown silence field '" + key + "'");

@@ -47,7 +47,8 @@ struct Run {
   std::set<std::string> nodes;
   std::map<std::string, std::set<uint32_t>> gpus;  // node → its GPUs in the job
   int gpus_per_node = 0;
-  std::map<std::string, uint32_t> lead;  // node → lowest rank seen
+  std::map<std::string, uint32_t> lead;        // node → lowest rank seen
+  std::map<std::string, uint64_t> node_steps;  // node → its lead steps in the window
   double first_step_t = -1, end_t = -1, last_t = 0, window_from = 0;
   uint64_t steps = 0;  // lead steps in the window
   std::map<std::string, std::vector<double>> values;
@@ -159,9 +160,11 @@ json BaselineToJson(const Baseline& b) {
 }
 
 Result<Baseline> BaselineFromJson(const json& j) {
-  if (!j.is_object() || j.value("format", "") != "gpuwatch-baseline")
+  if (!j.is_object() || !j.contains("format") || !j["format"].is_string() ||
+      j["format"].get<std::string>() != "gpuwatch-baseline")
     return Status::InvalidArgument("not a gpuwatch baseline (\"format\": \"gpuwatch-baseline\")");
-  if (j.value("format_version", 0) != 1)
+  if (!j.contains("format_version") || !j["format_version"].is_number_integer() ||
+      j["format_version"].get<int64_t>() != 1)
     return Status::InvalidArgument("format_version: only 1 is known");
   Baseline b;
   for (auto [key, out] : {std::pair{"template", &b.template_name}, std::pair{"shape", &b.shape},
@@ -237,6 +240,7 @@ Result<std::vector<Baseline>> LearnRuns(trace::TraceReader* reader, const RunOpt
       if (rank != lead->second || !run.InWindow(t, o)) continue;
       if (run.steps == 0) run.window_from = t;
       ++run.steps;
+      ++run.node_steps[r.node];
       run.last_t = std::max(run.last_t, t);
       const double d = *s->duration_s;
       const double ckpt = s->checkpoint_s.value_or(0);
@@ -267,12 +271,13 @@ Result<std::vector<Baseline>> LearnRuns(trace::TraceReader* reader, const RunOpt
           run.card["pcie_mbs"].Add(g->pcie_tx_mbs.value_or(0) + g->pcie_rx_mbs.value_or(0));
         if (g->mem_used_mib) {
           GpuMem& m = run.mem[{r.node, *g->gpu}];
+          const uint64_t steps = run.node_steps[r.node];
           if (!m.first) {
             m.first = *g->mem_used_mib;
-            m.first_steps = run.steps;
+            m.first_steps = steps;
           }
           m.last = *g->mem_used_mib;
-          m.last_steps = run.steps;
+          m.last_steps = steps;
           m.peak = std::max(m.peak.value_or(0), *g->mem_used_mib);
         }
       }
@@ -291,8 +296,12 @@ Result<std::vector<Baseline>> LearnRuns(trace::TraceReader* reader, const RunOpt
     Baseline b;
     b.job = job;
     b.template_name = run.template_name.empty() ? "job:" + job : run.template_name;
-    b.shape = fmt::format("{}x{}x{}", run.nodes.size(), run.gpus_per_node,
-                          run.model.empty() ? "GPU" : run.model);
+    // GPUs per node: the job's own (its start record's), else the node's.
+    size_t per_node = 0;
+    for (const auto& [node, gpus] : run.gpus) per_node = std::max(per_node, gpus.size());
+    if (per_node == 0) per_node = static_cast<size_t>(run.gpus_per_node);
+    b.shape =
+        fmt::format("{}x{}x{}", run.nodes.size(), per_node, run.model.empty() ? "GPU" : run.model);
     b.source = reader->name();
     b.window_from_ms = static_cast<int64_t>(std::llround(run.window_from * 1000));
     b.window_to_ms = static_cast<int64_t>(std::llround(run.last_t * 1000));
@@ -347,9 +356,12 @@ std::vector<MetricShift> CompareBaselines(const Baseline& a, const Baseline& b) 
     s.n_b = mb.n;
     s.median_a = ma.median;
     s.median_b = mb.median;
-    s.shift_pct = ma.median != 0 ? (mb.median - ma.median) / std::fabs(ma.median) * 100 : 0;
+    s.shift = mb.median - ma.median;
+    s.shift_pct = ma.median != 0 ? s.shift / std::fabs(ma.median) * 100 : 0;
     s.p_value = MannWhitneyP(ma.sample, mb.sample);
-    s.significant = s.p_value < 0.01 && std::fabs(s.shift_pct) > 2;
+    // From a zero median any move is more than 2 %: judge it by the test alone.
+    s.significant =
+        s.p_value < 0.01 && (ma.median == 0 ? s.shift != 0 : std::fabs(s.shift_pct) > 2);
     out.push_back(s);
   }
   return out;
@@ -395,6 +407,15 @@ Result<std::vector<Baseline>> BaselineStore::List(std::vector<std::string>* skip
        it.increment(ec)) {
     const fs::path& p = it->path();
     if (!it->is_regular_file() || p.extension() != ".json") continue;
+    // The file name is the version (the JSON's own "version" is informative).
+    const std::string fname = p.filename().string();
+    std::optional<int> file_version;
+    if (fname.size() > 6 && fname[0] == 'v')
+      file_version = ParseInt<int>(std::string_view(fname).substr(1, fname.size() - 6));
+    if (!file_version || *file_version < 1) {
+      if (skipped) skipped->push_back(p.string() + ": not a version file (vNNNN.json)");
+      continue;
+    }
     // A baseline holds at most ~30 metrics of kMaxSample numbers: 16 MiB is far beyond one.
     const FileReadResult f = ReadSmallFile(p.string(), size_t{16} << 20);
     Result<Baseline> b = Status::Corruption("unreadable");
@@ -408,6 +429,7 @@ Result<std::vector<Baseline>> BaselineStore::List(std::vector<std::string>* skip
       if (skipped) skipped->push_back(p.string() + ": " + b.status().message());
       continue;
     }
+    b->version = *file_version;
     out.push_back(std::move(b).value());
   }
   if (ec) return Status::IoError("cannot read " + dir_ + ": " + ec.message());

@@ -71,7 +71,8 @@ struct MetricShift {
   std::string metric;
   size_t n_a = 0, n_b = 0;
   double median_a = 0, median_b = 0;
-  double shift_pct = 0;  // (median_b - median_a) / |median_a| × 100
+  double shift = 0;      // median_b - median_a
+  double shift_pct = 0;  // shift / |median_a| × 100; 0 when median_a is 0
   double p_value = 1;
   bool significant = false;
 };

@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <random>
@@ -49,7 +50,7 @@ TEST(BaselineTest, MannWhitneyTellsAShiftFromNoise) {
 
 std::unique_ptr<trace::TraceReader> SimTrace(const std::string& fault, uint64_t seed) {
   simulate::SimOptions o;
-  o.duration_s = 900;
+  o.duration_s = 600;
   o.seed = seed;
   if (!fault.empty()) o.faults.push_back(*simulate::ParseFaultSpec(fault));
   auto sim = simulate::Simulate(o);
@@ -139,11 +140,23 @@ TEST(BaselineTest, TheStoreVersionsListsAndRefusesWhatIsNotABaseline) {
   ASSERT_TRUE(back.ok());
   EXPECT_EQ(back->metrics.size(), b.metrics.size());
   EXPECT_EQ(back->metrics.at("step_s").sample, b.metrics.at("step_s").sample);
-  std::ofstream(dir + "/llama%2F8b%20fsdp/broken.json") << "{\"format\": \"gpuwatch-baseline\"";
+  const std::string shape_dir = dir + "/llama%2F8b%20fsdp/1x8xNVIDIA%20H100%2080GB%20HBM3";
+  std::ofstream(shape_dir + "/v0009.json") << "{\"format\": \"gpuwatch-baseline\"";
+  std::ofstream(shape_dir + "/notes.json") << "{}";
+  // A wrong-typed field is a named refusal, never a crash.
+  std::ofstream(shape_dir + "/v0010.json") << "{\"format\": 1}";
   std::vector<std::string> skipped;
   ASSERT_TRUE(store.List(&skipped).ok());
-  ASSERT_EQ(skipped.size(), 1u);
-  EXPECT_NE(skipped[0].find("broken.json: not JSON"), std::string::npos);
+  ASSERT_EQ(skipped.size(), 3u);
+  std::sort(skipped.begin(), skipped.end());
+  EXPECT_NE(skipped[0].find("notes.json: not a version file"), std::string::npos) << skipped[0];
+  EXPECT_NE(skipped[1].find("v0009.json: not JSON"), std::string::npos) << skipped[1];
+  EXPECT_NE(skipped[2].find("v0010.json: not a gpuwatch baseline"), std::string::npos);
+  // The file name rules: a copy whose JSON says another version is listed as its file's.
+  nlohmann::json copy = BaselineToJson(b);
+  copy["version"] = 1;
+  std::ofstream(shape_dir + "/v0011.json") << copy.dump();
+  EXPECT_EQ(store.Get("llama/8b fsdp", "", 11)->version, 11);
   nlohmann::json bad = BaselineToJson(b);
   bad["metrics"]["step_s"]["median"] = "slow";
   EXPECT_NE(BaselineFromJson(bad).status().message().find("metrics.step_s.median"),

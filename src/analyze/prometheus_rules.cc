@@ -24,11 +24,13 @@ const std::vector<PrometheusRule> kRules = {
     {"gpu_lost", "critical", R"(gpuwatch_gpu_up == 0)", "",
      "{{ $labels.Hostname }} GPU {{ $labels.gpu }} ({{ $labels.UUID }}) fell off the bus"},
     {"xid", "warning",
-     // 79 is gpu_lost and 48 ecc_dbe: their own rules.
-     R"(increase(gpuwatch_xid_errors_total{xid!~"79|48"}[10m]) > 0)", "",
-     "{{ $labels.Hostname }} GPU {{ $labels.gpu }} raised XID {{ $labels.xid }}"},
+     // 79 is gpu_lost and 48 ecc_dbe: their own rules. A (GPU, XID) series is born at 1 with the
+     // code's first occurrence, where increase() sees nothing: a series new in the last 10
+     // minutes counts too.
+     R"(increase(gpuwatch_xid_errors_total{xid!~"79|48"}[10m]) > 0 or (gpuwatch_xid_errors_total{xid!~"79|48"} unless gpuwatch_xid_errors_total{xid!~"79|48"} offset 10m))",
+     "", "{{ $labels.Hostname }} GPU {{ $labels.gpu }} raised XID {{ $labels.xid }}"},
     {"ecc_dbe", "critical",
-     R"(increase(DCGM_FI_DEV_ECC_DBE_VOL_TOTAL[10m]) > 0 or increase(gpuwatch_xid_errors_total{xid="48"}[10m]) > 0)",
+     R"(increase(DCGM_FI_DEV_ECC_DBE_VOL_TOTAL[10m]) > 0 or increase(gpuwatch_xid_errors_total{xid="48"}[10m]) > 0 or (gpuwatch_xid_errors_total{xid="48"} unless gpuwatch_xid_errors_total{xid="48"} offset 10m))",
      "",
      "{{ $labels.Hostname }} GPU {{ $labels.gpu }} had an uncorrectable (double-bit) ECC error"},
     {"ecc_sbe_growth", "warning", R"(increase(DCGM_FI_DEV_ECC_SBE_VOL_TOTAL[30m]) >= 3)", "",
@@ -66,9 +68,11 @@ const std::vector<PrometheusRule> kRules = {
      "Job {{ $labels.job }} on {{ $labels.Hostname }} waits for input data "
      "{{ $value | humanizePercentage }} of each step"},
     {"checkpoint_stall", "warning",
-     // The engine's budget for a checkpoint with no history; it also compares with the job's.
-     R"(max by (Hostname, job) (gpuwatch_job_step_checkpoint_seconds) > 300)", "",
-     "Job {{ $labels.job }} on {{ $labels.Hostname }} blocked {{ $value }} s on a checkpoint"},
+     // Blocked on checkpoints most of 5 minutes: the engine's 300 s budget for a checkpoint
+     // with no history, seen through the job tier's windows (it also compares with the job's).
+     R"(max by (Hostname, job) (gpuwatch_job_checkpoint_ratio) > 0.5)", "5m",
+     "Job {{ $labels.job }} on {{ $labels.Hostname }} has spent {{ $value | humanizePercentage }} "
+     "of its time blocked on checkpoints for 5 minutes"},
     {"straggler_gpu", "warning",
      // The straggler waits least in communication: the others wait for it.
      R"(gpuwatch_job_comm_ratio < on (Hostname, job) group_left () (0.8 * quantile by (Hostname, job) (0.5, gpuwatch_job_comm_ratio)) and gpuwatch_job_comm_ratio + 0.08 < on (Hostname, job) group_left () quantile by (Hostname, job) (0.5, gpuwatch_job_comm_ratio))",

@@ -6,9 +6,12 @@
 #include <gtest/gtest.h>
 
 #include <map>
+#include <regex>
+#include <set>
 #include <string>
 
 #include "analyze/finding.h"
+#include "model/metric_catalog.h"
 
 namespace gpuwatch::analyze {
 namespace {
@@ -56,6 +59,32 @@ TEST(PrometheusRulesTest, TheFileHoldsEveryRuleInItsLayersGroup) {
             std::string::npos);
   for (const auto& e : EngineOnlyCauses())
     EXPECT_NE(yaml.find("#   " + std::string(e.cause) + ": "), std::string::npos) << e.cause;
+}
+
+TEST(PrometheusRulesTest, EveryMetricARuleReadsIsServedAtMetrics) {
+  std::set<std::string> served;
+  for (const auto& d : model::GpuMetricCatalog()) served.insert(std::string(d.name));
+  for (const auto& d : model::OtherMetricCatalog()) {
+    // Store-only series (raw steps) are never on /metrics, where Prometheus scrapes.
+    if (!d.help.starts_with("Store only")) served.insert(std::string(d.name));
+  }
+  const std::regex name(R"((DCGM_FI_[A-Z_]+|gpuwatch_[a-z_]+))");
+  for (const auto& r : PrometheusRules()) {
+    const std::string expr(r.expr);
+    for (auto it = std::sregex_iterator(expr.begin(), expr.end(), name);
+         it != std::sregex_iterator(); ++it) {
+      const std::string n = it->str();
+      if (n.ends_with("_")) {
+        // The stem of a __name__ regex (DCGM_FI_DEV_NVLINK_(CRC_FLIT|…)): something served
+        // must start with it.
+        auto next = served.lower_bound(n);
+        EXPECT_TRUE(next != served.end() && next->starts_with(n)) << r.cause << " reads " << n;
+        continue;
+      }
+      EXPECT_TRUE(served.count(n))
+          << r.cause << " reads " << n << ", which /metrics does not serve";
+    }
+  }
 }
 
 }  // namespace

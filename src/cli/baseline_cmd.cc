@@ -150,9 +150,14 @@ int RunBaselineList(const BaselineCommand& c, std::ostream& out, std::ostream& e
   if (!c.agent.empty()) {
     auto topo = AgentGetJson(c.agent, "/api/v1/topology");
     if (!topo.ok()) return Error(err, "list", topo.status());
-    stale_before = topo->value("baselines_stale_before_ms", int64_t{0});
+    const json& t = *topo;
+    stale_before = t.contains("baselines_stale_before_ms") &&
+                           t["baselines_stale_before_ms"].is_number_integer()
+                       ? t["baselines_stale_before_ms"].get<int64_t>()
+                       : 0;
     auto gpus = AgentGetJson(c.agent, "/api/v1/gpus");
-    if (gpus.ok()) driver = gpus->value("driver_version", "");
+    if (gpus.ok() && gpus->contains("driver_version") && (*gpus)["driver_version"].is_string())
+      driver = (*gpus)["driver_version"].get<std::string>();
   }
   auto stale_why = [&](const Baseline& b) -> std::string {
     if (stale_before && *stale_before > 0 && b.learned_at_ms < *stale_before)
@@ -238,6 +243,7 @@ int RunBaselineCompare(const BaselineCommand& c, std::ostream& out, std::ostream
                       {"n_b", s.n_b},
                       {"median_a", s.median_a},
                       {"median_b", s.median_b},
+                      {"shift", s.shift},
                       {"shift_pct", s.shift_pct},
                       {"p_value", s.p_value},
                       {"significant", s.significant}});
@@ -255,9 +261,11 @@ int RunBaselineCompare(const BaselineCommand& c, std::ostream& out, std::ostream
   out << fmt::format("{:<24} {:>12} {:>12} {:>9} {:>9}  {}\n", "METRIC", "A (median)", "B (median)",
                      "SHIFT", "p", "");
   for (const auto& s : shifts) {
-    out << fmt::format("{:<24} {:>12} {:>12} {:>8.1f}% {:>9}  {}\n", s.metric, Num(s.median_a),
-                       Num(s.median_b), s.shift_pct, fmt::format("{:.2g}", s.p_value),
-                       s.significant ? (s.shift_pct > 0 ? "higher" : "lower") : "");
+    const std::string pct =
+        s.median_a == 0 ? "n/a" : fmt::format("{:.1f}%", s.shift_pct);  // from zero: no percent
+    out << fmt::format("{:<24} {:>12} {:>12} {:>9} {:>9}  {}\n", s.metric, Num(s.median_a),
+                       Num(s.median_b), pct, fmt::format("{:.2g}", s.p_value),
+                       s.significant ? (s.shift > 0 ? "higher" : "lower") : "");
   }
   out << (any ? "Significant shifts: p < 0.01 (Mann-Whitney U) and more than 2 %.\n"
               : "No significant shift (p < 0.01 and more than 2 %).\n");

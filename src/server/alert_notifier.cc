@@ -168,15 +168,23 @@ void AlertNotifier::Run() {
     const auto now = Clock::now();
     // Webhook: the oldest batch first, retried with backoff.
     if (!webhook_queue_.empty() && now >= webhook_retry_at) {
-      const std::string body = WebhookBody(webhook_queue_.front(), node_).dump();
+      // Out of the queue while it is posted, so Publish's overflow never drops the batch in
+      // flight; back at the front if the post fails.
+      std::vector<AlertNotification> batch = std::move(webhook_queue_.front());
+      webhook_queue_.pop_front();
+      const std::string body = WebhookBody(batch, node_).dump();
       lock.unlock();
       Status st = Post(webhook_base_, webhook_path_, body);
       lock.lock();
       if (st.ok()) {
         ++counters_.webhook_sent;
-        if (!webhook_queue_.empty()) webhook_queue_.pop_front();
         backoff = std::chrono::milliseconds(1000);
       } else {
+        if (webhook_queue_.size() >= o_.max_queue) {
+          counters_.webhook_dropped += batch.size();  // the oldest goes first: this one
+        } else {
+          webhook_queue_.push_front(std::move(batch));
+        }
         ++counters_.webhook_failed;
         counters_.last_error = st.message();
         GW_LOG_WARN("alert webhook: {} (retry in {} s)", st.message(), backoff.count() / 1000);
@@ -188,8 +196,9 @@ void AlertNotifier::Run() {
     // Alertmanager: on change, and every `resend`.
     if (!am_base_.empty() && (am_due_ || now >= next_am)) {
       std::vector<Alert> alerts = firing_;
-      for (const Alert& r : resolved_) alerts.push_back(r);
+      std::vector<Alert> resolved = std::move(resolved_);
       resolved_.clear();
+      for (const Alert& r : resolved) alerts.push_back(r);
       am_due_ = false;
       next_am = now + o_.resend;
       if (!alerts.empty()) {
@@ -201,6 +210,8 @@ void AlertNotifier::Run() {
         if (st.ok()) {
           ++counters_.alertmanager_sent;
         } else {
+          // The resolved ones are told only once: keep them for the next post.
+          resolved_.insert(resolved_.begin(), resolved.begin(), resolved.end());
           ++counters_.alertmanager_failed;
           counters_.last_error = st.message();
           GW_LOG_WARN("alertmanager: {}", st.message());

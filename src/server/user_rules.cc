@@ -188,7 +188,9 @@ std::vector<analyze::Finding> UserRuleEvaluator::Evaluate(const store::Querier& 
     // once they stop holding for clear_after.
     for (auto it = places.begin(); it != places.end();) {
       Place& p = it->second;
-      if (now_ms - p.last_true_ms > rule.clear_after_ms) {
+      // Pending, it must hold at every evaluation (`for` starts over when it does not); fired,
+      // it clears only after clear_after without holding.
+      if ((!p.fired && p.last_true_ms != now_ms) || now_ms - p.last_true_ms > rule.clear_after_ms) {
         it = places.erase(it);
         continue;
       }

@@ -95,6 +95,25 @@ TEST(UserRulesTest, ARuleFiresAfterItsForAndClearsAfterItsHysteresis) {
   EXPECT_TRUE(at(211).empty());
 }
 
+TEST(UserRulesTest, AFlickeringConditionStartsItsForOver) {
+  query::testing::MemoryQuerier q;
+  std::vector<store::Sample> v;
+  // Hot at 0-20 s, cool at 30 s, hot again from 40 s.
+  for (int64_t s = 0; s <= 200; s += 10) v.push_back({kT0 + s * 1000, s == 30 ? 70.0 : 90.0});
+  q.Add({{"__name__", "DCGM_FI_DEV_GPU_TEMP"}, {"gpu", "0"}}, v);
+  auto rules = ParseUserRules(
+      R"({"rules": [{"name": "Hot", "expr": "DCGM_FI_DEV_GPU_TEMP > 83", "for": "40s"}]})");
+  ASSERT_TRUE(rules.ok());
+  UserRuleEvaluator ev(*rules, "n0");
+  for (int64_t s = 0; s <= 70; s += 10) {
+    EXPECT_TRUE(ev.Evaluate(q, kT0 + s * 1000).empty()) << s;  // 40 s would be 40 without the dip
+  }
+  auto f = ev.Evaluate(q, kT0 + 80000);  // 40 s since it came back at 40 s
+  ASSERT_EQ(f.size(), 1u);
+  EXPECT_EQ(f[0].node, "n0");  // no Hostname label: this agent's node
+  EXPECT_DOUBLE_EQ(f[0].first_seen, (kT0 + 40000) / 1000.0);
+}
+
 TEST(UserRulesTest, TemplatesFillLabelsAndValue) {
   const store::Labels l = {{"gpu", "3"}, {"job", "j"}};
   EXPECT_EQ(FillTemplate("GPU {{gpu}} job {{job}} {{value}} {{none}}!", l, 0.5),

@@ -219,8 +219,8 @@ Status SimulatedGpuSource::Sample(size_t index, int64_t time_ms, model::GpuSampl
     return Status::Ok();
   }
   const Frame& f = *std::prev(it);
-  // Records stopped while the node's go on: the GPU fell off the bus.
-  if (t - f.t_ms > kLostAfterMs && t <= end_ms_) {
+  // Records stopped while the node's went on: the GPU fell off the bus, for good.
+  if (t - f.t_ms > kLostAfterMs && f.t_ms < end_ms_ - kLostAfterMs) {
     *out = model::GpuSample{};
     out->time_ms = time_ms;
     out->lost = true;

@@ -7,8 +7,9 @@
 // PCIe in bytes/s, NVLink as byte counters integrated from the trace's MB/s, throttle reasons as
 // NVML's clock-event mask). A GPU whose records stop while the node's go on is lost from its
 // last record on (the simulator writes nothing more for a GPU that fell off the bus, as the
-// driver answers nothing). XID events come out of WaitEvents when their time is due. Processes
-// come from the trace's proc rounds, with the simulator's pids mapped to real ones (the rank
+// driver answers nothing), and stays lost. XID events come out of WaitEvents when their time is
+// due. Processes (at the wall clock's time, Processes taking none) come from the trace's proc
+// rounds, with the simulator's pids mapped to real ones (the rank
 // processes that play the job, rank_player.h) so the agent's /proc attribution finds them; a
 // proc record whose pid has no mapping is left out.
 //
@@ -78,9 +79,6 @@ class SimulatedGpuSource : public collect::GpuSource {
   std::vector<ProcRound> procs_;            // by time
   std::vector<model::GpuEvent> events_;     // by time, wall ms
   size_t next_event_ = 0;
-  // Processes() answers for the time of the latest Sample() of that GPU (the agent samples
-  // and lists processes on the same tier thread).
-  std::vector<int64_t> last_sample_ms_;
 };
 
 }  // namespace gpuwatch::simulate

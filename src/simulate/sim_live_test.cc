@@ -158,7 +158,9 @@ TEST(RankScriptsTest, EveryRankStepsAndEndsAndADeadRankExitsWithoutEnd) {
     const bool marks = std::any_of(r.actions.begin(), r.actions.end(), [](const auto& a) {
       return a.kind == RankAction::Kind::kCheckpointBegin;
     });
-    if (marks) EXPECT_EQ(r.local_rank, 0);  // the job's checkpoints, marked once per node
+    if (marks) {
+      EXPECT_EQ(r.local_rank, 0);  // the job's checkpoints, marked once per node
+    }
     const RankAction& last = r.actions.back();
     if (r.gpu == 5) {
       EXPECT_EQ(last.kind, RankAction::Kind::kExit);

@@ -102,6 +102,19 @@ assert lost["severity"] == "critical" and lost["fingerprint"] == "gpu_lost/alert
 assert lost["starts_at"].endswith("Z") and lost["summary"], lost
 PY
 
+# The agent counts what fires and what it sent.
+for ((i = 0; i < 100; i++)); do
+  curl -fsS "$URL/metrics" >"$TMP/m.txt"
+  grep -q '^gpuwatch_alert_notifications_total{Hostname="alertnode",receiver="webhook",result="sent"} [1-9]' "$TMP/m.txt" && break
+  sleep 0.1
+done
+grep -q '^gpuwatch_alerts_firing{Hostname="alertnode",severity="critical",state="notified"} [1-9]' "$TMP/m.txt" \
+  || fail "no firing critical alert on /metrics: $(grep gpuwatch_alert "$TMP/m.txt")"
+grep -q '^gpuwatch_alert_notifications_total{Hostname="alertnode",receiver="alertmanager",result="sent"} [1-9]' "$TMP/m.txt" \
+  || fail "no Alertmanager post counted: $(grep gpuwatch_alert "$TMP/m.txt")"
+grep -q '^gpuwatch_alert_notifications_total{Hostname="alertnode",receiver="webhook",result="sent"} [1-9]' "$TMP/m.txt" \
+  || fail "no webhook post counted: $(grep gpuwatch_alert "$TMP/m.txt")"
+
 # Silences: bad ones are refused, a good one hides the XID alert and can be ended.
 code=$(curl -s -o "$TMP/bad.json" -w '%{http_code}' -X POST "$URL/api/v1/silences" -d '{"node":"alertnode","bogus":1,"duration_s":60}')
 [ "$code" = 400 ] && grep -q "unknown silence field 'bogus'" "$TMP/bad.json" || fail "bad silence: $code $(cat "$TMP/bad.json")"
@@ -127,4 +140,21 @@ PY
 curl -fsS -X DELETE "$URL/api/v1/silences/$SID" >/dev/null || fail "silence not expired"
 code=$(curl -s -o /dev/null -w '%{http_code}' -X DELETE "$URL/api/v1/silences/$SID")
 [ "$code" = 404 ] || fail "expiring twice answered $code"
+
+# The same from the command line: alerts (exit 1 while any fires), silence add/list/expire.
+rc=0
+"$GPUWATCH" alerts --agent "$URL" >"$TMP/alerts.txt" || rc=$?
+[ "$rc" = 1 ] || fail "alerts exited $rc with alerts firing"
+grep -q '^firing    critical  gpu_lost             alertnode GPU 2' "$TMP/alerts.txt" \
+  || fail "alerts: $(cat "$TMP/alerts.txt")"
+MID=$("$GPUWATCH" silence add --agent "$URL" --node alertnode --maintenance --for 1h --comment "RMA GPU 2") \
+  || fail "silence add"
+[[ "$MID" == m* ]] || fail "a maintenance window's id is $MID"
+"$GPUWATCH" silence list --agent "$URL" >"$TMP/sil.txt"
+grep -q "^$MID *maintenance *alertnode .* RMA GPU 2" "$TMP/sil.txt" || fail "silence list: $(cat "$TMP/sil.txt")"
+rc=0; out=$("$GPUWATCH" silence add --agent "$URL" --cause bogus --for 1h 2>&1) || rc=$?
+[ "$rc" = 2 ] && grep -q "unknown cause 'bogus'" <<<"$out" || fail "silence add bogus: $rc $out"
+"$GPUWATCH" silence expire --agent "$URL" "$MID" >/dev/null || fail "silence expire"
+rc=0; out=$("$GPUWATCH" silence expire --agent "$URL" "$MID" 2>&1) || rc=$?
+[ "$rc" = 2 ] && grep -q "no active silence '$MID'" <<<"$out" || fail "expire twice: $rc $out"
 echo "alerting_test: ok"

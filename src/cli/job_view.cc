@@ -165,6 +165,29 @@ Result<json> AgentGetJson(const std::string& agent_url, const std::string& path)
   return j;
 }
 
+Result<json> AgentSendJson(const std::string& agent_url, const std::string& method,
+                           const std::string& path, const std::string& body) {
+  httplib::Client c(agent_url);
+  c.set_connection_timeout(3);
+  c.set_read_timeout(30);
+  auto res = method == "DELETE" ? c.Delete(path) : c.Post(path, body, "application/json");
+  if (!res)
+    return Status::Unavailable("no agent answers at " + agent_url + " (" +
+                               httplib::to_string(res.error()) +
+                               "); start one with `gpuwatch up` or pass --agent URL");
+  json j = json::parse(res->body, nullptr, false);
+  if (res->status / 100 != 2) {
+    const std::string why =
+        !j.is_discarded() && j.is_object() && j.contains("error") && j["error"].is_string()
+            ? j["error"].get<std::string>()
+            : res->body.substr(0, 200);
+    return Status::InvalidArgument(
+        fmt::format("{} {}: HTTP {}: {}", method, path, res->status, why));
+  }
+  if (j.is_discarded()) return Status::Corruption(agent_url + path + ": reply is not JSON");
+  return j;
+}
+
 Status AgentAnnotate(const std::string& agent_url, const std::string& text,
                      const std::string& job) {
   if (text.empty()) return Status::InvalidArgument("annotate: empty text");

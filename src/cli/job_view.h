@@ -26,6 +26,9 @@ std::string DefaultAgentUrl();
 Result<std::string> AgentGet(const std::string& agent_url, const std::string& path);
 // GET `path`; the body parsed as JSON. Unavailable when no agent answers, NotFound on 404.
 Result<nlohmann::json> AgentGetJson(const std::string& agent_url, const std::string& path);
+// POST (with a JSON body) or DELETE; the reply's JSON. A refusal carries the agent's "error".
+Result<nlohmann::json> AgentSendJson(const std::string& agent_url, const std::string& method,
+                                     const std::string& path, const std::string& body = "");
 // POST one annotation event (kind "annotation"), optionally about one job.
 Status AgentAnnotate(const std::string& agent_url, const std::string& text, const std::string& job);
 

@@ -13,6 +13,7 @@
 #include <iostream>
 
 #include "analyze/prometheus_rules.h"
+#include "cli/alerts_cmd.h"
 #include "cli/baseline_cmd.h"
 #include "cli/config_file.h"
 #include "cli/demo_cmd.h"
@@ -745,6 +746,32 @@ int Main(int argc, char** argv) {
   auto* docs = app.add_subcommand("docs", "Print generated documentation");
   docs->require_subcommand(1);
   auto* docs_metrics = docs->add_subcommand("metrics", "docs/metrics.md, from the metric catalog");
+  bool alerts_json = false;
+  auto* alerts_cmd = app.add_subcommand(
+      "alerts", "The agent's alerts: firing, silenced, resolved (exit 1 while any fires)");
+  alerts_cmd->add_option("--agent", agent_url, "The agent's URL");
+  alerts_cmd->add_flag("--json", alerts_json, "Print the API's JSON");
+  SilenceCommand sil;
+  auto* silence_cmd = app.add_subcommand(
+      "silence", "Silences and maintenance windows on the agent's alerts: add, list, expire");
+  silence_cmd->require_subcommand(1);
+  auto* sil_add = silence_cmd->add_subcommand(
+      "add", "Silence alerts matching --node/--gpu/--job/--cause for --for; prints the id");
+  sil_add->add_option("--node", sil.node, "Match this node");
+  sil_add->add_option("--gpu", sil.gpu, "Match this GPU index");
+  sil_add->add_option("--job", sil.job, "Match this job");
+  sil_add->add_option("--cause", sil.cause, "Match this cause (findings.md, or user:RULE)");
+  sil_add->add_option("--for", sil.duration, "How long (default 2h)");
+  sil_add->add_option("--comment", sil.comment, "Why");
+  sil_add->add_option("--created-by", sil.created_by, "Who (default $USER)");
+  sil_add->add_flag("--maintenance", sil.maintenance, "A maintenance window, not a silence");
+  auto* sil_list = silence_cmd->add_subcommand("list", "Active and pending silences");
+  sil_list->add_flag("--json", sil.json, "Print JSON");
+  auto* sil_expire = silence_cmd->add_subcommand("expire", "End a silence now");
+  sil_expire->add_option("ID", sil.id, "The silence's id")->required();
+  for (auto* c : {sil_add, sil_list, sil_expire})
+    c->add_option("--agent", sil.agent, "The agent's URL");
+
   BaselineCommand bl;
   auto* baseline_cmd = app.add_subcommand(
       "baseline", "Per-template baselines (R13): learn from a trace, list, show, import, compare");
@@ -850,6 +877,11 @@ int Main(int argc, char** argv) {
       return Fail(st);
     return 0;
   }
+  if (sil.agent.empty()) sil.agent = agent_url;
+  if (alerts_cmd->parsed()) return RunAlerts(agent_url, alerts_json, std::cout, std::cerr);
+  if (sil_add->parsed()) return RunSilenceAdd(sil, std::cout, std::cerr);
+  if (sil_list->parsed()) return RunSilenceList(sil, std::cout, std::cerr);
+  if (sil_expire->parsed()) return RunSilenceExpire(sil, std::cout, std::cerr);
   if (bl_learn->parsed()) return RunBaselineLearn(bl, std::cout, std::cerr);
   if (bl_list->parsed()) return RunBaselineList(bl, std::cout, std::cerr);
   if (bl_show->parsed()) return RunBaselineShow(bl, std::cout, std::cerr);

@@ -64,7 +64,7 @@ constexpr std::array<GpuMetricDesc, kNumGpuMetrics> kGpu = {{
 }};
 
 constexpr MetricType kI = MetricType::kInfo;
-constexpr std::array<OtherMetricDesc, 76> kOther = {{
+constexpr std::array<OtherMetricDesc, 78> kOther = {{
   // GPU, beyond scalars.
   {"gpuwatch_gpu_info", kI, "serial, vbios_version, minor_number, mig_mode", "Static facts of a GPU; value 1."},
   {"gpuwatch_gpu_up", kG, "", "1 while the GPU answers NVML, 0 after it was lost (XID 79, GPU_IS_LOST)."},
@@ -146,6 +146,8 @@ constexpr std::array<OtherMetricDesc, 76> kOther = {{
   // The agent itself (R6: its own cost is measured).
   {"gpuwatch_agent_info", kI, "Hostname, version, nvml_version, driver_version, cuda_version", "Build and environment of this agent; value 1."},
   {"gpuwatch_agent_tick_seconds", kG, "Hostname, tier", "Wall time of the last collection tick of each tier."},
+  {"gpuwatch_alerts_firing", kG, "Hostname, severity, state", "Alerts firing now (docs/format/alerts.md), by severity, notified or suppressed (silenced, in maintenance or inhibited)."},
+  {"gpuwatch_alert_notifications_total", kC, "Hostname, receiver, result", "Alert posts to the webhook or Alertmanager: sent, failed (retried) or dropped (webhook queue full)."},
   {"gpuwatch_agent_tier_cpu_seconds_total", kC, "Hostname, tier", "CPU time each tier of the agent's collection thread used since start (topology, gpu, host, processes, jobs, drain, diagnosis): the agent's own cost."},
 }};
 // clang-format on

@@ -677,10 +677,31 @@ void Agent::TickDiagnosis() {
     if (!user_rules_->last_error().empty())
       GW_LOG_WARN("user rules: {}", user_rules_->last_error());
   }
+  std::map<std::pair<std::string, std::string>, int64_t> counts;
   {
     std::lock_guard<std::mutex> lock(alerts_mu_);
     changes = alerts_.Update(findings, now_ms);
     if (notifier_) firing = alerts_.Notifiable();
+    for (const char* sev : {"info", "warning", "critical"}) {
+      counts[{sev, "notified"}] = 0;
+      counts[{sev, "suppressed"}] = 0;
+    }
+    for (const analyze::Alert& a : alerts_.Alerts()) {
+      if (a.state != "firing") continue;
+      ++counts[{a.finding.severity, a.suppressed_by.empty() ? "notified" : "suppressed"}];
+    }
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    state_.alerts_firing = std::move(counts);
+    if (notifier_) {
+      const AlertNotifier::Counters c = notifier_->counters();
+      state_.alert_notifications = {{{"webhook", "sent"}, c.webhook_sent},
+                                    {{"webhook", "failed"}, c.webhook_failed},
+                                    {{"webhook", "dropped"}, c.webhook_dropped},
+                                    {{"alertmanager", "sent"}, c.alertmanager_sent},
+                                    {{"alertmanager", "failed"}, c.alertmanager_failed}};
+    }
   }
   for (const auto& c : changes) {
     GW_LOG_INFO("alert {} [{}] {}: {}", analyze::NotificationKindName(c.kind),

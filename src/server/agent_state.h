@@ -54,6 +54,10 @@ struct AgentState {
   std::map<std::string, double> tick_seconds;  // tier -> duration of its last tick
   std::map<std::string, uint64_t> tick_counts;
   std::map<std::string, double> tier_cpu_seconds;  // tier -> CPU its ticks used since start
+  // Alerts as of the last diagnosis tick: firing ones by (severity, notified or suppressed), and
+  // what the notifier did with them (receiver -> result -> count).
+  std::map<std::pair<std::string, std::string>, int64_t> alerts_firing;
+  std::map<std::pair<std::string, std::string>, uint64_t> alert_notifications;
 };
 
 }  // namespace gpuwatch::server

@@ -180,6 +180,20 @@ void RenderPrometheus(const AgentState& s, std::string* out) {
     for (const auto& [tier, secs] : s.tick_seconds)
       Line(b, "gpuwatch_agent_tick_seconds", host, fmt::format("tier=\"{}\"", tier), secs);
   }
+  if (!s.alerts_firing.empty()) {
+    HeaderOther(b, "gpuwatch_alerts_firing");
+    for (const auto& [key, n] : s.alerts_firing)
+      Line(b, "gpuwatch_alerts_firing", host,
+           fmt::format("severity=\"{}\",state=\"{}\"", key.first, key.second),
+           static_cast<double>(n));
+  }
+  if (!s.alert_notifications.empty()) {
+    HeaderOther(b, "gpuwatch_alert_notifications_total");
+    for (const auto& [key, n] : s.alert_notifications)
+      Line(b, "gpuwatch_alert_notifications_total", host,
+           fmt::format("receiver=\"{}\",result=\"{}\"", key.first, key.second),
+           static_cast<double>(n));
+  }
   if (!s.tier_cpu_seconds.empty()) {
     HeaderOther(b, "gpuwatch_agent_tier_cpu_seconds_total");
     for (const auto& [tier, secs] : s.tier_cpu_seconds)

@@ -326,8 +326,10 @@ Status HttpServer::Start(const ListenAddress& addr) {
         "/api/v1/labels\n/api/v1/label/NAME/values\n/api/v1/series\n/healthz\n",
         "text/plain");
   });
+  // Unknown paths get a plain "not found"; a handler's own 404 keeps the body that says why.
   srv.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
-    if (res.status == 404) res.set_content("not found: " + req.path + "\n", "text/plain");
+    if (res.status == 404 && res.body.empty())
+      res.set_content("not found: " + req.path + "\n", "text/plain");
   });
   // A handler must never take the daemon down: a thrown exception becomes a 500.
   srv.set_exception_handler(

@@ -76,6 +76,7 @@ struct AgentFlags {
   std::string alert_webhook, alertmanager;
   std::string alert_resolve_after = "2m";
   std::string rules;
+  std::string learn_baselines = "on";
 };
 
 void AddStoreFlags(CLI::App* app, AgentFlags* f) {
@@ -172,6 +173,9 @@ void AddAgentFlags(CLI::App* app, AgentFlags* f) {
   app->add_option("--rules", f->rules,
                   "Your own alerting rules, PromQL over this agent's store (JSON; "
                   "docs/format/user-rules.md; needs --data-dir)");
+  app->add_option("--learn-baselines", f->learn_baselines,
+                  "on (default): with --data-dir, learn each job template's baseline from a "
+                  "run's first stable window when none is current (gpuwatch baseline list); off");
   app->add_option("--alert-resolve-after", f->alert_resolve_after,
                   "A condition's alert resolves when not seen this long (default 2m; events are "
                   "held 1h)");
@@ -212,6 +216,7 @@ std::map<std::string, std::string*> FlagFields(AgentFlags* f) {
           {"alertmanager", &f->alertmanager},
           {"alert-resolve-after", &f->alert_resolve_after},
           {"rules", &f->rules},
+          {"learn-baselines", &f->learn_baselines},
           {"log-level", &f->log_level}};
 }
 
@@ -256,6 +261,9 @@ Result<server::AgentOptions> MakeOptions(const AgentFlags& f) {
     return Status::InvalidArgument("bad --alert-resolve-after '" + f.alert_resolve_after +
                                    "': a duration such as 2m");
   o.alerts.resolve_after_ms = *resolve;
+  if (f.learn_baselines != "on" && f.learn_baselines != "off")
+    return Status::InvalidArgument("bad --learn-baselines '" + f.learn_baselines + "': on or off");
+  o.learn_baselines = f.learn_baselines == "on";
   if (!f.rules.empty()) {
     auto rules = server::LoadUserRules(f.rules);
     if (!rules.ok()) return rules.status();

@@ -46,6 +46,11 @@ Agent::Agent(AgentOptions options, std::unique_ptr<collect::GpuSource> gpu)
       alerts_(AlertOptionsOf(options_)) {
   if (!options_.user_rules.empty())
     user_rules_ = std::make_unique<UserRuleEvaluator>(options_.user_rules, options_.hostname);
+  if (options_.learn_baselines && !options_.data_dir.empty()) {
+    auto_baselines_ = std::make_unique<AutoBaselines>(
+        options_.data_dir + "/baselines",
+        analyze::RunOptions{.warmup_s = 120, .window_s = 600, .job = ""});
+  }
   state_.hostname = options_.hostname;
   state_.version = options_.version;
   state_.model_label = options_.model_label;
@@ -708,6 +713,18 @@ void Agent::TickDiagnosis() {
                 c.alert.finding.severity, c.alert.fingerprint, c.alert.finding.summary);
   }
   if (notifier_) notifier_->Publish(std::move(changes), std::move(firing));
+  if (auto_baselines_) {
+    int64_t stale_before_ms = 0;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stale_before_ms = state_.baselines_stale_before_ms;
+    }
+    for (const std::string& line : auto_baselines_->Tick(
+             now_ms, jobs_.Jobs(),
+             [this](int64_t from, int64_t to) { return recorder_.Window(from, to); },
+             stale_before_ms))
+      GW_LOG_INFO("{}", line);
+  }
 }
 
 nlohmann::json Agent::AlertsJson() const {

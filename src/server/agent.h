@@ -30,6 +30,7 @@
 #include "logs/kmsg.h"
 #include "server/agent_state.h"
 #include "server/alert_notifier.h"
+#include "server/auto_baselines.h"
 #include "server/change_timeline.h"
 #include "server/job_logs.h"
 #include "server/live_diagnosis.h"
@@ -72,6 +73,9 @@ struct AgentOptions {
   // The operator's own rules (--rules FILE), evaluated on the store each diagnosis tick.
   // REQUIRES: a store (SetStore) when not empty.
   std::vector<UserRule> user_rules;
+  // With a data dir: learn each template's baseline from a run's first stable window, when
+  // the template has none current on this shape (server/auto_baselines.h).
+  bool learn_baselines = true;
 };
 
 class Agent {
@@ -186,6 +190,7 @@ class Agent {
   mutable analyze::AlertBook alerts_;  // guarded by alerts_mu_
   std::unique_ptr<AlertNotifier> notifier_;
   std::unique_ptr<UserRuleEvaluator> user_rules_;  // tier thread only
+  std::unique_ptr<AutoBaselines> auto_baselines_;  // tier thread only
   std::unique_ptr<SnapshotManager> snapshots_;
   std::vector<model::GpuSample> prev_gpu_samples_;  // tier thread: rates for trace records
   std::optional<model::HostSample> prev_host_;      // tier thread

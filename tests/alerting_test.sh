@@ -41,7 +41,9 @@ PIDS+=($!)
 # A user rule over the agent's own store: GPU 0 hotter than 0 °C, which the mock always is.
 cat >"$TMP/rules.json" <<'JSON'
 {"rules": [{"name": "MockGpuWarm", "expr": "DCGM_FI_DEV_GPU_TEMP{gpu=\"0\"} > 0", "for": "2s",
-            "severity": "info", "summary": "GPU {{gpu}} at {{value}} C"}]}
+            "severity": "warning", "summary": "GPU {{gpu}} at {{value}} C"},
+           {"name": "MockGpuNoted", "expr": "DCGM_FI_DEV_GPU_TEMP{gpu=\"1\"} > 0", "for": "2s",
+            "severity": "info", "summary": "recorded, never sent"}]}
 JSON
 rc=0; out=$("$GPUWATCH" up --job-socket off --nvml-lib "$MOCK" --rules "$TMP/rules.json" 2>&1) || rc=$?
 [ "$rc" = 2 ] && grep -q -- "--rules needs --data-dir" <<<"$out" || fail "--rules without a store: $rc $out"
@@ -56,7 +58,8 @@ GPUWATCH_MOCK_NVML="$FIXTURES/mock/lost_and_xid.json" "$GPUWATCH" up --job-socke
   --listen "127.0.0.1:$PORT" --nvml-lib "$MOCK" --gpu-interval 200ms --process-interval 500ms \
   --alertmanager "http://127.0.0.1:$AM_PORT" --alert-webhook "http://127.0.0.1:$HOOK_PORT/hook" \
   >"$TMP/agent.log" 2>&1 &
-PIDS+=($!)
+AGENT=$!
+PIDS+=($AGENT)
 wait_http "$URL/healthz" 20 || { cat "$TMP/agent.log"; fail "agent did not start"; }
 
 # Alertmanager hears of the lost GPU (diagnosis runs every 5 s, 5 s behind).
@@ -77,7 +80,8 @@ assert alerts["GpuwatchGpuLost"]["status"]["state"] == "active"
 assert alerts["GpuwatchXid"]["labels"]["gpu"] == "1", alerts["GpuwatchXid"]
 warm = alerts["MockGpuWarm"]
 assert warm["labels"]["cause"] == "user:MockGpuWarm" and warm["labels"]["layer"] == "user", warm
-assert warm["labels"]["severity"] == "info" and warm["labels"]["gpu"] == "0", warm
+assert warm["labels"]["severity"] == "warning" and warm["labels"]["gpu"] == "0", warm
+assert "MockGpuNoted" not in alerts, "an info alert was sent"  # findings.md: info is record only
 assert warm["annotations"]["summary"].startswith("GPU 0 at "), warm
 PY
 
@@ -152,9 +156,69 @@ MID=$("$GPUWATCH" silence add --agent "$URL" --node alertnode --maintenance --fo
 [[ "$MID" == m* ]] || fail "a maintenance window's id is $MID"
 "$GPUWATCH" silence list --agent "$URL" >"$TMP/sil.txt"
 grep -q "^$MID *maintenance *alertnode .* RMA GPU 2" "$TMP/sil.txt" || fail "silence list: $(cat "$TMP/sil.txt")"
+# The maintenance window is on the node's timeline (where the diagnosis reads it too).
+wait_event() {  # wait_event KIND TEXT
+  for ((i = 0; i < 150; i++)); do
+    curl -fsS "$URL/api/v1/events?kind=$1" >"$TMP/ev.json"
+    grep -q "$2" "$TMP/ev.json" && return 0
+    sleep 0.1
+  done
+  fail "no $1 event with '$2': $(cat "$TMP/ev.json")"
+}
+wait_event maintenance_start "maintenance $MID began until .*: RMA GPU 2"
 rc=0; out=$("$GPUWATCH" silence add --agent "$URL" --cause bogus --for 1h 2>&1) || rc=$?
 [ "$rc" = 2 ] && grep -q "unknown cause 'bogus'" <<<"$out" || fail "silence add bogus: $rc $out"
 "$GPUWATCH" silence expire --agent "$URL" "$MID" >/dev/null || fail "silence expire"
 rc=0; out=$("$GPUWATCH" silence expire --agent "$URL" "$MID" 2>&1) || rc=$?
 [ "$rc" = 2 ] && grep -q "no active silence '$MID'" <<<"$out" || fail "expire twice: $rc $out"
+wait_event maintenance_end "maintenance $MID ended"
+
+# Across a restart (docs/format/alerts.md, "State"): the silences and the alerts come back from
+# the data dir, and an alert that was notified firing is not notified again.
+KEEP=$("$GPUWATCH" silence add --agent "$URL" --cause xid --for 1h --comment "kept") || fail "silence add"
+count_firing() {
+  python3 - "$TMP/hook.jsonl" <<'PY'
+import json, sys
+n = 0
+for line in open(sys.argv[1]):
+    for a in json.loads(line.split(" ", 1)[1])["alerts"]:
+        n += a["cause"] == "gpu_lost" and a["notification"] == "firing"
+print(n)
+PY
+}
+FIRED=$(count_firing)
+[ "$FIRED" = 1 ] || fail "gpu_lost notified firing $FIRED times before the restart"
+kill -TERM "$AGENT"; wait "$AGENT" 2>/dev/null || true
+python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); assert d["format"]=="gpuwatch-alert-state", d' \
+  "$TMP/data/alerts.json" || fail "no alert state kept: $(cat "$TMP/data/alerts.json")"
+GPUWATCH_MOCK_NVML="$FIXTURES/mock/lost_and_xid.json" "$GPUWATCH" up --job-socket off --hostname alertnode \
+  --data-dir "$TMP/data" --listen "127.0.0.1:$PORT" --nvml-lib "$MOCK" --gpu-interval 200ms \
+  --alert-webhook "http://127.0.0.1:$HOOK_PORT/hook" >"$TMP/agent2.log" 2>&1 &
+AGENT=$!
+PIDS+=($AGENT)
+wait_http "$URL/healthz" 20 || { cat "$TMP/agent2.log"; fail "agent did not restart"; }
+grep -q "alerts and silences restored" "$TMP/agent2.log" || fail "not restored: $(cat "$TMP/agent2.log")"
+"$GPUWATCH" silence list --agent "$URL" >"$TMP/sil.txt"
+grep -q "^$KEEP .* kept" "$TMP/sil.txt" || fail "silence lost in the restart: $(cat "$TMP/sil.txt")"
+# The lost GPU is found again by the new process; its alert is the one restored.
+for ((i = 0; i < 200; i++)); do
+  curl -fsS "$URL/api/v1/findings" | grep -q gpu_lost && break
+  sleep 0.1
+done
+sleep 6  # one more diagnosis tick folds the finding into the alert book
+FIRED=$(count_firing)
+[ "$FIRED" = 1 ] || fail "gpu_lost notified firing $FIRED times across the restart"
+curl -fsS "$URL/api/v1/alerts" | grep -q '"fingerprint": "gpu_lost/alertnode/2///"' \
+  || fail "the restored alert is not listed"
+# A damaged state file is kept aside and the agent starts without it.
+kill -TERM "$AGENT"; wait "$AGENT" 2>/dev/null || true
+echo '{"format": "gpuwatch-alert-state", "version": 1, "alerts": [{"state": "x"}]}' >"$TMP/data/alerts.json"
+GPUWATCH_MOCK_NVML="$FIXTURES/mock/lost_and_xid.json" "$GPUWATCH" up --job-socket off --hostname alertnode \
+  --data-dir "$TMP/data" --listen "127.0.0.1:$PORT" --nvml-lib "$MOCK" >"$TMP/agent3.log" 2>&1 &
+AGENT=$!
+PIDS+=($AGENT)
+wait_http "$URL/healthz" 20 || { cat "$TMP/agent3.log"; fail "agent did not start on a damaged state"; }
+grep -q "cannot restore alerts from .*alerts.json (alert 0: .*); kept it as .*alerts.json.damaged-" \
+  "$TMP/agent3.log" || fail "damaged state: $(cat "$TMP/agent3.log")"
+ls "$TMP/data"/alerts.json.damaged-* >/dev/null || fail "the damaged state was not kept"
 echo "alerting_test: ok"

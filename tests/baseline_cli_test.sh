@@ -39,6 +39,20 @@ s = m["step_s"]
 assert s["significant"] and s["shift_pct"] > 10 and s["p_value"] < 1e-6, s
 assert m["samples_per_s"]["significant"] and m["samples_per_s"]["shift_pct"] < 0, m["samples_per_s"]
 PY
+# A job slow from its start (the fault lands before the warm-up ends, so the job's own steady
+# state is slow): only its template's baseline shows it (replay --baselines, as the agent does).
+"$GPUWATCH" sim --duration 8m --seed 4 --fault step_regression:onset=80,severity=0.5 --out "$TMP/slow0" >/dev/null
+"$GPUWATCH" replay --json "$TMP/slow0.jsonl.gz" 2>/dev/null | grep -q step_regression \
+  && fail "a job slow from its start was flagged without a baseline"
+"$GPUWATCH" replay "$TMP/slow0.jsonl.gz" --baselines "$D/baselines" >"$TMP/vs.txt" 2>"$TMP/vs.err" \
+  || fail "replay --baselines: $(cat "$TMP/vs.err")"
+grep -q "step_regression .*over template sim-llm-fsdp's baseline" "$TMP/vs.txt" \
+  || fail "replay --baselines: $(cat "$TMP/vs.txt" "$TMP/vs.err")"
+grep -q "in baseline v2 of sim-llm-fsdp on 1x8xNVIDIA H100 80GB HBM3" "$TMP/vs.txt" \
+  || fail "not the newest version: $(cat "$TMP/vs.txt")"
+rc=0; out=$("$GPUWATCH" replay "$TMP/slow0.jsonl.gz" --baselines "$TMP/nowhere" 2>&1) || rc=$?
+[ "$rc" = 2 ] && grep -q -- "--baselines .*nowhere: not a directory" <<<"$out" || fail "bad --baselines: $rc $out"
+
 # Two healthy runs (other seeds, other noise) keep their step time; TRACE:JOB names the job.
 "$GPUWATCH" sim --duration 10m --seed 3 --out "$TMP/healthy3" >/dev/null
 rc=0

@@ -33,7 +33,14 @@ sample() {  # sample NAME: wall seconds, process CPU seconds, per-tier CPU secon
 
 sleep 180
 sample a
-sleep $(((MINUTES - 3) * 60))
+# Long runs are sampled every 10 minutes as well, so a cost that grows with the job's age shows.
+left=$(((MINUTES - 3) * 60)) i=0
+while [ "$left" -gt 600 ] && [ "$MINUTES" -gt 20 ]; do
+  sleep 600
+  left=$((left - 600)) i=$((i + 1))
+  sample "i$i"
+done
+sleep "$left"
 sample b
 python3 - "$OUT" "$MINUTES" <<'PY'
 import sys
@@ -52,5 +59,15 @@ rows.append(("all tiers", sum(v for _, v in rows)))
 rows.append(("whole agent process", cb - ca))
 for name, cpu in rows:
     print(f"{name:<28}{cpu:>10.3f}{100 * cpu / wall:>15.3f}%")
+import glob, os
+marks = ["a"] + [f"i{k}" for k in range(1, 1000) if os.path.exists(f"{out}/i{k}.proc")] + ["b"]
+if len(marks) > 2:
+    print("per interval (minutes from the start: diagnosis tier / whole agent, % of one core)")
+    for m0, m1 in zip(marks, marks[1:]):
+        (w0, c0, t0), (w1, c1, t1) = read(m0), read(m1)
+        d = t1.get("diagnosis", 0) - t0.get("diagnosis", 0)
+        start = 3 + (w0 - wa) / 60
+        print(f"  {start:5.0f}-{start + (w1 - w0) / 60:<5.0f} {100 * d / (w1 - w0):.3f}%  "
+              f"{100 * (c1 - c0) / (w1 - w0):.3f}%")
 PY
 grep -E 'finding|injected' "$OUT/demo.out" || true

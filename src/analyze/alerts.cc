@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "common/strings.h"
 #include "common/time_base.h"
 
 namespace gpuwatch::analyze {
@@ -40,8 +41,11 @@ bool IsEventCause(std::string_view cause) {
 }
 
 std::string AlertFingerprint(const Finding& f) {
-  return fmt::format("{}/{}/{}/{}/{}/{}", f.cause, f.node, f.gpu ? std::to_string(*f.gpu) : "",
-                     f.job.value_or(""), f.rank ? std::to_string(*f.rank) : "", f.nic.value_or(""));
+  // An info finding is the engine's own entry apart from a warning of the same cause and place
+  // (a trend before the throttle): its own alert.
+  return fmt::format("{}/{}/{}/{}/{}/{}{}", f.cause, f.node, f.gpu ? std::to_string(*f.gpu) : "",
+                     f.job.value_or(""), f.rank ? std::to_string(*f.rank) : "", f.nic.value_or(""),
+                     f.severity == "info" ? "/info" : "");
 }
 
 std::string_view NotificationKindName(AlertNotification::Kind k) {
@@ -71,6 +75,8 @@ bool AlertBook::Matches(const Silence& s, const Alert& a) const {
 }
 
 std::string AlertBook::SuppressedBy(const Alert& a, int64_t now_ms) const {
+  // findings.md: info is "record only".
+  if (a.finding.severity == "info") return "info (recorded, not notified)";
   // Maintenance first: it says more than a silence about why nobody is told.
   for (bool maintenance : {true, false}) {
     for (const auto& [id, s] : silences_) {
@@ -159,6 +165,128 @@ std::vector<AlertNotification> AlertBook::Update(const std::vector<Finding>& fin
     alerts_.erase(oldest);
   }
   return out;
+}
+
+nlohmann::json AlertBook::State(int64_t now_ms) const {
+  nlohmann::json alerts = nlohmann::json::array(), silences = nlohmann::json::array();
+  for (const auto& [fp, a] : alerts_) {
+    alerts.push_back({{"finding", FindingToJson(a.finding)},
+                      {"state", a.state},
+                      {"starts_ms", a.starts_ms},
+                      {"updated_ms", a.updated_ms},
+                      {"ends_ms", a.ends_ms},
+                      {"seen", a.seen},
+                      {"notified", a.notified}});
+  }
+  for (const auto& [id, sl] : silences_) {
+    if (sl.ends_ms <= now_ms) continue;
+    nlohmann::json j = {{"id", sl.id},
+                        {"starts_ms", sl.starts_ms},
+                        {"ends_ms", sl.ends_ms},
+                        {"maintenance", sl.maintenance}};
+    if (!sl.node.empty()) j["node"] = sl.node;
+    if (sl.gpu) j["gpu"] = *sl.gpu;
+    if (!sl.job.empty()) j["job"] = sl.job;
+    if (!sl.cause.empty()) j["cause"] = sl.cause;
+    if (!sl.created_by.empty()) j["created_by"] = sl.created_by;
+    if (!sl.comment.empty()) j["comment"] = sl.comment;
+    silences.push_back(std::move(j));
+  }
+  return {{"format", "gpuwatch-alert-state"},
+          {"version", 1},
+          {"next_silence", next_silence_},
+          {"alerts", alerts},
+          {"silences", silences}};
+}
+
+Status AlertBook::Restore(const nlohmann::json& state, int64_t now_ms) {
+  if (!state.is_object() || !state.contains("format") || state["format"] != "gpuwatch-alert-state")
+    return Status::InvalidArgument("not a gpuwatch alert state (format)");
+  if (!state.contains("version") || state["version"] != 1)
+    return Status::InvalidArgument("alert state version: only 1 is known");
+  auto ms = [](const nlohmann::json& j, const char* key, int64_t* out) -> Status {
+    if (!j.contains(key) || !j[key].is_number_integer() || j[key].get<int64_t>() < 0)
+      return Status::InvalidArgument(fmt::format("'{}' must be an integer >= 0", key));
+    *out = j[key].get<int64_t>();
+    return Status::Ok();
+  };
+  std::map<std::string, Alert> alerts;
+  if (!state.contains("alerts") || !state["alerts"].is_array())
+    return Status::InvalidArgument("'alerts' must be an array");
+  size_t i = 0;
+  for (const auto& j : state["alerts"]) {
+    auto where = [&](const Status& st) {
+      return Status::InvalidArgument(fmt::format("alert {}: {}", i, st.message()));
+    };
+    if (!j.is_object()) return where(Status::InvalidArgument("not an object"));
+    Alert a;
+    auto f = FindingFromJson(j.contains("finding") ? j["finding"] : nlohmann::json());
+    if (!f.ok()) return where(f.status());
+    a.finding = std::move(f).value();
+    a.fingerprint = AlertFingerprint(a.finding);
+    if (j.contains("state") && j["state"].is_string()) a.state = j["state"].get<std::string>();
+    if (a.state != "firing" && a.state != "resolved")
+      return where(Status::InvalidArgument("'state' must be firing or resolved"));
+    for (auto [key, out] :
+         {std::pair{"starts_ms", &a.starts_ms}, std::pair{"updated_ms", &a.updated_ms},
+          std::pair{"ends_ms", &a.ends_ms}}) {
+      if (Status st = ms(j, key, out); !st.ok()) return where(st);
+    }
+    if (!j.contains("seen") || !j["seen"].is_number_unsigned())
+      return where(Status::InvalidArgument("'seen' must be an integer >= 0"));
+    a.seen = j["seen"].get<uint64_t>();
+    if (!j.contains("notified") || !j["notified"].is_boolean())
+      return where(Status::InvalidArgument("'notified' must be true or false"));
+    a.notified = j["notified"].get<bool>();
+    alerts[a.fingerprint] = std::move(a);
+    ++i;
+  }
+  std::map<std::string, Silence> silences;
+  uint64_t next = 1;
+  if (!state.contains("silences") || !state["silences"].is_array())
+    return Status::InvalidArgument("'silences' must be an array");
+  i = 0;
+  for (const auto& j : state["silences"]) {
+    auto where = [&](const std::string& what) {
+      return Status::InvalidArgument(fmt::format("silence {}: {}", i, what));
+    };
+    if (!j.is_object()) return where("not an object");
+    Silence sl;
+    for (auto [key, out] :
+         {std::pair{"id", &sl.id}, std::pair{"node", &sl.node}, std::pair{"job", &sl.job},
+          std::pair{"cause", &sl.cause}, std::pair{"created_by", &sl.created_by},
+          std::pair{"comment", &sl.comment}}) {
+      if (!j.contains(key)) continue;
+      if (!j[key].is_string()) return where(fmt::format("'{}' must be a string", key));
+      *out = j[key].get<std::string>();
+    }
+    if (sl.id.empty()) return where("'id' is missing");
+    if (Status st = ms(j, "starts_ms", &sl.starts_ms); !st.ok()) return where(st.message());
+    if (Status st = ms(j, "ends_ms", &sl.ends_ms); !st.ok()) return where(st.message());
+    if (j.contains("gpu")) {
+      if (!j["gpu"].is_number_integer() || j["gpu"].get<int64_t>() < 0)
+        return where("'gpu' must be an integer >= 0");
+      sl.gpu = static_cast<int>(j["gpu"].get<int64_t>());
+    }
+    if (j.contains("maintenance")) {
+      if (!j["maintenance"].is_boolean()) return where("'maintenance' must be true or false");
+      sl.maintenance = j["maintenance"].get<bool>();
+    }
+    if (sl.node.empty() && sl.job.empty() && sl.cause.empty() && !sl.gpu)
+      return where("it matches nothing (no node, gpu, job or cause)");
+    if (sl.ends_ms <= sl.starts_ms) return where("it ends before it starts");
+    // Ids are "s<n>" or "m<n>": new ones continue after the highest kept.
+    if (auto n = ParseInt<uint64_t>(std::string_view(sl.id).substr(1)))
+      next = std::max(next, *n + 1);
+    if (sl.ends_ms > now_ms) silences[sl.id] = std::move(sl);
+    ++i;
+  }
+  if (state.contains("next_silence") && state["next_silence"].is_number_unsigned())
+    next = std::max(next, state["next_silence"].get<uint64_t>());
+  alerts_ = std::move(alerts);
+  silences_ = std::move(silences);
+  next_silence_ = next;
+  return Status::Ok();
 }
 
 Result<std::string> AlertBook::AddSilence(Silence s, int64_t now_ms) {

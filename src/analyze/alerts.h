@@ -6,8 +6,10 @@
 // - Identity and de-duplication: an alert is (cause, node, gpu, job, rank, nic), the diagnosis
 //   engine's own key. The same finding seen again updates the alert (last seen, summary,
 //   evidence, count); it never makes a second alert.
-// - Levels: info, warning, critical, as findings.md defines them. A severity that rises while
-//   the alert fires is an `updated` notification; nothing else about an update is.
+// - Levels: info, warning, critical, as findings.md defines them. Info is recorded, never
+//   notified, and is its own alert (fingerprint suffix /info) apart from a warning of the same
+//   cause and place. A severity that rises while the alert fires is an `updated`
+//   notification; nothing else about an update is.
 // - Firing and resolving: hardware errors and events (gpu_lost, ecc_dbe, xid, the counter
 //   causes, rank_exit, topology and version changes, clock skew) fire at once, since the engine
 //   reports them when it sees them, and stay firing for `event_hold_ms` after they were last
@@ -93,6 +95,15 @@ class AlertBook {
   std::vector<Silence> Silences(int64_t now_ms) const;  // active and pending, by end
   // Firing and notified: what an Alertmanager must keep hearing about.
   std::vector<Alert> Notifiable() const;
+
+  // The book as the agent keeps it on disk (docs/format/alerts.md, "State"): every alert with
+  // its lifecycle (times in ms, whether it was notified) and every silence not over by now_ms,
+  // so that a restart neither forgets a silence nor notifies a firing alert a second time.
+  nlohmann::json State(int64_t now_ms) const;
+  // Replaces the book's alerts and silences with a saved State. Silences over by now_ms are
+  // dropped; alerts are taken as they were (the next Update resolves what went quiet while the
+  // agent was down). Errors name what is wrong; on an error the book is left as it was.
+  Status Restore(const nlohmann::json& state, int64_t now_ms);
 
  private:
   bool Matches(const Silence& s, const Alert& a) const;

@@ -30,6 +30,27 @@ std::vector<std::pair<Kind, std::string>> Kinds(const std::vector<AlertNotificat
   return out;
 }
 
+TEST(AlertBookTest, InfoIsRecordedApartAndNeverNotified) {
+  AlertBook book;
+  // A temperature trend (info), then the throttle it announced (warning), same GPU.
+  auto n = book.Update({F("thermal_throttle", "info", 3, kT0, kT0)}, kT0 + 5000);
+  EXPECT_TRUE(n.empty());
+  ASSERT_EQ(book.Alerts().size(), 1u);
+  EXPECT_EQ(book.Alerts()[0].fingerprint, "thermal_throttle/n1/3////info");
+  EXPECT_EQ(book.Alerts()[0].state, "firing");
+  EXPECT_EQ(book.Alerts()[0].suppressed_by, "info (recorded, not notified)");
+  n = book.Update({F("thermal_throttle", "info", 3, kT0, kT0 + 60000),
+                   F("thermal_throttle", "warning", 3, kT0 + 60000, kT0 + 60000)},
+                  kT0 + 65000);
+  ASSERT_EQ(n.size(), 1u);
+  EXPECT_EQ(n[0].kind, Kind::kFiring);
+  EXPECT_EQ(n[0].alert.fingerprint, "thermal_throttle/n1/3///");
+  EXPECT_EQ(n[0].alert.starts_ms, kT0 + 60000);  // the warning's own first_seen
+  EXPECT_EQ(book.Alerts().size(), 2u);
+  ASSERT_EQ(book.Notifiable().size(), 1u);
+  EXPECT_EQ(book.Notifiable()[0].finding.severity, "warning");
+}
+
 TEST(AlertBookTest, AConditionFiresOnceUpdatesQuietlyAndResolvesAfterItsHysteresis) {
   AlertBook book;
   auto n = book.Update({F("thermal_throttle", "warning", 3, kT0, kT0)}, kT0 + 5000);
@@ -183,6 +204,58 @@ TEST(AlertBookTest, AUserRuleClearsAfterItsOwnHoldAndCanBeSilenced) {
   s.cause = "user:GpuHot";
   s.ends_ms = kT0 + 60000;
   EXPECT_TRUE(book.AddSilence(s, kT0).ok());
+}
+
+TEST(AlertBookTest, StateRestoresAlertsAndSilencesWithoutNotifyingTwice) {
+  AlertBook book;
+  Finding lost = F("gpu_lost", "critical", 2, kT0, kT0);
+  lost.evidence = {"xid 79: fell off the bus"};
+  lost.job = "j1";
+  ASSERT_EQ(book.Update({lost}, kT0 + 1000).size(), 1u);
+  Silence s;
+  s.cause = "xid";
+  s.comment = "known";
+  s.ends_ms = kT0 + 3'600'000;
+  auto sid = book.AddSilence(s, kT0 + 2000);
+  ASSERT_TRUE(sid.ok());
+  Silence gone = s;
+  gone.ends_ms = kT0 + 10'000;
+  ASSERT_TRUE(book.AddSilence(gone, kT0 + 2000).ok());
+  // Through text, as the agent keeps it.
+  const nlohmann::json state = nlohmann::json::parse(book.State(kT0 + 5000).dump());
+  AlertBook restored;
+  ASSERT_TRUE(restored.Restore(state, kT0 + 60'000).ok());
+  ASSERT_EQ(restored.Alerts().size(), 1u);
+  const Alert a = restored.Alerts()[0];
+  EXPECT_EQ(a.fingerprint, "gpu_lost/n1/2/j1//");
+  EXPECT_TRUE(a.notified);
+  EXPECT_EQ(a.starts_ms, kT0);
+  EXPECT_EQ(a.finding.evidence, lost.evidence);
+  // The silence that ended while the agent was down is gone; the other is back.
+  ASSERT_EQ(restored.Silences(kT0 + 60'000).size(), 1u);
+  EXPECT_EQ(restored.Silences(kT0 + 60'000)[0].id, *sid);
+  EXPECT_EQ(restored.Silences(kT0 + 60'000)[0].comment, "known");
+  // The new process finds the lost GPU again: the same alert, not a second notification.
+  lost.first_seen = lost.last_seen = (kT0 + 61'000) / 1000.0;
+  EXPECT_TRUE(restored.Update({lost}, kT0 + 62'000).empty());
+  EXPECT_EQ(restored.Alerts()[0].starts_ms, kT0);
+  // New silence ids continue after the restored ones.
+  auto next = restored.AddSilence(s, kT0 + 62'000);
+  ASSERT_TRUE(next.ok());
+  EXPECT_NE(*next, *sid);
+  // Damaged states are refused, naming what is wrong, and leave the book as it was.
+  nlohmann::json bad = state;
+  bad["alerts"][0]["finding"]["severity"] = "loud";
+  Status st = restored.Restore(bad, kT0);
+  EXPECT_NE(st.message().find("alert 0: finding field 'severity'"), std::string::npos)
+      << st.message();
+  bad = state;
+  bad["silences"][0].erase("ends_ms");
+  st = restored.Restore(bad, kT0);
+  EXPECT_NE(st.message().find("silence 0: 'ends_ms'"), std::string::npos) << st.message();
+  EXPECT_FALSE(restored.Restore(nlohmann::json::array(), kT0).ok());
+  EXPECT_EQ(restored.Alerts().size(), 1u);
+  EXPECT_EQ(restored.Silences(kT0 + 62'000).size(), 2u);
 }
 
 TEST(AlertBookTest, BadSilencesAndStaleFindingsAreRefused) {

@@ -300,8 +300,7 @@ Result<std::vector<Baseline>> LearnRuns(trace::TraceReader* reader, const RunOpt
     size_t per_node = 0;
     for (const auto& [node, gpus] : run.gpus) per_node = std::max(per_node, gpus.size());
     if (per_node == 0) per_node = static_cast<size_t>(run.gpus_per_node);
-    b.shape =
-        fmt::format("{}x{}x{}", run.nodes.size(), per_node, run.model.empty() ? "GPU" : run.model);
+    b.shape = ShapeName(run.nodes.size(), per_node, run.model);
     b.source = reader->name();
     b.window_from_ms = static_cast<int64_t>(std::llround(run.window_from * 1000));
     b.window_to_ms = static_cast<int64_t>(std::llround(run.last_t * 1000));
@@ -311,6 +310,33 @@ Result<std::vector<Baseline>> LearnRuns(trace::TraceReader* reader, const RunOpt
     out.push_back(std::move(b));
   }
   return out;
+}
+
+std::vector<TemplateStep> CurrentTemplateSteps(const std::vector<Baseline>& all,
+                                               int64_t stale_before_ms) {
+  std::map<std::pair<std::string, std::string>, const Baseline*> newest;
+  for (const Baseline& b : all) {
+    auto step = b.metrics.find("step_s");
+    if (b.learned_at_ms < stale_before_ms || step == b.metrics.end() || step->second.n == 0)
+      continue;
+    const Baseline*& have = newest[{b.template_name, b.shape}];
+    if (!have || b.version > have->version) have = &b;
+  }
+  std::vector<TemplateStep> out;
+  for (const auto& [key, b] : newest) {
+    const MetricSummary& step = b->metrics.at("step_s");
+    out.push_back({.template_name = b->template_name,
+                   .shape = b->shape,
+                   .version = b->version,
+                   .driver_version = b->driver_version,
+                   .median_s = step.median,
+                   .p99_s = step.p99});
+  }
+  return out;
+}
+
+std::string ShapeName(size_t nodes, size_t gpus_per_node, const std::string& model) {
+  return fmt::format("{}x{}x{}", nodes, gpus_per_node, model.empty() ? "GPU" : model);
 }
 
 double MannWhitneyP(const std::vector<double>& a, const std::vector<double>& b) {

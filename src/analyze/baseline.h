@@ -99,6 +99,25 @@ class BaselineStore {
   std::string dir_;
 };
 
+// A template's stored baseline as step_regression reads it: a job that is
+// slow from its first step has no good steps of its own to be compared with, but its template
+// has. Used only on the template's shape and, when both are known, the node's driver (another
+// driver makes the baseline stale, R13).
+struct TemplateStep {
+  std::string template_name, shape;
+  int version = 0;
+  std::string driver_version;  // "" fits any
+  double median_s = 0, p99_s = 0;
+};
+
+// The newest baseline of each template and shape learned at or after `stale_before_ms` (older
+// ones describe another topology) that has step times.
+std::vector<TemplateStep> CurrentTemplateSteps(const std::vector<Baseline>& all,
+                                               int64_t stale_before_ms);
+
+// A run's shape: "<nodes>x<GPUs per node>x<model>" (the model "GPU" when unknown).
+std::string ShapeName(size_t nodes, size_t gpus_per_node, const std::string& model);
+
 // A template or shape as a directory name: [A-Za-z0-9._-] kept, anything else as %XX.
 std::string PathSafe(const std::string& s);
 

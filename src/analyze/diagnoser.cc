@@ -4,8 +4,11 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <set>
 
+#include "analyze/baseline.h"
+#include "common/time_base.h"
 #include "nccl/nccl_analysis.h"
 #include "nccl/nccl_log.h"
 
@@ -60,7 +63,7 @@ Diagnoser::Diagnoser(DiagnoserOptions options) : o_(options) {}
 
 void Diagnoser::Report(Finding f, double t) {
   auto key = std::make_tuple(f.cause, f.node, f.gpu.value_or(-1), f.nic.value_or(""),
-                             f.job.value_or(""), f.rank.value_or(-1));
+                             f.job.value_or(""), f.rank.value_or(-1), f.severity == "info");
   auto it = findings_.find(key);
   if (it == findings_.end()) {
     if (f.last_seen < t) f.last_seen = t;
@@ -81,6 +84,35 @@ const trace::TraceNodeGpu* Diagnoser::NodeGpu(const std::string& node, uint32_t 
     if (g.index == gpu) return &g;
   }
   return nullptr;
+}
+
+void Diagnoser::SetTemplateBaselines(const std::vector<TemplateStep>& baselines) {
+  templates_.clear();
+  for (const TemplateStep& b : baselines) {
+    if (b.median_s > 0) templates_[{b.template_name, b.shape}] = b;
+  }
+}
+
+const TemplateStep* Diagnoser::TemplateOf(const std::string& node, const std::string& job) const {
+  auto info = job_info_.find(job);
+  if (templates_.empty() || info == job_info_.end()) return nullptr;
+  auto n = nodes_.find(node);
+  const trace::TraceNode* rec = n == nodes_.end() || !n->second.node ? nullptr : &*n->second.node;
+  std::string model;
+  size_t per_node = info->second.gpus_per_node;
+  if (rec && rec->gpus && !rec->gpus->empty()) {
+    model = rec->gpus->front().name.value_or("");
+    if (per_node == 0) per_node = rec->gpus->size();
+  }
+  // Named as baseline learning names the run (LearnRuns): the template, else the job itself.
+  const std::string name =
+      info->second.template_name.empty() ? "job:" + job : info->second.template_name;
+  auto it = templates_.find({name, ShapeName(info->second.nodes.size(), per_node, model)});
+  if (it == templates_.end()) return nullptr;
+  const std::string driver = rec ? rec->driver_version.value_or("") : "";
+  if (!it->second.driver_version.empty() && !driver.empty() && it->second.driver_version != driver)
+    return nullptr;  // learned on another driver: stale
+  return &it->second;
 }
 
 void Diagnoser::Observe(const trace::TraceRecord& r) {
@@ -285,14 +317,6 @@ void Diagnoser::OnStepTask(const trace::TraceRecord& r, const trace::TraceStep& 
   // The work of a step: a checkpoint's blocking is judged by checkpoint_stall, not here (one
   // long checkpoint would otherwise be a minute of "slow steps").
   const double work_s = std::max(0.0, *st.duration_s - st.checkpoint_s.value_or(0));
-  if (!ts.base_step_s) {
-    ts.base_steps.push_back(work_s);
-    if (ts.base_steps.size() >= o_.baseline_steps / 2) {
-      ts.base_step_s = Median(ts.base_steps);
-      ts.base_steps.clear();
-    }
-    return;
-  }
   ts.recent_steps.push_back({r.t, work_s});
   // The last minute, and at least the last 5 steps (slow jobs step less than once in 12 s).
   while (ts.recent_steps.size() > 5 && ts.recent_steps.front().first < r.t - 60) {
@@ -301,32 +325,64 @@ void Diagnoser::OnStepTask(const trace::TraceRecord& r, const trace::TraceStep& 
   std::vector<double> v;
   for (const auto& [t, d] : ts.recent_steps) v.push_back(d);
   const double now = Median(v);
-  // A median of a handful of steps is one step's noise: judge a window of several.
-  if (v.size() < 5 || now < o_.regression_factor * *ts.base_step_s) {
-    ts.slow_since = -1;
-    return;
-  }
-  if (ts.slow_since < 0) {
-    // The regression began with the trailing run of slow steps (the window's median crossed
-    // the line only once half of it was slow).
-    ts.slow_since = ts.recent_steps.back().first;
-    for (auto it = ts.recent_steps.rbegin(); it != ts.recent_steps.rend(); ++it) {
-      if (it->second < o_.regression_factor * *ts.base_step_s) break;
-      ts.slow_since = it->first - it->second;  // that step's start
+  // Slow against `limit` since when: a median of a handful of steps is one step's noise, so a
+  // window of several is judged; the regression began with the trailing run of slow steps (the
+  // window's median crossed the line only once half of it was slow).
+  auto slow_since = [&](double limit, double& since) {
+    if (v.size() < 5 || now < limit) {
+      since = -1;
+      return false;
+    }
+    if (since < 0) {
+      since = ts.recent_steps.back().first;
+      for (auto it = ts.recent_steps.rbegin(); it != ts.recent_steps.rend(); ++it) {
+        if (it->second < limit) break;
+        since = it->first - it->second;  // that step's start
+      }
+    }
+    return r.t - since >= o_.regression_hold_s;
+  };
+  auto report = [&](double since, std::string summary, std::string evidence) {
+    Finding f = Make("step_regression", "warning", r.node, std::nullopt);
+    f.job = *st.job;
+    f.first_seen = since;
+    f.summary = std::move(summary);
+    f.evidence = {std::move(evidence)};
+    f.action =
+        "Compare with the template's baseline run (gpuwatch baseline compare) and what "
+        "changed since: data, code, versions, node";
+    Report(std::move(f), r.t);
+  };
+  // Against the template's stored baseline: over its median by the factor and above its p99,
+  // so a template whose steps vary widely is not judged by its median alone.
+  if (const TemplateStep* tb = TemplateOf(r.node, *st.job)) {
+    const double limit = std::max(o_.regression_factor * tb->median_s, tb->p99_s);
+    if (slow_since(limit, ts.template_slow_since)) {
+      report(ts.template_slow_since,
+             fmt::format("Job {} steps take {} s, {:.0f}% over template {}'s baseline {} s",
+                         *st.job, Num(now), (now / tb->median_s - 1) * 100, tb->template_name,
+                         Num(tb->median_s)),
+             fmt::format("median step {} s over the last minute vs {} s (p99 {} s) in baseline "
+                         "v{} of {} on {}",
+                         Num(now), Num(tb->median_s), Num(tb->p99_s), tb->version,
+                         tb->template_name, tb->shape));
     }
   }
-  if (r.t - ts.slow_since < o_.regression_hold_s) return;
-  Finding f = Make("step_regression", "warning", r.node, std::nullopt);
-  f.job = *st.job;
-  f.first_seen = ts.slow_since;
-  f.summary = fmt::format("Job {} steps take {} s, {:.0f}% over its own {} s", *st.job, Num(now),
-                          (now / *ts.base_step_s - 1) * 100, Num(*ts.base_step_s));
-  f.evidence = {fmt::format("median step {} s over the last minute vs {} s after warm-up", Num(now),
-                            Num(*ts.base_step_s))};
-  f.action =
-      "Compare with the template's baseline run (gpuwatch baseline compare) and what "
-      "changed since: data, code, versions, node";
-  Report(std::move(f), r.t);
+  if (!ts.base_step_s) {
+    ts.base_steps.push_back(work_s);
+    if (ts.base_steps.size() >= o_.baseline_steps / 2) {
+      ts.base_step_s = Median(ts.base_steps);
+      ts.base_steps.clear();
+    }
+    return;
+  }
+  if (slow_since(o_.regression_factor * *ts.base_step_s, ts.slow_since)) {
+    report(ts.slow_since,
+           fmt::format("Job {} steps take {} s, {:.0f}% over its own {} s", *st.job, Num(now),
+                       (now / *ts.base_step_s - 1) * 100, Num(*ts.base_step_s)),
+           fmt::format("median step {} s over the last minute vs {} s after warm-up", Num(now),
+                       Num(*ts.base_step_s)));
+  }
 }
 
 void Diagnoser::CheckHangs(const std::string& node, double t) {
@@ -606,6 +662,90 @@ void Diagnoser::OnNode(const trace::TraceRecord& r, const trace::TraceNode& n) {
   }
 }
 
+void Diagnoser::CheckTemperatureTrend(const trace::TraceRecord& r, const TraceGpu& g, GpuState& s) {
+  if (!g.temp_c || !g.power_w || !g.util_pct) return;
+  if (!s.temps.empty() && r.t - s.temps.back().t < o_.trend_sample_s) return;
+  s.temps.push_back({r.t, *g.temp_c, *g.power_w, *g.util_pct});
+  while (s.temps.front().t < r.t - o_.trend_window_s) s.temps.pop_front();
+  const double span = s.temps.back().t - s.temps.front().t;
+  if (span < 0.9 * o_.trend_window_s || s.temps.size() < 20) {
+    s.temp_slope_known = false;
+    s.trend_since = -1;
+    return;
+  }
+  // Least squares of temp_c on t (minutes) over samples [from, to): slope and R².
+  auto fit = [&](size_t from, size_t to) {
+    const auto n = static_cast<double>(to - from);
+    double mx = 0, my = 0;
+    for (size_t i = from; i < to; ++i) {
+      mx += (s.temps[i].t - s.temps[0].t) / 60;
+      my += s.temps[i].temp_c;
+    }
+    mx /= n;
+    my /= n;
+    double sxx = 0, sxy = 0, syy = 0;
+    for (size_t i = from; i < to; ++i) {
+      const double dx = (s.temps[i].t - s.temps[0].t) / 60 - mx, dy = s.temps[i].temp_c - my;
+      sxx += dx * dx;
+      sxy += dx * dy;
+      syy += dy * dy;
+    }
+    return std::make_pair(sxx > 0 ? sxy / sxx : 0.0,
+                          sxx > 0 && syy > 0 ? sxy * sxy / (sxx * syy) : 0.0);
+  };
+  const auto [slope, r2] = fit(0, s.temps.size());
+  // A GPU settling to a new load warms fast, then slower and slower; a failing cooler warms on
+  // at the same pace or faster. The window's second half must keep most of the pace.
+  const double late_slope = fit(s.temps.size() / 2, s.temps.size()).first;
+  s.temp_slope = slope;
+  s.temp_slope_known = true;
+  // Steady load: busy throughout, and the power of the last third not above the first's.
+  const size_t third = s.temps.size() / 3;
+  std::vector<double> util, p_first, p_last;
+  for (size_t i = 0; i < s.temps.size(); ++i) {
+    util.push_back(s.temps[i].util_pct);
+    if (i < third) p_first.push_back(s.temps[i].power_w);
+    if (i >= s.temps.size() - third) p_last.push_back(s.temps[i].power_w);
+  }
+  const double power_first = Median(p_first), power_last = Median(p_last);
+  const bool steady = *std::min_element(util.begin(), util.end()) >= o_.busy_util_pct &&
+                      power_last <= power_first * (1 + o_.trend_power_rise_share);
+  if (!steady || slope < o_.trend_slope_c_per_min || r2 < o_.trend_min_r2 ||
+      late_slope < 0.5 * slope) {
+    s.trend_since = -1;
+    return;
+  }
+  if (s.trend_since < 0) s.trend_since = s.temps.front().t;
+  const int gpu = static_cast<int>(*g.gpu);
+  // The node's other GPUs: if they warm as well, the cause is shared (inlet air, the chassis).
+  std::vector<double> peers;
+  for (const auto& [key, other] : gpus_) {
+    if (key.first == r.node && key.second != *g.gpu && other.temp_slope_known)
+      peers.push_back(other.temp_slope);
+  }
+  const double rise = slope * span / 60;
+  Finding f = Make("thermal_throttle", "info", r.node, gpu);
+  f.first_seen = s.trend_since;
+  f.summary = fmt::format(
+      "GPU {} is warming steadily at steady load: +{} °C in the last {} min ({} °C/min), now {} "
+      "°C; it will throttle if this goes on",
+      gpu, Num(rise), Num(span / 60), Num(slope), Num(*g.temp_c));
+  f.evidence = {
+      fmt::format("temp_c slope {} °C/min over {} s (R² {})", Num(slope), Num(span), Num(r2)),
+      fmt::format("power_w {} → {} (steady), util_pct ≥ {}", Num(power_first), Num(power_last),
+                  Num(*std::min_element(util.begin(), util.end())))};
+  if (!peers.empty()) {
+    const double peer = Median(peers);
+    f.evidence.push_back(fmt::format(
+        "the node's other GPUs: median slope {} °C/min{}", Num(peer),
+        peer >= o_.trend_slope_c_per_min ? " (they warm too: inlet air or chassis cooling)" : ""));
+  }
+  f.action =
+      "Check this GPU's cooling (fans, airflow, heatsink, inlet temperature) before it "
+      "throttles; compare with its template's temperature range (gpuwatch baseline show)";
+  Report(std::move(f), r.t);
+}
+
 void Diagnoser::OnGpu(const trace::TraceRecord& r, const TraceGpu& g) {
   if (!g.gpu || g.mig) return;
   const uint32_t index = *g.gpu;
@@ -614,6 +754,7 @@ void Diagnoser::OnGpu(const trace::TraceRecord& r, const TraceGpu& g) {
   const trace::TraceNodeGpu* info = NodeGpu(r.node, index);
   const bool busy = g.util_pct && *g.util_pct >= o_.busy_util_pct;
   const double t = r.t;
+  CheckTemperatureTrend(r, g, s);
 
   // Runs of a reason held on a busy GPU: `start` is the run's first sample.
   auto run = [&](bool held, int* len, double* start) {
@@ -814,6 +955,19 @@ void Diagnoser::OnEvent(const trace::TraceRecord& r, const trace::TraceEvent& e)
   const std::optional<int> gpu =
       e.gpu ? std::optional<int>(static_cast<int>(*e.gpu)) : std::nullopt;
   const std::string message = e.message.value_or("");
+  if (*e.kind == "maintenance_start") {
+    std::vector<Maintenance>& ws = maintenance_[r.node];
+    if (ws.size() >= 1000) ws.erase(ws.begin());  // bounded; the oldest windows go first
+    ws.push_back({r.t, std::numeric_limits<double>::infinity(), e.gpu, message});
+    return;
+  }
+  if (*e.kind == "maintenance_end") {
+    // Ends the open windows of that GPU (of the whole node when the end names no GPU).
+    for (Maintenance& w : maintenance_[r.node]) {
+      if (std::isinf(w.end) && (!e.gpu || w.gpu == e.gpu)) w.end = r.t;
+    }
+    return;
+  }
   if (*e.kind == "gpu_lost" || (*e.kind == "xid" && e.code && *e.code == 79)) {
     Finding f = Make("gpu_lost", "critical", r.node, gpu);
     f.summary = gpu ? fmt::format("GPU {} stopped answering (fell off the bus)", *gpu)
@@ -874,6 +1028,10 @@ void Diagnoser::OnJob(const trace::TraceRecord& r, const trace::TraceJob& j) {
   if (!j.job || !j.state) return;
   auto key = std::make_pair(r.node, *j.job);
   if (*j.state == "start") {
+    JobInfo& info = job_info_[*j.job];
+    if (j.template_name && !j.template_name->empty()) info.template_name = *j.template_name;
+    info.nodes.insert(r.node);
+    if (j.gpus) info.gpus_per_node = std::max(info.gpus_per_node, j.gpus->size());
     if (j.gpus) {
       for (uint32_t g : *j.gpus) {
         gpu_job_[{r.node, g}] = {*j.job, r.t};
@@ -1109,7 +1267,26 @@ std::vector<Finding> Diagnoser::Finish(double end_t) {
     (void)end_t;
     out.push_back(std::move(copy));
   }
-  return Deepest(std::move(out));
+  out = Deepest(std::move(out));
+  // What begins inside a maintenance window of its node (or of its GPU) is what the work does
+  // — a reset GPU, a stress test's throttles, a reloaded driver — and is recorded as info, not
+  // raised. Judged after Deepest, so that the causes still explain one another as they are.
+  for (Finding& f : out) {
+    auto it = maintenance_.find(f.node);
+    if (it == maintenance_.end() || f.severity == "info") continue;
+    for (const Maintenance& w : it->second) {
+      if (w.gpu && (!f.gpu || static_cast<uint32_t>(*f.gpu) != *w.gpu)) continue;
+      if (f.first_seen < w.start || f.first_seen > w.end) continue;
+      f.severity = "info";
+      f.evidence.push_back(
+          fmt::format("first seen during the maintenance window from {}{}{}",
+                      FormatUtc(static_cast<int64_t>(std::llround(w.start * 1000))),
+                      w.gpu ? fmt::format(" of GPU {}", *w.gpu) : "",
+                      w.message.empty() ? "" : ": " + w.message));
+      break;
+    }
+  }
+  return out;
 }
 
 std::vector<Finding> Diagnoser::Deepest(std::vector<Finding> all) const {
@@ -1120,7 +1297,8 @@ std::vector<Finding> Diagnoser::Deepest(std::vector<Finding> all) const {
   auto has = [&](const std::string& node, std::optional<int> gpu,
                  std::initializer_list<std::string_view> causes) {
     for (const Finding& f : all) {
-      if (f.node != node) continue;
+      // An info finding (a trend, something inside a maintenance window) explains nothing.
+      if (f.node != node || f.severity == "info") continue;
       if (gpu && f.gpu != gpu) continue;
       for (std::string_view c : causes) {
         if (f.cause == c) return true;

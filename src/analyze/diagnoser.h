@@ -10,6 +10,8 @@
 //   nvlink_errors  NVLink CRC/replay/recovery counters that keep rising, links that go down
 //                  from the count the node record states, XID 74
 //   xid            any other XID but 43/45 (a job's own fault and its teardown: consequences)
+//   thermal_throttle (info) a busy GPU's temperature climbing steadily over 10 minutes at
+//                  steady power: a cooling problem on its way to a throttle (R19)
 //   thermal_throttle / power_throttle / clock_slowdown
 //                  a clock-event reason held on a busy GPU (thermal and slowdown: a few
 //                  consecutive samples; the power cap, which flickers on healthy GPUs at full
@@ -31,7 +33,9 @@
 //   checkpoint_stall a checkpoint blocking 3× the job's earlier ones (or over 5 min)
 //   straggler_gpu  the rank whose exposed comm is a robust outlier below the others' (they
 //                  wait for it in communication; it never waits)
-//   step_regression steps 25 % over the job's own post-warm-up median, held 2 min
+//   step_regression steps 25 % over the job's own post-warm-up median, held 2 min; or, when its
+//                  template has a stored baseline on this shape, 25 % over that baseline's
+//                  median and above its p99, held 2 min (a job slow from its first step)
 //   (task rules judge each node of a job from its lowest rank there)
 //   numa_mismatch  a GPU process on CPUs of another NUMA node than its GPU's
 //   net_errors     NIC errors or RDMA retransmissions that keep rising, a NIC going down
@@ -40,6 +44,8 @@
 //   rank_exit      a rank's process missing from a round of proc records while most of the
 //                  job's processes are still there (the first such round of a job only: what
 //                  vanishes after is the teardown)
+// Maintenance (Finish): a finding first seen inside a maintenance window of its node (events
+// maintenance_start … maintenance_end; of one GPU when they name one) is recorded as info.
 // Deepest cause only (Finish): a card cause on a GPU removes that GPU's straggler finding; any
 // card, link or deeper task cause on a node of the job removes its step_regression; a lost
 // GPU, an XID or a DBE on the node, or a rank_exit anywhere in the job, removes a job_hang.
@@ -58,6 +64,7 @@
 #include <tuple>
 #include <vector>
 
+#include "analyze/baseline.h"
 #include "analyze/finding.h"
 #include "trace/trace_records.h"
 
@@ -109,6 +116,17 @@ struct DiagnoserOptions {
   // step_regression: steps this much slower than the job's post-warm-up median, held.
   double regression_factor = 1.25;
   double regression_hold_s = 120;
+  // Temperature trend (R19: thermal degradation is gradual): over trend_window_s, a busy GPU
+  // whose temperature climbs steadily — least-squares slope at least trend_slope_c_per_min
+  // with R² at least trend_min_r2 — while its power does not (the median power of the window's
+  // last third within trend_power_rise_share of its first third's: cooling, not load) is an
+  // info finding of thermal_throttle, before any clock falls. Samples are thinned to one per
+  // trend_sample_s.
+  double trend_window_s = 600;
+  double trend_sample_s = 5;
+  double trend_slope_c_per_min = 0.3;
+  double trend_min_r2 = 0.7;
+  double trend_power_rise_share = 0.05;
   double idle_allocated_s = 600;
   // net_congestion: a NIC carrying this share of its link rate over most of the window while a
   // job's exposed-comm share is this many times its baseline (or above comm_share_floor).
@@ -122,6 +140,10 @@ struct DiagnoserOptions {
 class Diagnoser {
  public:
   explicit Diagnoser(DiagnoserOptions options = {});
+
+  // The template baselines step_regression also judges against, one per (template, shape);
+  // replaces what was set before.
+  void SetTemplateBaselines(const std::vector<TemplateStep>& baselines);
 
   void Observe(const trace::TraceRecord& r);
   // Runs what waits for more records (NCCL logs of jobs still running, cross-node
@@ -137,6 +159,14 @@ class Diagnoser {
     int thermal_run = 0, slowdown_run = 0, brake_run = 0, width_run = 0, gen_run = 0;
     std::deque<std::pair<double, bool>> power;             // (t, capped and slow) of busy samples
     std::map<std::string, std::deque<double>> increments;  // counter -> times it rose
+    // Temperature trend: (t, temp_c, power_w, util_pct), one per trend_sample_s.
+    struct TempSample {
+      double t, temp_c, power_w, util_pct;
+    };
+    std::deque<TempSample> temps;
+    double temp_slope = 0;  // °C/min of the last full window, for the peers' comparison
+    bool temp_slope_known = false;
+    double trend_since = -1;
   };
   struct NodeState {
     std::optional<trace::TraceNode> node;  // latest node record
@@ -175,6 +205,7 @@ class Diagnoser {
     std::vector<double> base_steps;
     std::deque<std::pair<double, double>> recent_steps;  // (t, duration) in the window
     double slow_since = -1;
+    double template_slow_since = -1;  // the same, against the template's baseline
     // Exposed-comm share of rank 0's steps: the baseline after warm-up and the last minute.
     std::vector<double> comm_base;
     std::optional<double> comm_base_share;
@@ -196,6 +227,7 @@ class Diagnoser {
   void OnLog(const trace::TraceRecord& r, const trace::TraceLog& l);
   void OnJob(const trace::TraceRecord& r, const trace::TraceJob& j);
   void OnStep(const trace::TraceRecord& r, const trace::TraceStep& st);
+  void CheckTemperatureTrend(const trace::TraceRecord& r, const trace::TraceGpu& g, GpuState& s);
   void CheckMemory(const trace::TraceRecord& r, uint32_t gpu, double mem_mib);
   void OnStepTask(const trace::TraceRecord& r, const trace::TraceStep& st);
   void OnProc(const trace::TraceRecord& r, const trace::TraceProc& p);
@@ -234,6 +266,21 @@ class Diagnoser {
   std::map<std::pair<std::string, std::string>, StepState> steps_;
   std::map<std::pair<std::string, uint32_t>, MemState> mem_;
   std::map<std::pair<std::string, std::string>, TaskState> tasks_;
+  struct JobInfo {  // what names a job's template baseline
+    std::string template_name;
+    std::set<std::string> nodes;
+    size_t gpus_per_node = 0;
+  };
+  std::map<std::string, JobInfo> job_info_;
+  struct Maintenance {          // from a maintenance_start event to its maintenance_end
+    double start = 0, end = 0;  // end: infinity while open
+    std::optional<uint32_t> gpu;
+    std::string message;
+  };
+  std::map<std::string, std::vector<Maintenance>> maintenance_;            // per node
+  std::map<std::pair<std::string, std::string>, TemplateStep> templates_;  // (template, shape)
+  // The template baseline that fits `job` as seen on `node`, or nullptr.
+  const TemplateStep* TemplateOf(const std::string& node, const std::string& job) const;
   std::map<std::pair<std::string, uint32_t>, double> idle_since_;  // allocated GPUs at 0 %
   // rank_exit: proc records come in rounds (one per process, the same t); per node, the round
   // being read and, per job, the (gpu → pid) of the last complete round.
@@ -253,7 +300,10 @@ class Diagnoser {
   bool CommWaitUp(const std::string& node, std::string* evidence) const;
   // The job holding each GPU (from job start records) and when it started.
   std::map<std::pair<std::string, uint32_t>, std::pair<std::string, double>> gpu_job_;
-  std::map<std::tuple<std::string, std::string, int, std::string, std::string, int>, Finding>
+  // (cause, node, gpu, nic, job, rank, info): an info finding (a trend, a finding inside a
+  // maintenance window) is kept apart from a warning of the same cause at the same place, whose
+  // first_seen is when its own evidence crossed its line (findings.md).
+  std::map<std::tuple<std::string, std::string, int, std::string, std::string, int, bool>, Finding>
       findings_;
 };
 

@@ -3,6 +3,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <map>
 #include <string>
 
@@ -11,11 +12,13 @@
 namespace gpuwatch::analyze {
 namespace {
 
-std::vector<Finding> Diagnose(const std::string& jsonl) {
+std::vector<Finding> Diagnose(const std::string& jsonl,
+                              const std::vector<TemplateStep>& templates = {}) {
   auto reader = trace::TraceReader::OpenBuffer(jsonl, "test.jsonl");
   EXPECT_TRUE(reader.ok()) << reader.status().message();
   if (!reader.ok()) return {};
   Diagnoser d;
+  d.SetTemplateBaselines(templates);
   trace::TraceRecord r;
   double end = 0;
   while (true) {
@@ -75,6 +78,72 @@ TEST(DiagnoserTest, ThermalThrottleFromItsFirstSample) {
   EXPECT_DOUBLE_EQ(f[0].first_seen, 111);
   EXPECT_DOUBLE_EQ(f[0].last_seen, 130);
   EXPECT_NE(f[0].summary.find("88"), std::string::npos);
+}
+
+TEST(DiagnoserTest, TemperatureTrendAtSteadyLoadIsAnInfoFinding) {
+  // 20 minutes at full, steady load, one sample a second. GPU 1 warms 0.5 °C a minute from
+  // minute 5 (a failing fan); GPU 0 stays at 68 °C with a little noise.
+  auto trace_of = [](auto temp_of, auto power_of) {
+    std::string trace = Node("n1", 100);
+    for (int i = 0; i < 1200; ++i) {
+      const double t = 101 + i;
+      for (int g = 0; g < 2; ++g) {
+        trace += Gpu(t, g,
+                     "\"util_pct\":97,\"sm_clock_mhz\":1980,\"temp_c\":" +
+                         std::to_string(g == 1 ? temp_of(i) : 68 + (i % 7) * 0.3) +
+                         ",\"power_w\":" + std::to_string(power_of(i)) + ",\"throttle\":[]");
+      }
+    }
+    return trace;
+  };
+  auto steady_power = [](int i) { return 650.0 + (i % 5); };
+  std::vector<Finding> f = Diagnose(trace_of(
+      [](int i) { return 66 + (i % 7) * 0.3 + std::max(0, i - 300) / 120.0; }, steady_power));
+  ASSERT_EQ(f.size(), 1u);
+  EXPECT_EQ(f[0].cause, "thermal_throttle");
+  EXPECT_EQ(f[0].severity, "info");
+  EXPECT_EQ(f[0].gpu, 1);
+  EXPECT_NE(f[0].summary.find("warming steadily"), std::string::npos) << f[0].summary;
+  EXPECT_EQ(f[0].evidence[0].rfind("temp_c slope 0.", 0), 0u) << f[0].evidence[0];
+  // A GPU settling to its load (fast, then slower: 40 → 70 °C with a 3-minute time constant)
+  // is not a trend, nor is a rise that follows rising power.
+  EXPECT_TRUE(Diagnose(trace_of([](int i) { return 70 - 30 * std::exp(-i / 180.0); }, steady_power))
+                  .empty());
+  EXPECT_TRUE(Diagnose(trace_of([](int i) { return 60 + i / 120.0; },
+                                [](int i) { return 500.0 + i * 0.15; }))
+                  .empty());
+}
+
+TEST(DiagnoserTest, WhatBeginsInAMaintenanceWindowIsInfo) {
+  auto event = [](double t, const std::string& rest) {
+    return "{\"t\":" + std::to_string(t) + ",\"type\":\"event\",\"node\":\"n1\"," + rest + "}\n";
+  };
+  std::string trace = Node("n1", 100);
+  trace += event(150, R"("gpu":0,"kind":"maintenance_start","message":"reseat GPU 0")");
+  trace += event(160, R"("gpu":0,"kind":"gpu_lost","message":"reset for the reseat")");
+  trace += event(170, R"("gpu":1,"kind":"xid","code":31,"message":"fault on the other GPU")");
+  trace += event(200, R"("gpu":0,"kind":"maintenance_end")");
+  trace += event(300, R"("gpu":0,"kind":"xid","code":31,"message":"after the window")");
+  std::vector<Finding> f = Diagnose(trace);
+  std::map<std::pair<std::string, int>, std::string> severity;
+  for (const Finding& x : f) severity[{x.cause, x.gpu.value_or(-1)}] = x.severity;
+  EXPECT_EQ(severity[std::make_pair(std::string("gpu_lost"), 0)], "info");
+  // Not the GPU in maintenance, and after the window:
+  EXPECT_EQ(severity[std::make_pair(std::string("xid"), 1)], "warning");
+  EXPECT_EQ(severity[std::make_pair(std::string("xid"), 0)], "warning");
+  for (const Finding& x : f) {
+    if (x.cause != "gpu_lost") continue;
+    EXPECT_NE(x.evidence.back().find("maintenance window from 1970-01-01T00:02:30Z of GPU 0: "
+                                     "reseat GPU 0"),
+              std::string::npos)
+        << x.evidence.back();
+  }
+  // A whole-node window still open at the end covers every GPU.
+  trace = Node("n1", 100) + event(150, R"("kind":"maintenance_start")") +
+          event(170, R"("gpu":1,"kind":"xid","code":31,"message":"x")");
+  f = Diagnose(trace);
+  ASSERT_EQ(f.size(), 1u);
+  EXPECT_EQ(f[0].severity, "info");
 }
 
 TEST(DiagnoserTest, XidFamiliesMapToTheirCauses) {
@@ -277,6 +346,50 @@ TEST(DiagnoserTest, CheckpointStallAgainstTheJobsEarlierCheckpoints) {
   ASSERT_EQ(f.size(), 1u);
   EXPECT_EQ(f[0].cause, "checkpoint_stall");
   EXPECT_NE(f[0].summary.find("95"), std::string::npos);
+}
+
+TEST(DiagnoserTest, StepRegressionAgainstTheTemplateForAJobSlowFromItsStart) {
+  // A job of template "llama" on a 1x2 node whose every step takes 1.5 s: its own steps give
+  // no sign, its template's baseline (1.0 s, p99 1.1 s) does.
+  std::string trace =
+      Node("n1", 100) +
+      R"({"t":100.5,"type":"job","node":"n1","job":"j1","state":"start","template":"llama","gpus":[0,1]})"
+      "\n";
+  for (int i = 0; i < 400; ++i) {
+    for (int rank = 0; rank < 2; ++rank) trace += StepOf(101 + i * 1.5, rank, 1.5, 0.1);
+  }
+  const TemplateStep llama{.template_name = "llama",
+                           .shape = "1x2xGPU",
+                           .version = 3,
+                           .driver_version = "550.90.07",
+                           .median_s = 1.0,
+                           .p99_s = 1.1};
+  EXPECT_TRUE(Diagnose(trace).empty());
+  std::vector<Finding> f = Diagnose(trace, {llama});
+  ASSERT_EQ(f.size(), 1u);
+  EXPECT_EQ(f[0].cause, "step_regression");
+  EXPECT_EQ(f[0].job, "j1");
+  EXPECT_NE(f[0].summary.find("template llama"), std::string::npos) << f[0].summary;
+  EXPECT_NE(f[0].evidence[0].find("v3 of llama on 1x2xGPU"), std::string::npos);
+  // Judged from the end of the warm-up (2 min after the first step), held 2 min.
+  EXPECT_GE(f[0].first_seen, 219.5);  // the start of the first judged step
+  EXPECT_LE(f[0].first_seen, 230);
+  // Within the template's spread (p99 above the line), another shape, or another driver: no
+  // judgement.
+  TemplateStep wide = llama;
+  wide.p99_s = 1.6;
+  EXPECT_TRUE(Diagnose(trace, {wide}).empty());
+  TemplateStep other_shape = llama;
+  other_shape.shape = "1x8xGPU";
+  EXPECT_TRUE(Diagnose(trace, {other_shape}).empty());
+  TemplateStep other_driver = llama;
+  other_driver.driver_version = "535.104.05";
+  EXPECT_TRUE(Diagnose(trace, {other_driver}).empty());
+  // A template slower than the job: nothing.
+  TemplateStep slower = llama;
+  slower.median_s = 1.45;
+  slower.p99_s = 1.6;
+  EXPECT_TRUE(Diagnose(trace, {slower}).empty());
 }
 
 TEST(DiagnoserTest, StragglerIsTheRankThatNeverWaits) {

@@ -1,6 +1,9 @@
 #include "analyze/finding.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
+#include <cmath>
 #include <tuple>
 
 namespace gpuwatch::analyze {
@@ -73,6 +76,54 @@ nlohmann::json FindingToJson(const Finding& f) {
   j["evidence"] = f.evidence;
   j["action"] = f.action;
   return j;
+}
+
+Result<Finding> FindingFromJson(const nlohmann::json& j) {
+  if (!j.is_object()) return Status::InvalidArgument("a finding is a JSON object");
+  Finding f;
+  auto bad = [](const char* key, const char* want) {
+    return Status::InvalidArgument(fmt::format("finding field '{}' must be {}", key, want));
+  };
+  for (auto [key, out] : {std::pair{"cause", &f.cause}, std::pair{"layer", &f.layer},
+                          std::pair{"severity", &f.severity}, std::pair{"node", &f.node},
+                          std::pair{"summary", &f.summary}, std::pair{"action", &f.action}}) {
+    if (!j.contains(key)) continue;
+    if (!j[key].is_string()) return bad(key, "a string");
+    *out = j[key].get<std::string>();
+  }
+  if (f.cause.empty()) return bad("cause", "a non-empty string");
+  if (f.severity != "info" && f.severity != "warning" && f.severity != "critical")
+    return bad("severity", "info, warning or critical");
+  for (auto [key, out] :
+       {std::pair{"gpu", &f.gpu}, std::pair{"peer_gpu", &f.peer_gpu}, std::pair{"rank", &f.rank}}) {
+    if (!j.contains(key)) continue;
+    if (!j[key].is_number_integer() || j[key].get<int64_t>() < 0 || j[key].get<int64_t>() > 1 << 30)
+      return bad(key, "an integer >= 0");
+    *out = static_cast<int>(j[key].get<int64_t>());
+  }
+  for (auto [key, out] : {std::pair{"job", &f.job}, std::pair{"nic", &f.nic}}) {
+    if (!j.contains(key)) continue;
+    if (!j[key].is_string()) return bad(key, "a string");
+    *out = j[key].get<std::string>();
+  }
+  if (j.contains("code")) {
+    if (!j["code"].is_number_integer()) return bad("code", "an integer");
+    f.code = j["code"].get<int64_t>();
+  }
+  for (auto [key, out] :
+       {std::pair{"first_seen", &f.first_seen}, std::pair{"last_seen", &f.last_seen}}) {
+    if (!j.contains(key)) continue;
+    if (!j[key].is_number() || !std::isfinite(j[key].get<double>())) return bad(key, "a number");
+    *out = j[key].get<double>();
+  }
+  if (j.contains("evidence")) {
+    if (!j["evidence"].is_array()) return bad("evidence", "an array of strings");
+    for (const auto& e : j["evidence"]) {
+      if (!e.is_string()) return bad("evidence", "an array of strings");
+      f.evidence.push_back(e.get<std::string>());
+    }
+  }
+  return f;
 }
 
 nlohmann::json FindingsDocument(std::vector<Finding> findings, const nlohmann::json& stats) {

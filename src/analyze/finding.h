@@ -10,6 +10,8 @@
 #include <string_view>
 #include <vector>
 
+#include "common/status.h"
+
 namespace gpuwatch::analyze {
 
 struct Finding {
@@ -34,6 +36,9 @@ std::vector<std::string_view> Causes();
 
 // findings.md's JSON form of one finding; gpu/peer_gpu/job/rank/nic/code only when set.
 nlohmann::json FindingToJson(const Finding& f);
+// Back from that form (the agent's saved alert state). Errors name the field; unknown fields
+// are ignored (a later version may add some).
+Result<Finding> FindingFromJson(const nlohmann::json& j);
 // {"findings": [...], "stats": {...}}: findings ordered by first_seen, then cause, node, gpu.
 nlohmann::json FindingsDocument(std::vector<Finding> findings, const nlohmann::json& stats);
 

@@ -620,6 +620,10 @@ int Main(int argc, char** argv) {
                        "Then keep the findings open at http://LISTEN/api/v1/findings until "
                        "SIGINT or SIGTERM");
   replay_cmd->add_option("--listen", replay_listen, "Where --serve listens")->capture_default_str();
+  std::string replay_baselines;
+  replay_cmd->add_option("--baselines", replay_baselines,
+                         "A baseline store (e.g. DATA_DIR/baselines): jobs are also judged "
+                         "against their template's newest baseline");
   std::string diagnose_target;
   bool diagnose_json = false;
   auto* diagnose_cmd = app.add_subcommand(
@@ -858,7 +862,7 @@ int Main(int argc, char** argv) {
   }
   if (replay_cmd->parsed())
     return RunReplay(replay_path, replay_json, replay_speed, std::cout, std::cerr,
-                     replay_serve ? replay_listen : "");
+                     replay_serve ? replay_listen : "", replay_baselines);
   if (diagnose_cmd->parsed())
     return RunDiagnose(agent_url, diagnose_target, diagnose_json, std::cout, std::cerr);
   if (eval_cmd->parsed()) return RunEval(eval_dir, eval_json, std::cout, std::cerr);

@@ -73,10 +73,12 @@ nlohmann::json TallyJson(const eval::Tally& t) {
 
 }  // namespace
 
-Result<ReplayResult> ReplayTrace(const std::string& path, double speed) {
+Result<ReplayResult> ReplayTrace(const std::string& path, double speed,
+                                 const std::vector<analyze::TemplateStep>& templates) {
   auto reader = trace::TraceReader::Open(path);
   if (!reader.ok()) return reader.status();
   analyze::Diagnoser diagnoser;
+  diagnoser.SetTemplateBaselines(templates);
   trace::TraceRecord rec;
   ReplayResult out;
   bool first = true;
@@ -144,13 +146,31 @@ std::string RenderFindingsText(const nlohmann::json& doc, double origin_t) {
 }
 
 int RunReplay(const std::string& path, bool json, double speed, std::ostream& out,
-              std::ostream& err, const std::string& serve) {
+              std::ostream& err, const std::string& serve, const std::string& baselines_dir) {
   if (speed < 0 || !std::isfinite(speed)) {
     err << "gpuwatch: replay: --speed must be a positive number\n";
     return 2;
   }
+  std::vector<analyze::TemplateStep> templates;
+  if (!baselines_dir.empty()) {
+    std::error_code ec;
+    if (!std::filesystem::is_directory(baselines_dir, ec)) {
+      err << "gpuwatch: replay: --baselines " << baselines_dir << ": not a directory\n";
+      return 2;
+    }
+    std::vector<std::string> skipped;
+    auto all = analyze::BaselineStore(baselines_dir).List(&skipped);
+    if (!all.ok()) {
+      err << "gpuwatch: replay: --baselines: " << all.status().message() << "\n";
+      return 2;
+    }
+    for (const std::string& s : skipped) err << "gpuwatch: replay: skipped baseline " << s << "\n";
+    templates = analyze::CurrentTemplateSteps(*all, 0);
+    err << "gpuwatch: replay: " << templates.size() << " template baseline(s) from "
+        << baselines_dir << "\n";
+  }
   const auto t0 = std::chrono::steady_clock::now();
-  Result<ReplayResult> r = ReplayTrace(path, speed);
+  Result<ReplayResult> r = ReplayTrace(path, speed, templates);
   if (!r.ok()) {
     err << "gpuwatch: replay: " << r.status().message() << "\n";
     return 2;

@@ -7,6 +7,7 @@
 #include <ostream>
 #include <string>
 
+#include "analyze/baseline.h"
 #include "analyze/finding.h"
 #include "common/status.h"
 
@@ -22,13 +23,18 @@ struct ReplayResult {
 // Reads the whole trace through the diagnoser. An error names the file and line. speed > 0
 // paces the records at `speed` times real time (the trace's own clock); 0 runs as fast as the
 // CPU allows.
-Result<ReplayResult> ReplayTrace(const std::string& path, double speed = 0);
+// `templates`: stored template baselines step_regression also judges against (replay
+// --baselines).
+Result<ReplayResult> ReplayTrace(const std::string& path, double speed = 0,
+                                 const std::vector<analyze::TemplateStep>& templates = {});
 
 // Exit codes: 0 the trace was read (findings or not), 2 it could not be. `serve` ("" none): a
 // listen address where the findings stay open in the API after the replay, until SIGINT or
-// SIGTERM.
+// SIGTERM. `baselines_dir` ("" none): a baseline store (gpuwatch baseline, <data-dir>/baselines)
+// whose newest baseline per template and shape the job's steps are judged against too.
 int RunReplay(const std::string& path, bool json, double speed, std::ostream& out,
-              std::ostream& err, const std::string& serve = "");
+              std::ostream& err, const std::string& serve = "",
+              const std::string& baselines_dir = "");
 // Serves `doc` at /api/v1/findings (job= and node= filter) on `listen` until SIGINT/SIGTERM.
 Status ServeFindings(const std::string& listen, const nlohmann::json& doc, const std::string& what,
                      std::ostream& err);

@@ -8,10 +8,13 @@
 
 #include <cerrno>
 #include <cstring>
+#include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <sstream>
 
 #include "collect/topology_probe.h"
+#include "common/file_io.h"
 #include "common/log.h"
 #include "common/strings.h"
 #include "server/api.h"
@@ -68,6 +71,7 @@ Status Agent::Init() {
     if (::mkdir(options_.data_dir.c_str(), 0755) != 0 && errno != EEXIST)
       return Status::IoError("cannot create data dir " + options_.data_dir + ": " +
                              std::strerror(errno));
+    RestoreAlertState();
   }
   std::lock_guard<std::mutex> lock(mu_);
   if (!gpu_) {
@@ -87,6 +91,51 @@ Status Agent::Init() {
                 state_.system.nvml_version);
   }
   return Status::Ok();
+}
+
+void Agent::RestoreAlertState() {
+  const std::string path = options_.data_dir + "/alerts.json";
+  std::ifstream in(path);
+  if (!in) return;  // none yet
+  std::stringstream text;
+  text << in.rdbuf();
+  const auto state = nlohmann::json::parse(text.str(), nullptr, false);
+  Status st = state.is_discarded() ? Status::InvalidArgument("not JSON") : Status::Ok();
+  if (st.ok()) {
+    std::lock_guard<std::mutex> lock(alerts_mu_);
+    st = alerts_.Restore(state, WallClockMs());
+  }
+  if (st.ok()) {
+    GW_LOG_INFO("alerts and silences restored from {}", path);
+    return;
+  }
+  // Kept aside, never overwritten: what is in it was accepted once.
+  const std::string aside = fmt::format("{}.damaged-{}", path, WallClockMs());
+  std::rename(path.c_str(), aside.c_str());
+  GW_LOG_ERROR("cannot restore alerts from {} ({}); kept it as {} and started without them", path,
+               st.message(), aside);
+}
+
+void Agent::SaveAlertStateLocked(int64_t now_ms, bool now) const {
+  if (options_.data_dir.empty()) return;
+  // What a restart must not lose: the lifecycle (state, notified, severity) and the silences.
+  // Those are saved as they change; the rest (last seen, counts) at most once a minute.
+  std::string signature;
+  for (const analyze::Alert& a : alerts_.Alerts())
+    signature +=
+        fmt::format("{}|{}|{}|{}\n", a.fingerprint, a.state, a.notified, a.finding.severity);
+  for (const analyze::Silence& sl : alerts_.Silences(now_ms))
+    signature += fmt::format("{}|{}\n", sl.id, sl.ends_ms);
+  if (!now && signature == alert_state_signature_ && now_ms - alert_state_saved_ms_ < 60000) return;
+  if (!now && signature == alert_state_signature_ && alerts_.Notifiable().empty()) return;
+  if (Status st = WriteFileAtomically(options_.data_dir + "/alerts.json",
+                                      alerts_.State(now_ms).dump(1) + "\n");
+      !st.ok()) {
+    GW_LOG_ERROR("cannot keep the alert state: {}", st.message());
+    return;
+  }
+  alert_state_signature_ = std::move(signature);
+  alert_state_saved_ms_ = now_ms;
 }
 
 void Agent::RecordEvent(model::GpuEvent e) {
@@ -526,9 +575,11 @@ void Agent::KeepChangeEvents(const std::vector<ChangeEvent>& changes, const std:
   for (const auto& c : changes) {
     GW_LOG_INFO("change: {}", c.message);
     records.push_back(ToEventRecord(c, now_ms, options_.hostname, job));
-    const trace::EventKind k = c.kind == "driver_change"     ? trace::EventKind::kDriverChange
-                               : c.kind == "topology_change" ? trace::EventKind::kTopologyChange
-                                                             : trace::EventKind::kConfigChange;
+    const trace::EventKind k = c.kind == "driver_change"       ? trace::EventKind::kDriverChange
+                               : c.kind == "topology_change"   ? trace::EventKind::kTopologyChange
+                               : c.kind == "maintenance_start" ? trace::EventKind::kMaintenanceStart
+                               : c.kind == "maintenance_end"   ? trace::EventKind::kMaintenanceEnd
+                                                               : trace::EventKind::kConfigChange;
     recorder_.Add(now_ms, trace::EventRecordLine(now_ms, options_.hostname, c.gpu_index, k,
                                                  std::nullopt, c.message, job));
   }
@@ -670,8 +721,65 @@ void Agent::ObserveNcclVersions(const std::vector<JobLogLine>& lines,
   }
 }
 
+void Agent::TrackMaintenance(int64_t now_ms) {
+  std::map<std::string, analyze::Silence> active;
+  {
+    std::lock_guard<std::mutex> lock(alerts_mu_);
+    for (analyze::Silence& s : alerts_.Silences(now_ms)) {
+      // A window of this node or one of its GPUs; one narrowed to a job or a cause only holds
+      // back alerts (the silence), it does not put the node in maintenance.
+      if (s.maintenance && s.starts_ms <= now_ms && now_ms < s.ends_ms && s.job.empty() &&
+          s.cause.empty() && (s.node.empty() || s.node == options_.hostname))
+        active.emplace(s.id, std::move(s));
+    }
+  }
+  std::vector<ChangeEvent> events;
+  auto event = [&](const char* kind, const analyze::Silence& s) {
+    ChangeEvent e;
+    e.kind = kind;
+    e.severity = "info";
+    e.gpu_index = s.gpu ? std::optional<unsigned>(static_cast<unsigned>(*s.gpu)) : std::nullopt;
+    e.message =
+        fmt::format("maintenance {} {}{} until {}{}", s.id,
+                    std::string_view(kind) == "maintenance_start" ? "began" : "ended",
+                    s.gpu ? fmt::format(" on GPU {}", *s.gpu) : "", analyze::Rfc3339Ms(s.ends_ms),
+                    s.comment.empty() ? "" : ": " + s.comment);
+    nlohmann::json fields = {{"silence", s.id},
+                             {"starts_at", analyze::Rfc3339Ms(s.starts_ms)},
+                             {"ends_at", analyze::Rfc3339Ms(s.ends_ms)}};
+    if (!s.created_by.empty()) fields["created_by"] = s.created_by;
+    e.fields_json = fields.dump();
+    events.push_back(std::move(e));
+  };
+  for (const auto& [id, s] : active) {
+    if (open_maintenance_.count(id) == 0) event("maintenance_start", s);
+  }
+  for (const auto& [id, s] : open_maintenance_) {
+    if (active.count(id) == 0) event("maintenance_end", s);
+  }
+  open_maintenance_ = std::move(active);
+  // Dated now: the live diagnosis reads what lands after its cursor, and the window's own
+  // bounds are in the message and fields.
+  KeepChangeEvents(events, "");
+}
+
 void Agent::TickDiagnosis() {
   const int64_t now_ms = clock_.NowMs();
+  TrackMaintenance(now_ms);
+  // Template baselines (learned here, or imported with gpuwatch baseline import) are read every
+  // 5 minutes: a few small files, and what an operator imports is used soon after.
+  if (!options_.data_dir.empty() &&
+      (templates_read_ms_ < 0 || now_ms - templates_read_ms_ >= 300000)) {
+    templates_read_ms_ = now_ms;
+    int64_t stale_before_ms = 0;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stale_before_ms = state_.baselines_stale_before_ms;
+    }
+    auto all = analyze::BaselineStore(options_.data_dir + "/baselines").List();
+    if (all.ok())
+      diagnosis_.SetTemplateBaselines(analyze::CurrentTemplateSteps(*all, stale_before_ms));
+  }
   diagnosis_.Tick(now_ms);
   std::vector<analyze::AlertNotification> changes;
   std::vector<analyze::Alert> firing;
@@ -686,6 +794,7 @@ void Agent::TickDiagnosis() {
   {
     std::lock_guard<std::mutex> lock(alerts_mu_);
     changes = alerts_.Update(findings, now_ms);
+    SaveAlertStateLocked(now_ms, false);
     if (notifier_) firing = alerts_.Notifiable();
     for (const char* sev : {"info", "warning", "critical"}) {
       counts[{sev, "notified"}] = 0;
@@ -722,8 +831,10 @@ void Agent::TickDiagnosis() {
     for (const std::string& line : auto_baselines_->Tick(
              now_ms, jobs_.Jobs(),
              [this](int64_t from, int64_t to) { return recorder_.Window(from, to); },
-             stale_before_ms))
+             stale_before_ms)) {
       GW_LOG_INFO("{}", line);
+      templates_read_ms_ = -1;  // judge by it from the next tick
+    }
   }
 }
 
@@ -741,13 +852,19 @@ Result<std::string> Agent::AddSilence(analyze::Silence s) const {
   const int64_t now_ms = WallClockMs();
   std::lock_guard<std::mutex> lock(alerts_mu_);
   auto id = alerts_.AddSilence(std::move(s), now_ms);
-  if (id.ok()) GW_LOG_INFO("silence {} added", *id);
+  if (id.ok()) {
+    GW_LOG_INFO("silence {} added", *id);
+    SaveAlertStateLocked(now_ms, true);
+  }
   return id;
 }
 
 Status Agent::ExpireSilence(const std::string& id) const {
+  const int64_t now_ms = WallClockMs();
   std::lock_guard<std::mutex> lock(alerts_mu_);
-  return alerts_.ExpireSilence(id, WallClockMs());
+  Status st = alerts_.ExpireSilence(id, now_ms);
+  if (st.ok()) SaveAlertStateLocked(now_ms, true);
+  return st;
 }
 
 void Agent::DrainJobs() {

@@ -115,6 +115,15 @@ class Agent {
   // Runs the diagnosis engine over the records added since the last call and folds its
   // findings into the alerts (every 5 s on the tier thread; tests call it directly).
   void TickDiagnosis();
+  // The alert book across restarts: <data-dir>/alerts.json (docs/format/alerts.md). A damaged
+  // file is kept aside, never overwritten.
+  void RestoreAlertState();
+  // Under alerts_mu_. `now`: save even if nothing lifecycle-related changed (a silence added).
+  void SaveAlertStateLocked(int64_t now_ms, bool now) const;
+  // Maintenance windows (silences marked maintenance, of this node) on the timeline: a
+  // maintenance_start event when one begins, maintenance_end when it ends or is expired, so the
+  // diagnosis and anyone reading the events know (tier thread).
+  void TrackMaintenance(int64_t now_ms);
   // The alerts and silences (docs/format/alerts.md): {"alerts": [...], "silences": [...]}.
   nlohmann::json AlertsJson() const;
   // Adds a silence or maintenance window; returns its id. Errors name what is wrong.
@@ -187,10 +196,16 @@ class Agent {
   trace::FlightRecorder recorder_;
   LiveDiagnosis diagnosis_;  // reads recorder_
   mutable std::mutex alerts_mu_;
-  mutable analyze::AlertBook alerts_;  // guarded by alerts_mu_
+  mutable analyze::AlertBook alerts_;          // guarded by alerts_mu_
+  mutable std::string alert_state_signature_;  // guarded by alerts_mu_: what was last saved
+  mutable int64_t alert_state_saved_ms_ = 0;   // guarded by alerts_mu_
   std::unique_ptr<AlertNotifier> notifier_;
   std::unique_ptr<UserRuleEvaluator> user_rules_;  // tier thread only
   std::unique_ptr<AutoBaselines> auto_baselines_;  // tier thread only
+  // When the template baselines were last read for the diagnosis (tier thread only); -1 asks
+  // for a read at the next tick (at start, and after a baseline is learned).
+  int64_t templates_read_ms_ = -1;
+  std::map<std::string, analyze::Silence> open_maintenance_;  // by id (tier thread only)
   std::unique_ptr<SnapshotManager> snapshots_;
   std::vector<model::GpuSample> prev_gpu_samples_;  // tier thread: rates for trace records
   std::optional<model::HostSample> prev_host_;      // tier thread

@@ -90,7 +90,8 @@ Status SaveNodeFacts(const std::string& path, const NodeFacts& facts);
 
 // One change, ready for the event store or a trace `event` record.
 struct ChangeEvent {
-  std::string kind;         // driver_change | config_change | topology_change
+  std::string kind;         // driver_change | config_change | topology_change | maintenance_start |
+                            // maintenance_end
   std::string severity;     // info | warning
   std::string message;      // in plain words: "driver 550.54.15 -> 550.90.07"
   std::string fields_json;  // {"what":…, …}: "what" names the fact (driver, cuda, gpu_added, …)

@@ -30,6 +30,10 @@ class LiveDiagnosis {
 
   explicit LiveDiagnosis(WindowFn window, analyze::DiagnoserOptions options = {});
 
+  // The stored template baselines step_regression also judges against (Tick's thread).
+  void SetTemplateBaselines(const std::vector<analyze::TemplateStep>& t) {
+    diagnoser_.SetTemplateBaselines(t);
+  }
   // Reads the records up to now_ms - kLagMs and re-runs the rules. Returns how many records
   // were read.
   size_t Tick(int64_t now_ms);

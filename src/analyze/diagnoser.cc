@@ -291,6 +291,11 @@ void Diagnoser::OnStepTask(const trace::TraceRecord& r, const trace::TraceStep& 
               gpu, rank, *st.job, Num(rest), Num(medians[0].first));
           f.evidence = {fmt::format("median comm_s {} on rank {} vs {} on the others",
                                     Num(medians[0].first), rank, Num(rest))};
+          std::vector<uint32_t> peers;
+          for (const auto& [other_rank, other_gpu] : ts.rank_gpu) {
+            if (other_rank != rank) peers.push_back(other_gpu);
+          }
+          f.evidence.push_back(CompareWithPeers(r.node, ts.rank_gpu[rank], peers));
           f.action =
               "Compare the GPU's clocks, temperature, power and PCIe link with its peers; "
               "move the job off it if it persists";
@@ -638,6 +643,13 @@ void Diagnoser::CheckMemory(const trace::TraceRecord& r, uint32_t gpu, double me
       job->second.first, rate_mib_s * 60, gpu, left_s / 60);
   f.evidence = {fmt::format("mem_used_mib {:.0f} → {:.0f} over {:.0f} s (of {:.0f})",
                             m.samples.front().second, mem_mib, span, total)};
+  // Per step, the unit a leak is made in (a tensor kept each step).
+  if (auto ts = tasks_.find({r.node, job->second.first});
+      ts != tasks_.end() && ts->second.durations.size() >= 5) {
+    std::vector<double> d(ts->second.durations.begin(), ts->second.durations.end());
+    f.evidence.push_back(fmt::format("≈ {} MiB per step (median step {} s)",
+                                     Num(rate_mib_s * Median(d)), Num(Median(d))));
+  }
   f.action =
       "Look for tensors kept across steps (losses kept with their graph, growing caches, "
       "lists of outputs); compare torch.cuda.memory_allocated between steps";
@@ -660,6 +672,51 @@ void Diagnoser::OnNode(const trace::TraceRecord& r, const trace::TraceNode& n) {
     ns.clock_offset_ms = n.clock_offset_ms;
     ns.clock_offset_t = r.t;
   }
+}
+
+std::string Diagnoser::CompareWithPeers(const std::string& node, uint32_t gpu,
+                                        const std::vector<uint32_t>& peers) const {
+  auto last = [&](uint32_t g) -> const TraceGpu* {
+    auto it = gpus_.find({node, g});
+    return it == gpus_.end() || !it->second.prev ? nullptr : &*it->second.prev;
+  };
+  const TraceGpu* me = last(gpu);
+  if (!me) return fmt::format("no card sample of GPU {} to compare with its peers", gpu);
+  // The peers' median of one field, when they report it.
+  auto peer_median = [&](auto field) -> std::optional<double> {
+    std::vector<double> v;
+    for (uint32_t p : peers) {
+      if (const TraceGpu* g = last(p); g && (g->*field)) v.push_back(*(g->*field));
+    }
+    if (v.empty()) return std::nullopt;
+    return Median(v);
+  };
+  std::vector<std::string> differs;
+  const auto clock = peer_median(&TraceGpu::sm_clock_mhz);
+  if (me->sm_clock_mhz && clock && *me->sm_clock_mhz < 0.97 * *clock)
+    differs.push_back(fmt::format("SM clock {} vs {} MHz", Num(*me->sm_clock_mhz), Num(*clock)));
+  const auto temp = peer_median(&TraceGpu::temp_c);
+  if (me->temp_c && temp && *me->temp_c > *temp + 5)
+    differs.push_back(fmt::format("{} vs {} °C", Num(*me->temp_c), Num(*temp)));
+  const auto power = peer_median(&TraceGpu::power_w);
+  if (me->power_w && power && *me->power_w < 0.9 * *power)
+    differs.push_back(fmt::format("{} vs {} W", Num(*me->power_w), Num(*power)));
+  const auto width = peer_median(&TraceGpu::pcie_width);
+  if (me->pcie_width && width && *me->pcie_width < *width)
+    differs.push_back(fmt::format("PCIe x{} vs x{}", Num(*me->pcie_width), Num(*width)));
+  if (me->throttle && !me->throttle->empty()) {
+    std::string reasons;
+    for (const std::string& t : *me->throttle) reasons += (reasons.empty() ? "" : ",") + t;
+    differs.push_back("clock-event reasons " + reasons);
+  }
+  if (differs.empty())
+    return fmt::format(
+        "GPU {}'s clock, temperature, power and PCIe link match its peers': look at its "
+        "process (CPU, NUMA placement, input) and its memory errors",
+        gpu);
+  std::string list;
+  for (const std::string& d : differs) list += (list.empty() ? "" : ", ") + d;
+  return fmt::format("GPU {} vs its peers' median: {}", gpu, list);
 }
 
 void Diagnoser::CheckTemperatureTrend(const trace::TraceRecord& r, const TraceGpu& g, GpuState& s) {
@@ -1306,9 +1363,11 @@ std::vector<Finding> Diagnoser::Deepest(std::vector<Finding> all) const {
     }
     return false;
   };
+  // What explains a straggling GPU: a card cause on it, or its process placed on the wrong
+  // NUMA node (its input and launches cross the socket link).
   const std::initializer_list<std::string_view> kCard = {
-      "thermal_throttle", "power_throttle", "clock_slowdown", "ecc_dbe", "xid",
-      "gpu_lost",         "pcie_downgrade", "nvlink_errors"};
+      "thermal_throttle", "power_throttle", "clock_slowdown", "ecc_dbe",      "xid",
+      "gpu_lost",         "pcie_downgrade", "nvlink_errors",  "numa_mismatch"};
   const std::initializer_list<std::string_view> kBelow = {
       "thermal_throttle", "power_throttle", "clock_slowdown", "ecc_dbe",         "xid",
       "gpu_lost",         "pcie_downgrade", "nvlink_errors",  "nvlink_fallback", "net_fallback",

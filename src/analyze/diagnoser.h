@@ -46,7 +46,8 @@
 //                  vanishes after is the teardown)
 // Maintenance (Finish): a finding first seen inside a maintenance window of its node (events
 // maintenance_start … maintenance_end; of one GPU when they name one) is recorded as info.
-// Deepest cause only (Finish): a card cause on a GPU removes that GPU's straggler finding; any
+// Deepest cause only (Finish): a card cause (or numa_mismatch) on a GPU removes that GPU's
+// straggler finding, whose evidence otherwise says how the GPU differs from its peers; any
 // card, link or deeper task cause on a node of the job removes its step_regression; a lost
 // GPU, an XID or a DBE on the node, or a rank_exit anywhere in the job, removes a job_hang.
 // Findings of one cause at one place are one finding (first_seen, last_seen extended).
@@ -227,6 +228,10 @@ class Diagnoser {
   void OnLog(const trace::TraceRecord& r, const trace::TraceLog& l);
   void OnJob(const trace::TraceRecord& r, const trace::TraceJob& j);
   void OnStep(const trace::TraceRecord& r, const trace::TraceStep& st);
+  // How `gpu` differs from `peers` in its last card sample (clock, temperature, power, PCIe
+  // width, clock-event reasons): the straggler's explanation in words.
+  std::string CompareWithPeers(const std::string& node, uint32_t gpu,
+                               const std::vector<uint32_t>& peers) const;
   void CheckTemperatureTrend(const trace::TraceRecord& r, const trace::TraceGpu& g, GpuState& s);
   void CheckMemory(const trace::TraceRecord& r, uint32_t gpu, double mem_mib);
   void OnStepTask(const trace::TraceRecord& r, const trace::TraceStep& st);

@@ -408,6 +408,23 @@ TEST(DiagnoserTest, StragglerIsTheRankThatNeverWaits) {
   EXPECT_EQ(f[0].gpu, 2);
   EXPECT_GE(f[0].first_seen, 161);
   EXPECT_LE(f[0].first_seen, 161 + 120);
+  ASSERT_EQ(f[0].evidence.size(), 2u);
+  EXPECT_EQ(f[0].evidence[1], "no card sample of GPU 2 to compare with its peers");
+  // With card samples the evidence says how GPU 2 differs from its peers (no throttle reason
+  // held: nothing deeper to name).
+  std::string cards;
+  for (int i = 0; i < 10; ++i) {
+    for (int g = 0; g < 4; ++g) {
+      cards += Gpu(150 + i, g,
+                   std::string("\"util_pct\":95,\"sm_clock_mhz\":") + (g == 2 ? "1600" : "1980") +
+                       ",\"temp_c\":" + (g == 2 ? "81" : "66") + ",\"power_w\":650");
+    }
+  }
+  const std::string node = Node("n1", 100);
+  f = Diagnose(node + cards + trace.substr(node.size()));
+  ASSERT_EQ(f.size(), 1u);
+  EXPECT_EQ(f[0].evidence[1], "GPU 2 vs its peers' median: SM clock 1600 vs 1980 MHz, 81 vs 66 °C")
+      << f[0].evidence[1];
   // A thermally throttled GPU 2 is the deeper cause: the straggler finding goes.
   for (int i = 0; i < 10; ++i) {
     trace += Gpu(165 + i, 2, "\"util_pct\":95,\"throttle\":[\"hw_thermal\"]");

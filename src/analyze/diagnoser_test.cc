@@ -171,6 +171,46 @@ TEST(DiagnoserTest, XidFamiliesMapToTheirCauses) {
   EXPECT_DOUBLE_EQ(f[1].last_seen, 104);  // one finding, extended
 }
 
+TEST(DiagnoserTest, PowerAndSlowdownThrottlesEccAndTopologyEachFromTheirOwnEvidence) {
+  std::string trace = Node("n1", 100);
+  for (int i = 0; i < 60; ++i) {
+    const double t = 101 + i;
+    // GPU 0 holds the power cap from t=121 with its clock well under its maximum (1980 MHz);
+    // GPU 1 touches the cap one sample in five at full clock (healthy at full load).
+    const bool capped = i >= 20;
+    trace += Gpu(t, 0,
+                 std::string("\"util_pct\":99,\"sm_clock_mhz\":") + (capped ? "1600" : "1980") +
+                     ",\"throttle\":" + (capped ? "[\"sw_power_cap\"]" : "[]") +
+                     // DBEs rise once at t=140; SBEs every 10 s from t=111.
+                     ",\"ecc_dbe_volatile\":" + (i >= 39 ? "1" : "0") +
+                     ",\"ecc_sbe_volatile\":" + std::to_string(i >= 10 ? (i - 10) / 10 + 1 : 0));
+    // GPU 1: hw_slowdown from t=131 for 3 samples and more; the power brake at t=151-153.
+    std::string reasons = i % 5 == 0 ? "\"sw_power_cap\"" : "";
+    if (i >= 30) reasons += std::string(reasons.empty() ? "" : ",") + "\"hw_slowdown\"";
+    if (i >= 50 && i < 53) reasons += ",\"hw_power_brake\"";
+    trace += Gpu(t, 1, "\"util_pct\":99,\"sm_clock_mhz\":1980,\"throttle\":[" + reasons + "]");
+  }
+  trace +=
+      R"({"t":150,"type":"event","node":"n1","gpu":1,"kind":"topology_change","message":"GPU1 NVLink 18 -> 17 links"})"
+      "\n";
+  std::map<std::string, Finding> by;
+  for (const Finding& f : Diagnose(trace))
+    by[f.cause + "/" + std::to_string(f.gpu.value_or(-1))] = f;
+  ASSERT_TRUE(by.count("power_throttle/0")) << by.size();
+  EXPECT_DOUBLE_EQ(by["power_throttle/0"].first_seen, 121);
+  ASSERT_TRUE(by.count("ecc_dbe/0"));
+  EXPECT_EQ(by["ecc_dbe/0"].severity, "critical");
+  EXPECT_DOUBLE_EQ(by["ecc_dbe/0"].first_seen, 140);
+  ASSERT_TRUE(by.count("ecc_sbe_growth/0"));
+  ASSERT_TRUE(by.count("clock_slowdown/1"));
+  EXPECT_DOUBLE_EQ(by["clock_slowdown/1"].first_seen, 131);
+  ASSERT_TRUE(by.count("power_throttle/1"));  // the brake, not the flickering cap
+  EXPECT_DOUBLE_EQ(by["power_throttle/1"].first_seen, 151);
+  EXPECT_NE(by["power_throttle/1"].summary.find("power brake"), std::string::npos);
+  ASSERT_TRUE(by.count("topology_change/-1"));  // the node's, whichever GPU the event names
+  EXPECT_EQ(by.size(), 6u);
+}
+
 TEST(DiagnoserTest, CountersThatKeepRisingAndOneThatReset) {
   std::string trace = Node("n1", 100);
   for (int i = 0; i < 10; ++i) {
@@ -390,6 +430,32 @@ TEST(DiagnoserTest, StepRegressionAgainstTheTemplateForAJobSlowFromItsStart) {
   slower.median_s = 1.45;
   slower.p99_s = 1.6;
   EXPECT_TRUE(Diagnose(trace, {slower}).empty());
+}
+
+TEST(DiagnoserTest, StepRegressionAgainstTheJobsOwnSteadyState) {
+  std::string trace = Node("n1", 100);
+  // 1.0 s steps; from t=500 they take 1.4 s (nothing deeper in the trace to explain it).
+  double t = 101;
+  while (t < 900) {
+    const double d = t >= 500 ? 1.4 : 1.0;
+    t += d;
+    for (int rank = 0; rank < 2; ++rank) trace += StepOf(t, rank, d, 0.1);
+  }
+  const std::vector<Finding> f = Diagnose(trace);
+  ASSERT_EQ(f.size(), 1u);
+  EXPECT_EQ(f[0].cause, "step_regression");
+  EXPECT_NE(f[0].summary.find("40% over its own 1 s"), std::string::npos) << f[0].summary;
+  EXPECT_GE(f[0].first_seen, 499);
+  EXPECT_LE(f[0].first_seen, 502);
+  // Slower by less than the factor: nothing.
+  std::string mild = Node("n1", 100);
+  t = 101;
+  while (t < 900) {
+    const double d = t >= 500 ? 1.2 : 1.0;
+    t += d;
+    for (int rank = 0; rank < 2; ++rank) mild += StepOf(t, rank, d, 0.1);
+  }
+  EXPECT_TRUE(Diagnose(mild).empty());
 }
 
 TEST(DiagnoserTest, StragglerIsTheRankThatNeverWaits) {

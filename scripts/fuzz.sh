@@ -19,6 +19,8 @@ clang++ $FLAGS -o time_source_fuzz ../../src/collect/time_source_fuzz.cc ../../s
   $COMMON -lfmt
 clang++ $FLAGS -o kmsg_fuzz ../../src/logs/kmsg_fuzz.cc ../../src/logs/kmsg.cc \
   ../../src/logs/log_classify.cc $COMMON -lfmt
+clang++ $FLAGS -o template_rules_fuzz ../../src/jobs/template_rules_fuzz.cc \
+  ../../src/jobs/template_rules.cc $COMMON -lfmt
 clang++ $FLAGS -o job_protocol_fuzz ../../src/jobs/job_protocol_fuzz.cc ../../src/jobs/job_protocol.cc \
   ../../src/jobs/job_registry.cc ../../src/collect/attribution.cc $COMMON -lfmt
 clang++ $FLAGS -o topo_fuzz ../../src/topo/topo_fuzz.cc ../../src/topo/topo_text.cc \
@@ -57,6 +59,7 @@ mkdir -p corpus/event_store && ./event_store_fuzz -max_total_time="$SECS" corpus
 mkdir -p corpus/attribution && ./attribution_fuzz -max_total_time="$SECS" corpus/attribution ../../tests/fixtures/root/proc ../../tests/fixtures/root-corrupt/proc
 mkdir -p corpus/time_source && ./time_source_fuzz -max_total_time="$SECS" corpus/time_source ../../tests/fixtures/timesource
 mkdir -p corpus/kmsg && ./kmsg_fuzz -max_total_time="$SECS" corpus/kmsg ../../tests/fixtures/kmsg
+mkdir -p corpus/template_rules && ./template_rules_fuzz -max_total_time="$SECS" corpus/template_rules ../../tests/fixtures/template_rules
 mkdir -p corpus/job_protocol && ./job_protocol_fuzz -max_total_time="$SECS" corpus/job_protocol ../../tests/fixtures/job_protocol
 mkdir -p corpus/cli && ./cli_fuzz -max_total_time="$SECS" corpus/cli ../../tests/fixtures/config
 mkdir -p corpus/nccl && ./nccl_fuzz -max_total_time="$SECS" corpus/nccl ../../tests/fixtures/nccl

@@ -76,6 +76,7 @@ struct AgentFlags {
   std::string alert_webhook, alertmanager;
   std::string alert_resolve_after = "2m";
   std::string rules;
+  std::string template_rules;
   std::string learn_baselines = "on";
 };
 
@@ -173,6 +174,9 @@ void AddAgentFlags(CLI::App* app, AgentFlags* f) {
   app->add_option("--rules", f->rules,
                   "Your own alerting rules, PromQL over this agent's store (JSON; "
                   "docs/format/user-rules.md; needs --data-dir)");
+  app->add_option("--template-rules", f->template_rules,
+                  "Name the template of jobs that do not give one, by user, project, GPUs "
+                  "and ranks (JSON; docs/format/baseline.md)");
   app->add_option("--learn-baselines", f->learn_baselines,
                   "on (default): with --data-dir, learn each job template's baseline from a "
                   "run's first stable window when none is current (gpuwatch baseline list); off");
@@ -216,6 +220,7 @@ std::map<std::string, std::string*> FlagFields(AgentFlags* f) {
           {"alertmanager", &f->alertmanager},
           {"alert-resolve-after", &f->alert_resolve_after},
           {"rules", &f->rules},
+          {"template-rules", &f->template_rules},
           {"learn-baselines", &f->learn_baselines},
           {"log-level", &f->log_level}};
 }
@@ -268,6 +273,11 @@ Result<server::AgentOptions> MakeOptions(const AgentFlags& f) {
     auto rules = server::LoadUserRules(f.rules);
     if (!rules.ok()) return rules.status();
     o.user_rules = std::move(rules).value();
+  }
+  if (!f.template_rules.empty()) {
+    auto rules = jobs::LoadTemplateRules(f.template_rules);
+    if (!rules.ok()) return rules.status();
+    o.jobs.template_rules = std::move(rules).value();
   }
   const std::pair<const std::string*, std::chrono::milliseconds*> durations[] = {
       {&f.gpu_interval, &o.gpu_interval},

@@ -685,6 +685,13 @@ JobView JobRegistry::View(const JobRec& j) const {
   }
   v.gpus.assign(gpus.begin(), gpus.end());
   v.pids.assign(pids.begin(), pids.end());
+  // No template from the job itself: the operator's rules name its class (R13).
+  if (v.template_name.empty() && !options_.template_rules.empty()) {
+    v.template_name = MatchTemplate(
+        options_.template_rules, v.user, v.project,
+        v.gpus.empty() ? std::nullopt : std::optional(static_cast<uint32_t>(v.gpus.size())),
+        v.world_size);
+  }
   return v;
 }
 

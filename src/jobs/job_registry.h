@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "jobs/job_protocol.h"
+#include "jobs/template_rules.h"
 #include "model/job.h"
 #include "model/process.h"
 
@@ -65,6 +66,9 @@ struct JobRegistryOptions {
   size_t reservoir = 1024;               // step durations sampled per rank per window for quantiles
   size_t median_steps = 256;             // recent steps the hang median is taken over
   std::string job_env_var = "SLURM_JOB_ID";  // only names the attribution source in views
+  // A job without the SDK's template gets the first of these its labels match (jobs/
+  // template_rules.h), in its views and so in its trace start record.
+  std::vector<TemplateRule> template_rules;
 };
 
 // Something for the event store (and the trace's `event`/`job` records).

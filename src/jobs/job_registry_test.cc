@@ -101,6 +101,22 @@ TEST_F(JobRegistryTest, WindowStatisticsPerRankAndJob) {
   EXPECT_EQ(reg.counters().accepted, 152u);
 }
 
+TEST_F(JobRegistryTest, TemplateRulesNameJobsWithoutATemplate) {
+  JobRegistryOptions o;
+  o.template_rules = {{.name = "two-rank", .user = "", .project = "nlp", .gpus = {}, .ranks = 2}};
+  JobRegistry reg = Make(o);
+  model::JobMessage bare = Start("j", 0);
+  bare.template_name.clear();
+  bare.project = "nlp";
+  ASSERT_FALSE(reg.Accept(bare, {100, 1000}, kT0));
+  EXPECT_EQ(reg.Job("j")->template_name, "two-rank");
+  // The SDK's own template wins over the rules.
+  model::JobMessage named = Start("k", 0);
+  named.project = "nlp";
+  ASSERT_FALSE(reg.Accept(named, {101, 1000}, kT0));
+  EXPECT_EQ(reg.Job("k")->template_name, "tmpl");
+}
+
 TEST_F(JobRegistryTest, DuplicateAndOutOfOrderStepsAreRejected) {
   JobRegistry reg = Make();
   EXPECT_FALSE(reg.Accept(Step("j", 0, 5, 0.1, kT0), {100, 1000}, kT0));

@@ -148,13 +148,15 @@ Result<FaultSpec> ParseFaultSpec(const std::string& text) {
 
 Result<SimOutput> Simulate(const SimOptions& o) {
   const size_t x = o.shape.find_first_of("xX");
-  std::optional<int> count =
-      x == std::string::npos ? std::nullopt : ParseInt<int>(o.shape.substr(0, x));
+  // 0 when absent or not a number (a plain int: GCC's -O1 flow analysis misreads an optional
+  // here as maybe uninitialised).
+  const int count =
+      x == std::string::npos ? 0 : ParseInt<int>(o.shape.substr(0, x)).value_or(0);
   const Model* model = nullptr;
   for (const Model& m : kModels) {
     if (x != std::string::npos && ToLower(m.key) == ToLower(o.shape.substr(x + 1))) model = &m;
   }
-  if (!count || *count < 1 || *count > 16 || model == nullptr) {
+  if (count < 1 || count > 16 || model == nullptr) {
     return Status::InvalidArgument("bad shape '" + o.shape +
                                    "': <N>x<MODEL>, N 1..16, MODEL H100, A100, L40S or 4090");
   }
@@ -162,7 +164,7 @@ Result<SimOutput> Simulate(const SimOptions& o) {
   if (o.duration_s < 240 || o.duration_s > 7 * 86400) {
     return Status::InvalidArgument("duration must be 4 min .. 7 days");
   }
-  const int n = *count;
+  const int n = count;
   const double t0 = o.start_unix_s;
   const double job_start = t0 + kJobStartS, job_end = t0 + o.duration_s - kJobTailS;
   std::optional<double> restart_t;  // one restart carries every restart fault

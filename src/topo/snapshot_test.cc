@@ -252,7 +252,8 @@ TEST(DiffSnapshotsTest, NamesWhatChanged) {
   // GPU6's NV18 → NV17 cells are explained by the lost link, not repeated per pair.
   for (const TopologyChange& c : d) EXPECT_NE(c.kind, "link_changed") << c.summary;
   for (const TopologyChange& c : d) {
-    if (c.kind == "pcie_width_changed") EXPECT_EQ(c.summary, "GPU3 PCIe width x16 → x8 (max x16)");
+    if (c.kind != "pcie_width_changed") continue;
+    EXPECT_EQ(c.summary, "GPU3 PCIe width x16 → x8 (max x16)");
   }
   EXPECT_EQ(d.size(), 6u);
 }

@@ -180,16 +180,12 @@ nlohmann::json AlertBook::State(int64_t now_ms) const {
   }
   for (const auto& [id, sl] : silences_) {
     if (sl.ends_ms <= now_ms) continue;
-    nlohmann::json j = {{"id", sl.id},
-                        {"starts_ms", sl.starts_ms},
-                        {"ends_ms", sl.ends_ms},
-                        {"maintenance", sl.maintenance}};
-    if (!sl.node.empty()) j["node"] = sl.node;
-    if (sl.gpu) j["gpu"] = *sl.gpu;
-    if (!sl.job.empty()) j["job"] = sl.job;
-    if (!sl.cause.empty()) j["cause"] = sl.cause;
-    if (!sl.created_by.empty()) j["created_by"] = sl.created_by;
-    if (!sl.comment.empty()) j["comment"] = sl.comment;
+    // The API's form, with its times in ms (exact) rather than RFC 3339.
+    nlohmann::json j = SilenceToJson(sl);
+    j.erase("starts_at");
+    j.erase("ends_at");
+    j["starts_ms"] = sl.starts_ms;
+    j["ends_ms"] = sl.ends_ms;
     silences.push_back(std::move(j));
   }
   return {{"format", "gpuwatch-alert-state"},

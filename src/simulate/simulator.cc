@@ -150,8 +150,7 @@ Result<SimOutput> Simulate(const SimOptions& o) {
   const size_t x = o.shape.find_first_of("xX");
   // 0 when absent or not a number (a plain int: GCC's -O1 flow analysis misreads an optional
   // here as maybe uninitialised).
-  const int count =
-      x == std::string::npos ? 0 : ParseInt<int>(o.shape.substr(0, x)).value_or(0);
+  const int count = x == std::string::npos ? 0 : ParseInt<int>(o.shape.substr(0, x)).value_or(0);
   const Model* model = nullptr;
   for (const Model& m : kModels) {
     if (x != std::string::npos && ToLower(m.key) == ToLower(o.shape.substr(x + 1))) model = &m;

@@ -646,9 +646,10 @@ void Diagnoser::CheckMemory(const trace::TraceRecord& r, uint32_t gpu, double me
   // Per step, the unit a leak is made in (a tensor kept each step).
   if (auto ts = tasks_.find({r.node, job->second.first});
       ts != tasks_.end() && ts->second.durations.size() >= 5) {
-    std::vector<double> d(ts->second.durations.begin(), ts->second.durations.end());
-    f.evidence.push_back(fmt::format("≈ {} MiB per step (median step {} s)",
-                                     Num(rate_mib_s * Median(d)), Num(Median(d))));
+    const double step_s =
+        Median(std::vector<double>(ts->second.durations.begin(), ts->second.durations.end()));
+    f.evidence.push_back(
+        fmt::format("≈ {} MiB per step (median step {} s)", Num(rate_mib_s * step_s), Num(step_s)));
   }
   f.action =
       "Look for tensors kept across steps (losses kept with their graph, growing caches, "
@@ -704,19 +705,14 @@ std::string Diagnoser::CompareWithPeers(const std::string& node, uint32_t gpu,
   const auto width = peer_median(&TraceGpu::pcie_width);
   if (me->pcie_width && width && *me->pcie_width < *width)
     differs.push_back(fmt::format("PCIe x{} vs x{}", Num(*me->pcie_width), Num(*width)));
-  if (me->throttle && !me->throttle->empty()) {
-    std::string reasons;
-    for (const std::string& t : *me->throttle) reasons += (reasons.empty() ? "" : ",") + t;
-    differs.push_back("clock-event reasons " + reasons);
-  }
+  if (me->throttle && !me->throttle->empty())
+    differs.push_back(fmt::format("clock-event reasons {}", fmt::join(*me->throttle, ",")));
   if (differs.empty())
     return fmt::format(
         "GPU {}'s clock, temperature, power and PCIe link match its peers': look at its "
         "process (CPU, NUMA placement, input) and its memory errors",
         gpu);
-  std::string list;
-  for (const std::string& d : differs) list += (list.empty() ? "" : ", ") + d;
-  return fmt::format("GPU {} vs its peers' median: {}", gpu, list);
+  return fmt::format("GPU {} vs its peers' median: {}", gpu, fmt::join(differs, ", "));
 }
 
 void Diagnoser::CheckTemperatureTrend(const trace::TraceRecord& r, const TraceGpu& g, GpuState& s) {
@@ -758,15 +754,16 @@ void Diagnoser::CheckTemperatureTrend(const trace::TraceRecord& r, const TraceGp
   s.temp_slope_known = true;
   // Steady load: busy throughout, and the power of the last third not above the first's.
   const size_t third = s.temps.size() / 3;
-  std::vector<double> util, p_first, p_last;
+  std::vector<double> p_first, p_last;
+  double min_util = s.temps.front().util_pct;
   for (size_t i = 0; i < s.temps.size(); ++i) {
-    util.push_back(s.temps[i].util_pct);
+    min_util = std::min(min_util, s.temps[i].util_pct);
     if (i < third) p_first.push_back(s.temps[i].power_w);
     if (i >= s.temps.size() - third) p_last.push_back(s.temps[i].power_w);
   }
   const double power_first = Median(p_first), power_last = Median(p_last);
-  const bool steady = *std::min_element(util.begin(), util.end()) >= o_.busy_util_pct &&
-                      power_last <= power_first * (1 + o_.trend_power_rise_share);
+  const bool steady =
+      min_util >= o_.busy_util_pct && power_last <= power_first * (1 + o_.trend_power_rise_share);
   if (!steady || slope < o_.trend_slope_c_per_min || r2 < o_.trend_min_r2 ||
       late_slope < 0.5 * slope) {
     s.trend_since = -1;
@@ -790,7 +787,7 @@ void Diagnoser::CheckTemperatureTrend(const trace::TraceRecord& r, const TraceGp
   f.evidence = {
       fmt::format("temp_c slope {} °C/min over {} s (R² {})", Num(slope), Num(span), Num(r2)),
       fmt::format("power_w {} → {} (steady), util_pct ≥ {}", Num(power_first), Num(power_last),
-                  Num(*std::min_element(util.begin(), util.end())))};
+                  Num(min_util))};
   if (!peers.empty()) {
     const double peer = Median(peers);
     f.evidence.push_back(fmt::format(

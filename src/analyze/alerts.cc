@@ -13,39 +13,25 @@ namespace {
 
 int64_t Ms(double unix_s) { return static_cast<int64_t>(std::llround(unix_s * 1000)); }
 
-int SeverityRank(std::string_view s) { return s == "critical" ? 2 : s == "warning" ? 1 : 0; }
-
-// What a firing source alert inhibits on the same place.
-struct Inhibition {
-  std::string_view source;
-  std::vector<std::string_view> targets;
-  bool same_gpu;  // else same job
-};
-const std::vector<Inhibition> kInhibitions = {
-    {"gpu_lost",
-     {"thermal_throttle", "power_throttle", "clock_slowdown", "xid", "ecc_sbe_growth",
-      "pcie_downgrade", "pcie_replay", "nvlink_errors", "memory_leak", "gpu_idle_allocated",
-      "straggler_gpu"},
-     true},
-    {"rank_exit", {"job_hang", "straggler_gpu", "step_regression", "data_stall"}, false},
-};
-
 }  // namespace
 
-bool IsEventCause(std::string_view cause) {
-  static const std::vector<std::string_view> kEvents = {
-      "gpu_lost",        "ecc_dbe",          "xid",        "ecc_sbe_growth",
-      "pcie_replay",     "nvlink_errors",    "net_errors", "rank_exit",
-      "topology_change", "version_mismatch", "clock_skew"};
-  return std::find(kEvents.begin(), kEvents.end(), cause) != kEvents.end();
-}
+bool IsEventCause(Cause cause) { return model::Describe(cause).kind == model::CauseKind::kEvent; }
 
 std::string AlertFingerprint(const Finding& f) {
   // An info finding is the engine's own entry apart from a warning of the same cause and place
   // (a trend before the throttle): its own alert.
-  return fmt::format("{}/{}/{}/{}/{}/{}{}", f.cause, f.node, f.gpu ? std::to_string(*f.gpu) : "",
-                     f.job.value_or(""), f.rank ? std::to_string(*f.rank) : "", f.nic.value_or(""),
-                     f.severity == "info" ? "/info" : "");
+  return fmt::format("{}/{}/{}/{}/{}/{}{}", f.CauseText(), f.node,
+                     f.gpu ? std::to_string(*f.gpu) : "", f.job.value_or(""),
+                     f.rank ? std::to_string(*f.rank) : "", f.nic.value_or(""),
+                     f.is_info() ? "/info" : "");
+}
+
+std::set<std::string> AlertBook::FiringJobs() const {
+  std::set<std::string> out;
+  for (const auto& [fp, a] : alerts_) {
+    if (a.state == "firing" && a.finding.job) out.insert(*a.finding.job);
+  }
+  return out;
 }
 
 std::string_view NotificationKindName(AlertNotification::Kind k) {
@@ -60,9 +46,11 @@ std::string_view NotificationKindName(AlertNotification::Kind k) {
   return "firing";
 }
 
-int64_t AlertBook::HoldOf(const std::string& cause) const {
-  if (auto it = o_.hold_ms_by_cause.find(cause); it != o_.hold_ms_by_cause.end()) return it->second;
-  return IsEventCause(cause) ? o_.event_hold_ms : o_.resolve_after_ms;
+int64_t AlertBook::HoldOf(const Finding& f) const {
+  if (auto it = o_.hold_ms_by_cause.find(f.CauseText()); it != o_.hold_ms_by_cause.end()) {
+    return it->second;
+  }
+  return IsEventCause(f.cause) ? o_.event_hold_ms : o_.resolve_after_ms;
 }
 
 bool AlertBook::Matches(const Silence& s, const Alert& a) const {
@@ -70,13 +58,13 @@ bool AlertBook::Matches(const Silence& s, const Alert& a) const {
   if (!s.node.empty() && s.node != f.node) return false;
   if (s.gpu && (!f.gpu || *f.gpu != *s.gpu)) return false;
   if (!s.job.empty() && s.job != f.job.value_or("")) return false;
-  if (!s.cause.empty() && s.cause != f.cause) return false;
+  if (!s.cause.empty() && s.cause != f.CauseText()) return false;
   return true;
 }
 
 std::string AlertBook::SuppressedBy(const Alert& a, int64_t now_ms) const {
   // findings.md: info is "record only".
-  if (a.finding.severity == "info") return "info (recorded, not notified)";
+  if (a.finding.is_info()) return "info (recorded, not notified)";
   // Maintenance first: it says more than a silence about why nobody is told.
   for (bool maintenance : {true, false}) {
     for (const auto& [id, s] : silences_) {
@@ -84,15 +72,10 @@ std::string AlertBook::SuppressedBy(const Alert& a, int64_t now_ms) const {
       if (Matches(s, a)) return fmt::format("{} {}", maintenance ? "maintenance" : "silence", id);
     }
   }
-  const Finding& f = a.finding;
-  for (const Inhibition& in : kInhibitions) {
-    if (std::find(in.targets.begin(), in.targets.end(), f.cause) == in.targets.end()) continue;
-    for (const auto& [fp, src] : alerts_) {
-      const Finding& s = src.finding;
-      if (src.state != "firing" || s.cause != in.source || s.node != f.node) continue;
-      const bool same =
-          in.same_gpu ? (s.gpu && f.gpu && *s.gpu == *f.gpu) : (s.job && f.job && *s.job == *f.job);
-      if (same) return "inhibited by " + fp;
+  // A deeper cause that fires explains this one (the engine's graph: analyze::Explains).
+  for (const auto& [fp, src] : alerts_) {
+    if (src.state == "firing" && &src != &a && Explains(src.finding, a.finding)) {
+      return "inhibited by " + fp;
     }
   }
   return "";
@@ -105,7 +88,7 @@ std::vector<AlertNotification> AlertBook::Update(const std::vector<Finding>& fin
   for (const Finding& f : findings) {
     const std::string fp = AlertFingerprint(f);
     const int64_t last_ms = Ms(f.last_seen);
-    const int64_t hold = HoldOf(f.cause);
+    const int64_t hold = HoldOf(f);
     auto it = alerts_.find(fp);
     if (it == alerts_.end() || (it->second.state == "resolved" && last_ms > it->second.ends_ms)) {
       if (now_ms - last_ms > hold) continue;  // already over before we heard of it
@@ -123,7 +106,7 @@ std::vector<AlertNotification> AlertBook::Update(const std::vector<Finding>& fin
     }
     Alert& a = it->second;
     if (a.state != "firing" || last_ms <= a.updated_ms) continue;
-    if (SeverityRank(f.severity) > SeverityRank(a.finding.severity)) severity_rose[fp] = true;
+    if (f.severity > a.finding.severity) severity_rose[fp] = true;
     a.finding = f;
     a.updated_ms = last_ms;
     ++a.seen;
@@ -135,7 +118,7 @@ std::vector<AlertNotification> AlertBook::Update(const std::vector<Finding>& fin
   // Resolve what has not been seen for its hold.
   for (auto& [fp, a] : alerts_) {
     if (a.state != "firing") continue;
-    if (now_ms - a.updated_ms <= HoldOf(a.finding.cause)) continue;
+    if (now_ms - a.updated_ms <= HoldOf(a.finding)) continue;
     a.state = "resolved";
     a.ends_ms = now_ms;
     if (a.notified) out.push_back({AlertNotification::Kind::kResolved, a});
@@ -288,7 +271,7 @@ Status AlertBook::Restore(const nlohmann::json& state, int64_t now_ms) {
 Result<std::string> AlertBook::AddSilence(Silence s, int64_t now_ms) {
   if (s.node.empty() && s.job.empty() && s.cause.empty() && !s.gpu)
     return Status::InvalidArgument("a silence needs a node, gpu, job or cause to match");
-  if (!s.cause.empty() && LayerOf(s.cause).empty() && s.cause.rfind("user:", 0) != 0)
+  if (!s.cause.empty() && !ParseCauseText(s.cause))
     return Status::InvalidArgument("unknown cause '" + s.cause +
                                    "' (findings.md's vocabulary, or user:RULE)");
   if (s.gpu && *s.gpu < 0) return Status::InvalidArgument("gpu must be >= 0");

@@ -19,9 +19,10 @@
 // - Silences (by node, GPU, job and/or cause, with an expiry) and maintenance windows (the same,
 //   marked maintenance) keep an alert from being notified; it is still tracked and listed, and
 //   notified as firing if it still fires when the silence ends.
-// - Inhibition: a lost GPU inhibits the other card alerts of that GPU (its throttles, XIDs and
-//   counters say nothing more); a rank that exited inhibits its job's hang, straggler,
-//   regression and stall alerts.
+// - Inhibition: a firing alert inhibits the alerts it explains by the cause catalog's graph
+//   (model/cause.h; analyze::Explains, the engine's "deepest cause" test): a lost GPU inhibits
+//   the other card alerts of that GPU (its throttles, XIDs and counters say nothing more); a
+//   rank that exited inhibits its job's hang, straggler, regression and stall alerts.
 //
 // Thread-safety: none; the owner serialises (the agent holds it under its diagnosis tick's lock).
 #pragma once
@@ -30,6 +31,7 @@
 #include <map>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -95,6 +97,8 @@ class AlertBook {
   std::vector<Silence> Silences(int64_t now_ms) const;  // active and pending, by end
   // Firing and notified: what an Alertmanager must keep hearing about.
   std::vector<Alert> Notifiable() const;
+  // The jobs named by a firing alert (the engine keeps their state until these resolve).
+  std::set<std::string> FiringJobs() const;
 
   // The book as the agent keeps it on disk (docs/format/alerts.md, "State"): every alert with
   // its lifecycle (times in ms, whether it was notified) and every silence not over by now_ms,
@@ -107,7 +111,7 @@ class AlertBook {
 
  private:
   bool Matches(const Silence& s, const Alert& a) const;
-  int64_t HoldOf(const std::string& cause) const;
+  int64_t HoldOf(const Finding& f) const;
   std::string SuppressedBy(const Alert& a, int64_t now_ms) const;
 
   AlertOptions o_;
@@ -127,7 +131,7 @@ Result<Silence> SilenceFromJson(const nlohmann::json& j, int64_t now_ms);
 std::string Rfc3339Ms(int64_t ms);
 
 // True for causes the engine reports as events (held, not resolved by hysteresis).
-bool IsEventCause(std::string_view cause);
+bool IsEventCause(Cause cause);
 std::string AlertFingerprint(const Finding& f);
 
 }  // namespace gpuwatch::analyze

@@ -15,26 +15,34 @@
 #include <string_view>
 #include <vector>
 
+#include "model/cause.h"
+
 namespace gpuwatch::analyze {
 
+using model::Cause;
+using model::Severity;
+
 struct PrometheusRule {
-  std::string_view cause;     // findings.md vocabulary
-  std::string_view severity;  // info | warning | critical, as the engine reports the cause
-  std::string_view expr;      // PromQL
-  std::string_view for_;      // "" fires at once
-  std::string_view summary;   // Go template over $labels / $value
+  Cause cause;
+  Severity severity;         // as the engine reports the cause
+  std::string_view expr;     // PromQL
+  std::string_view for_;     // "" fires at once
+  std::string_view summary;  // Go template over $labels / $value
 };
 
 const std::vector<PrometheusRule>& PrometheusRules();
 // The alert name of a cause: thermal_throttle → GpuwatchThermalThrottle (the exported rules'
 // and the alerts the agent sends to Alertmanager).
 std::string AlertName(std::string_view cause);
+std::string AlertName(Cause cause);
 
 struct EngineOnlyCause {
-  std::string_view cause;
+  Cause cause;
   std::string_view why;
 };
 const std::vector<EngineOnlyCause>& EngineOnlyCauses();
+// The rule exported for `cause`, or nullptr when the cause is engine-only (EngineOnlyCauses).
+const PrometheusRule* PrometheusRuleOf(Cause cause);
 
 // The rules file (Prometheus 2.x YAML): groups "gpuwatch-card", "gpuwatch-task", "gpuwatch-link".
 std::string PrometheusRulesYaml();

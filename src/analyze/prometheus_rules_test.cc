@@ -19,19 +19,18 @@ namespace {
 TEST(PrometheusRulesTest, EveryCauseIsARuleOrTheEnginesAloneExactlyOnce) {
   std::map<std::string, int> seen;
   for (const auto& r : PrometheusRules()) {
-    ++seen[std::string(r.cause)];
-    EXPECT_TRUE(r.severity == "info" || r.severity == "warning" || r.severity == "critical")
-        << r.cause;
+    ++seen[std::string(model::CauseName(r.cause))];
+    EXPECT_NE(r.cause, Cause::kUserRule);
     EXPECT_FALSE(r.expr.empty()) << r.cause;
     EXPECT_FALSE(r.summary.empty()) << r.cause;
   }
   for (const auto& e : EngineOnlyCauses()) {
-    ++seen[std::string(e.cause)];
+    ++seen[std::string(model::CauseName(e.cause))];
     EXPECT_FALSE(e.why.empty()) << e.cause;
   }
-  for (std::string_view cause : Causes()) {
-    EXPECT_EQ(seen[std::string(cause)], 1) << cause;
-    seen.erase(std::string(cause));
+  for (const model::CauseInfo& c : model::CauseCatalog()) {
+    EXPECT_EQ(seen[std::string(c.name)], 1) << c.name;
+    seen.erase(std::string(c.name));
   }
   EXPECT_TRUE(seen.empty()) << "not a findings.md cause: " << seen.begin()->first;
 }
@@ -58,7 +57,8 @@ TEST(PrometheusRulesTest, TheFileHoldsEveryRuleInItsLayersGroup) {
                       "          layer: card\n"),
             std::string::npos);
   for (const auto& e : EngineOnlyCauses())
-    EXPECT_NE(yaml.find("#   " + std::string(e.cause) + ": "), std::string::npos) << e.cause;
+    EXPECT_NE(yaml.find("#   " + std::string(model::CauseName(e.cause)) + ": "), std::string::npos)
+        << e.cause;
 }
 
 TEST(PrometheusRulesTest, EveryMetricARuleReadsIsServedAtMetrics) {

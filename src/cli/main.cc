@@ -294,10 +294,10 @@ Result<server::AgentOptions> MakeOptions(const AgentFlags& f) {
   o.jobs.job_env_var = f.job_env_var;
   auto hang_min = ParseDurationMs(f.job_hang_min);
   if (!hang_min.ok()) return hang_min.status();
-  o.jobs.hang_min_ms = *hang_min;
+  o.diagnosis.hang.min_s = static_cast<double>(*hang_min) / 1000;
   auto hang_in_phase = ParseDurationMs(f.job_hang_in_phase);
   if (!hang_in_phase.ok()) return hang_in_phase.status();
-  o.jobs.hang_in_phase_ms = *hang_in_phase;
+  o.diagnosis.hang.in_phase_s = static_cast<double>(*hang_in_phase) / 1000;
   auto positive = [](const std::string& flag, const std::string& text) -> Result<double> {
     char* end = nullptr;
     double v = std::strtod(text.c_str(), &end);
@@ -307,7 +307,7 @@ Result<server::AgentOptions> MakeOptions(const AgentFlags& f) {
   };
   auto factor = positive("job-hang-factor", f.job_hang_factor);
   if (!factor.ok()) return factor.status();
-  o.jobs.hang_factor = *factor;
+  o.diagnosis.hang.factor = *factor;
   auto hz = positive("job-raw-steps-hz", f.job_raw_steps_hz);
   if (!hz.ok()) return hz.status();
   o.jobs.raw_steps_max_hz = *hz;

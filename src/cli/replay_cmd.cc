@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "analyze/diagnoser.h"
+#include "analyze/drive.h"
 #include "cli/config_file.h"
 #include "cli/job_view.h"
 #include "common/file_io.h"
@@ -79,27 +80,21 @@ Result<ReplayResult> ReplayTrace(const std::string& path, double speed,
   if (!reader.ok()) return reader.status();
   analyze::Diagnoser diagnoser;
   diagnoser.SetTemplateBaselines(templates);
-  trace::TraceRecord rec;
   ReplayResult out;
-  bool first = true;
   const auto wall_start = std::chrono::steady_clock::now();
-  while (true) {
-    Result<bool> more = (*reader)->Next(&rec);
-    if (!more.ok()) return more.status();
-    if (!*more) break;
-    if (first) {
-      out.first_t = rec.t;
-      first = false;
-    }
-    if (speed > 0) {
-      // The virtual clock: record time t is due (t - first) / speed after the start.
-      std::this_thread::sleep_until(
-          wall_start + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-                           std::chrono::duration<double>((rec.t - out.first_t) / speed)));
-    }
-    out.last_t = std::max(out.last_t, rec.t);
-    diagnoser.Observe(rec);
-  }
+  double origin_t = -1;
+  auto pace = [&](const trace::TraceRecord& rec) {
+    if (origin_t < 0) origin_t = rec.t;
+    if (speed <= 0) return;
+    // The virtual clock: record time t is due (t - first) / speed after the start.
+    std::this_thread::sleep_until(wall_start +
+                                  std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                                      std::chrono::duration<double>((rec.t - origin_t) / speed)));
+  };
+  auto driven = analyze::Drive(**reader, diagnoser, analyze::ReadErrorPolicy::kStop, pace);
+  if (!driven.ok()) return driven.status();
+  out.first_t = driven->first_t;
+  out.last_t = driven->last_t;
   out.findings = diagnoser.Finish(out.last_t);
   const trace::TraceReadStats& st = (*reader)->Stats();
   out.stats = {{"records", st.records},

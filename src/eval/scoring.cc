@@ -4,16 +4,14 @@
 #include <cmath>
 #include <nlohmann/json.hpp>
 
+#include "model/cause.h"
+
 namespace gpuwatch::eval {
 
 namespace {
 
 using nlohmann::json;
 
-// findings.md, Evaluation: the causes that need a baseline or a trend.
-constexpr std::string_view kSlowCauses[] = {
-    "data_stall",    "checkpoint_stall", "memory_leak",    "step_regression",
-    "straggler_gpu", "ecc_sbe_growth",   "net_congestion", "gpu_idle_allocated"};
 constexpr double kFastLatencyS = 15;
 constexpr double kSlowLatencyS = 120;
 constexpr size_t kMaxItems = 1'000'000;  // faults or findings in one file
@@ -148,10 +146,10 @@ Result<std::vector<ScoredFinding>> ParseFindings(std::string_view text) {
 }
 
 double AllowedLatencySeconds(std::string_view cause) {
-  for (std::string_view c : kSlowCauses) {
-    if (c == cause) return kSlowLatencyS;
-  }
-  return kFastLatencyS;
+  // findings.md, Evaluation: the causes that need a baseline or a trend (the catalog says
+  // which). A cause the catalog does not know is judged as a direct one.
+  const std::optional<model::Cause> c = model::CauseFromName(cause);
+  return c && model::Describe(*c).needs_baseline_or_trend ? kSlowLatencyS : kFastLatencyS;
 }
 
 bool Counts(const ScoredFinding& f) { return f.severity == "warning" || f.severity == "critical"; }

@@ -531,17 +531,16 @@ void JobRegistry::CheckHang(JobRec& job, int64_t now_ms) {
     if (r.state != Rank::State::kRunning) continue;
     if (r.recent.size() < 3) continue;  // no step time to judge by yet
     const double median_s = Median(r.recent);
-    int64_t limit_ms = std::max<int64_t>(
-        options_.hang_min_ms, static_cast<int64_t>(options_.hang_factor * median_s * 1000));
-    if (!r.phase.empty() && r.phase != "data" && r.phase != "comm")
-      limit_ms = std::max(limit_ms, options_.hang_in_phase_ms);
+    const bool in_phase = !r.phase.empty() && r.phase != "data" && r.phase != "comm";
+    const auto limit_ms =
+        static_cast<int64_t>(model::HangLimitS(options_.hang, median_s, in_phase) * 1000);
     const int64_t idle_ms = now_ms - r.last_activity_ms;
     r.hung = idle_ms > limit_ms;
     if (r.hung && !any_hung) {
       why = fmt::format(
           "rank {} has not finished a step for {:.0f} s ({} × its median step of "
           "{:.3g} s; last step {}){}",
-          r.rank, idle_ms / 1000.0, options_.hang_factor, median_s,
+          r.rank, idle_ms / 1000.0, options_.hang.factor, median_s,
           r.last_step ? std::to_string(*r.last_step) : "none",
           r.stopped ? "; its process is stopped (SIGSTOP)" : "");
     }

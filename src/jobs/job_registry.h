@@ -27,6 +27,7 @@
 
 #include "jobs/job_protocol.h"
 #include "jobs/template_rules.h"
+#include "model/hang_policy.h"
 #include "model/job.h"
 #include "model/process.h"
 
@@ -51,12 +52,11 @@ using ProcProbe = std::function<std::optional<ProcInfo>(uint32_t pid)>;
 ProcProbe ProcfsProbe(std::string root_dir);
 
 struct JobRegistryOptions {
-  int64_t window_ms = 15000;    // the job tier: statistics are over this window (R6: 15–60 s)
-  double hang_factor = 10;      // hung: no step for hang_factor × the rank's median step …
-  int64_t hang_min_ms = 60000;  // … and at least this long
+  int64_t window_ms = 15000;  // the job tier: statistics are over this window (R6: 15–60 s)
+  // When a rank is hung (model/hang_policy.h): the one rule the diagnosis and the flags share.
   // A rank in a phase other than data/comm (eval, a checkpoint) is judged hung only after
-  // this long: those phases have no step time to compare with.
-  int64_t hang_in_phase_ms = 600000;
+  // hang.in_phase_s: those phases have no step time to compare with.
+  model::HangPolicy hang;
   double raw_steps_max_hz = 20;          // raw step outputs per rank per second at most
   size_t max_jobs = 1024;                // running jobs (protocol and attribution)
   size_t max_ranks = 4096;               // over all running jobs

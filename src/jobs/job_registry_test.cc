@@ -283,7 +283,7 @@ TEST_F(JobRegistryTest, CleanEndFinishesTheJob) {
 
 TEST_F(JobRegistryTest, NoStepForTenMediansIsHungUntilStepsResume) {
   JobRegistryOptions o;
-  o.hang_min_ms = 2000;
+  o.hang.min_s = 2;
   JobRegistry reg = Make(o);
   for (int i = 0; i < 5; ++i)
     ASSERT_FALSE(reg.Accept(Step("j", 0, i, 0.5, kT0 + 500 * i), {100, 1000}, kT0 + 500 * i));
@@ -309,8 +309,8 @@ TEST_F(JobRegistryTest, NoStepForTenMediansIsHungUntilStepsResume) {
 
 TEST_F(JobRegistryTest, AnOpenEvalPhaseIsNotAHang) {
   JobRegistryOptions o;
-  o.hang_min_ms = 2000;
-  o.hang_in_phase_ms = 60000;
+  o.hang.min_s = 2;
+  o.hang.in_phase_s = 60;
   JobRegistry reg = Make(o);
   for (int i = 0; i < 5; ++i)
     ASSERT_FALSE(reg.Accept(Step("j", 0, i, 0.5, kT0 + 500 * i), {100, 1000}, kT0 + 500 * i));

@@ -134,7 +134,7 @@ void NvlinkFallback(const NcclLogReport& r, const TopoHint* topo, const NcclHost
   if (hits.empty() && !p2p_off) return;
 
   Finding f;
-  f.cause = "nvlink_fallback";
+  f.cause = model::Cause::kNvlinkFallback;
   f.node = h.name;
   std::vector<std::string> pair_names;
   for (const auto& [a, b] : pairs) {
@@ -255,7 +255,7 @@ void NetFallback(const NcclLogReport& r, const TopoHint* topo, const NcclHost& h
   if (own_nics.empty() && !topo_rdma && !hinted && others.empty()) return;
 
   Finding f;
-  f.cause = "net_fallback";
+  f.cause = model::Cause::kNetFallback;
   f.node = h.name;
   std::string where;
   if (!own_nics.empty()) {
@@ -351,7 +351,7 @@ void VersionGroups(const NcclLogReport& r,
       if (o != h) others.push_back(o->name);
     }
     Finding& f = (*by_node)[h->name];
-    f.cause = "version_mismatch";
+    f.cause = model::Cause::kVersionMismatch;
     f.node = h->name;
     if (!f.summary.empty()) f.summary += "; ";
     f.summary += std::string(what) + " " + Join(mine, 4) + " on " + h->name;
@@ -422,9 +422,9 @@ std::vector<Finding> AnalyzeNccl(const NcclLogReport& report, const TopoHint* to
 
 nlohmann::json FindingJson(const Finding& f) {
   nlohmann::json j;
-  j["cause"] = f.cause;
-  j["layer"] = f.layer;
-  j["severity"] = f.severity;
+  j["cause"] = model::CauseName(f.cause);
+  j["layer"] = model::LayerName(model::LayerOf(f.cause));
+  j["severity"] = model::SeverityName(f.severity);
   j["node"] = f.node;
   if (f.gpu) j["gpu"] = *f.gpu;
   if (f.peer_gpu) j["peer_gpu"] = *f.peer_gpu;

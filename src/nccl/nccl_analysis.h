@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "model/cause.h"
 #include "nccl/nccl_log.h"
 
 namespace gpuwatch::nccl {
@@ -35,9 +36,8 @@ struct TopoHint {
 
 // One finding in the form of findings.md (offline: no first_seen / last_seen).
 struct Finding {
-  std::string cause;  // "nvlink_fallback", "net_fallback", "version_mismatch"
-  std::string layer = "link";
-  std::string severity = "warning";  // "info", "warning", "critical"
+  model::Cause cause = model::Cause::kNvlinkFallback;  // nvlink/net_fallback, version_mismatch
+  model::Severity severity = model::Severity::kWarning;
   std::string node;
   std::optional<int> gpu;       // set when the finding concerns exactly one GPU pair
   std::optional<int> peer_gpu;  // its other end

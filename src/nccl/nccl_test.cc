@@ -42,7 +42,7 @@ const NcclProcess* FindProcess(const NcclLogReport& r, const std::string& host, 
 
 std::vector<std::string> Causes(const std::vector<Finding>& f) {
   std::vector<std::string> out;
-  for (const auto& x : f) out.push_back(x.cause + "@" + x.node);
+  for (const auto& x : f) out.push_back(std::string(model::CauseName(x.cause)) + "@" + x.node);
   return out;
 }
 
@@ -875,8 +875,8 @@ TEST(NcclAnalysisTest, ShmBetweenNvlinkPairIsAFallback) {
   ASSERT_EQ(Causes(f), std::vector<std::string>{"nvlink_fallback@n"});
   EXPECT_EQ(f[0].gpu, 0);  // only the 0-1 pair: 1-2 has no NVLink, 2-3 uses P2P
   EXPECT_EQ(f[0].peer_gpu, 1);
-  EXPECT_EQ(f[0].layer, "link");
-  EXPECT_EQ(f[0].severity, "warning");
+  EXPECT_EQ(model::LayerOf(f[0].cause), model::Layer::kLink);
+  EXPECT_EQ(f[0].severity, model::Severity::kWarning);
   EXPECT_TRUE(AnyContains(f[0].evidence, "topo -m: GPU0 - GPU1 NV4"));
   EXPECT_TRUE(AnyContains(f[0].evidence, "line 1:"));
   EXPECT_FALSE(AnyContains(f[0].evidence, "line 2:"));
@@ -1042,7 +1042,7 @@ TEST(NcclJsonTest, ContractShape) {
 
 TEST(NcclJsonTest, FindingForm) {
   Finding f;
-  f.cause = "net_fallback";
+  f.cause = model::Cause::kNetFallback;
   f.node = "gpu6";
   f.summary = "s";
   f.evidence = {"line 1: \"x\""};
@@ -1174,8 +1174,8 @@ TEST(NcclVersionMismatchTest, TheOddNodeOut) {
   EXPECT_EQ(r.hosts[2].nccl_versions[0].first, "2.19.3+cuda12.3");
   const std::vector<Finding> f = AnalyzeNccl(r, nullptr);
   ASSERT_EQ(f.size(), 1u);
-  EXPECT_EQ(f[0].cause, "version_mismatch");
-  EXPECT_EQ(f[0].layer, "link");
+  EXPECT_EQ(f[0].cause, model::Cause::kVersionMismatch);
+  EXPECT_EQ(model::LayerOf(f[0].cause), model::Layer::kLink);
   EXPECT_EQ(f[0].node, "node-c");
   EXPECT_EQ(f[0].summary,
             "NCCL 2.19.3+cuda12.3 on node-c, 2.18.3+cuda12.1 on node-a, node-b; CUDA driver 12.4 "
@@ -1228,7 +1228,7 @@ TEST(NcclRealLogTest, Nccltests185WithOneNodeOnAnotherDriver) {
   log.replace(at, from.size(), "dgxh100-4:460770:460770 [0] NCCL INFO cudaDriverVersion 12020");
   const std::vector<Finding> f = AnalyzeNccl(ParseNcclLog(log), nullptr);
   ASSERT_EQ(f.size(), 1u);
-  EXPECT_EQ(f[0].cause, "version_mismatch");
+  EXPECT_EQ(f[0].cause, model::Cause::kVersionMismatch);
   EXPECT_EQ(f[0].node, "dgxh100-4");
   EXPECT_EQ(f[0].summary, "CUDA driver 12.2 on dgxh100-4, 12.0 on dgxh100-3");
 }

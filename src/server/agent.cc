@@ -37,15 +37,22 @@ analyze::AlertOptions AlertOptionsOf(const AgentOptions& o) {
 }
 }  // namespace
 
+jobs::JobRegistryOptions JobOptionsOf(const AgentOptions& o) {
+  jobs::JobRegistryOptions j = o.jobs;
+  j.hang = o.diagnosis.hang;  // one hang rule for the registry, the diagnosis and the flags
+  return j;
+}
+
 Agent::Agent(AgentOptions options, std::unique_ptr<collect::GpuSource> gpu)
     : options_(std::move(options)),
       gpu_(std::move(gpu)),
       host_(options_.root_dir),
       attributor_(options_.root_dir, options_.job_env_var),
-      jobs_(options_.jobs, jobs::ProcfsProbe(options_.root_dir)),
+      jobs_(JobOptionsOf(options_), jobs::ProcfsProbe(options_.root_dir)),
       recorder_(trace::FlightRecorderOptions{options_.recorder_bytes, options_.snapshot_window}),
       diagnosis_(
-          [this](int64_t from_ms, int64_t to_ms) { return recorder_.Window(from_ms, to_ms); }),
+          [this](int64_t from_ms, int64_t to_ms) { return recorder_.Window(from_ms, to_ms); },
+          options_.diagnosis),
       alerts_(AlertOptionsOf(options_)) {
   if (!options_.user_rules.empty())
     user_rules_ = std::make_unique<UserRuleEvaluator>(options_.user_rules, options_.hostname);
@@ -122,8 +129,8 @@ void Agent::SaveAlertStateLocked(int64_t now_ms, bool now) const {
   // Those are saved as they change; the rest (last seen, counts) at most once a minute.
   std::string signature;
   for (const analyze::Alert& a : alerts_.Alerts())
-    signature +=
-        fmt::format("{}|{}|{}|{}\n", a.fingerprint, a.state, a.notified, a.finding.severity);
+    signature += fmt::format("{}|{}|{}|{}\n", a.fingerprint, a.state, a.notified,
+                             model::SeverityName(a.finding.severity));
   for (const analyze::Silence& sl : alerts_.Silences(now_ms))
     signature += fmt::format("{}|{}\n", sl.id, sl.ends_ms);
   if (!now && signature == alert_state_signature_ && now_ms - alert_state_saved_ms_ < 60000) return;
@@ -780,6 +787,17 @@ void Agent::TickDiagnosis() {
     if (all.ok())
       diagnosis_.SetTemplateBaselines(analyze::CurrentTemplateSteps(*all, stale_before_ms));
   }
+  {
+    // The engine forgets an ended job only once its alerts have resolved.
+    std::set<std::string> firing_jobs;
+    {
+      std::lock_guard<std::mutex> lock(alerts_mu_);
+      firing_jobs = alerts_.FiringJobs();
+    }
+    diagnosis_.SetKeepJob([firing_jobs = std::move(firing_jobs)](const std::string& job) {
+      return firing_jobs.count(job) != 0;
+    });
+  }
   diagnosis_.Tick(now_ms);
   std::vector<analyze::AlertNotification> changes;
   std::vector<analyze::Alert> firing;
@@ -802,7 +820,8 @@ void Agent::TickDiagnosis() {
     }
     for (const analyze::Alert& a : alerts_.Alerts()) {
       if (a.state != "firing") continue;
-      ++counts[{a.finding.severity, a.suppressed_by.empty() ? "notified" : "suppressed"}];
+      ++counts[{std::string(model::SeverityName(a.finding.severity)),
+                a.suppressed_by.empty() ? "notified" : "suppressed"}];
     }
   }
   {
@@ -819,7 +838,8 @@ void Agent::TickDiagnosis() {
   }
   for (const auto& c : changes) {
     GW_LOG_INFO("alert {} [{}] {}: {}", analyze::NotificationKindName(c.kind),
-                c.alert.finding.severity, c.alert.fingerprint, c.alert.finding.summary);
+                model::SeverityName(c.alert.finding.severity), c.alert.fingerprint,
+                c.alert.finding.summary);
   }
   if (notifier_) notifier_->Publish(std::move(changes), std::move(firing));
   if (auto_baselines_) {

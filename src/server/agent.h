@@ -73,10 +73,16 @@ struct AgentOptions {
   // The operator's own rules (--rules FILE), evaluated on the store each diagnosis tick.
   // REQUIRES: a store (SetStore) when not empty.
   std::vector<UserRule> user_rules;
+  // The diagnosis engine's settings (analyze/diagnoser_options.h). Its hang policy is the one
+  // the job registry judges by too (Agent copies it into `jobs`): the --job-hang-* flags.
+  analyze::DiagnoserOptions diagnosis = LiveDiagnosisOptions();
   // With a data dir: learn each template's baseline from a run's first stable window, when
   // the template has none current on this shape (server/auto_baselines.h).
   bool learn_baselines = true;
 };
+
+// The job registry's options with the diagnosis's hang policy (one rule for both).
+jobs::JobRegistryOptions JobOptionsOf(const AgentOptions& o);
 
 class Agent {
  public:

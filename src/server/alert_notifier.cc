@@ -49,11 +49,11 @@ json AlertmanagerBody(const std::vector<Alert>& alerts, int64_t now_ms,
   for (const Alert& a : alerts) {
     const analyze::Finding& f = a.finding;
     // A user rule's alerts carry the rule's own name.
-    const bool user = f.cause.rfind("user:", 0) == 0;
-    json labels = {{"alertname", user ? f.cause.substr(5) : analyze::AlertName(f.cause)},
-                   {"cause", f.cause},
-                   {"severity", f.severity},
-                   {"layer", f.layer},
+    const bool user = f.cause == model::Cause::kUserRule;
+    json labels = {{"alertname", user ? f.rule : analyze::AlertName(f.cause)},
+                   {"cause", f.CauseText()},
+                   {"severity", model::SeverityName(f.severity)},
+                   {"layer", model::LayerName(f.layer())},
                    {"Hostname", f.node}};
     if (f.gpu) labels["gpu"] = std::to_string(*f.gpu);
     if (f.job) labels["job"] = *f.job;
@@ -63,7 +63,7 @@ json AlertmanagerBody(const std::vector<Alert>& alerts, int64_t now_ms,
     for (const auto& e : f.evidence) evidence += (evidence.empty() ? "" : "; ") + e;
     json annotations = {{"summary", f.summary},
                         {"action", f.action},
-                        {"runbook", "docs/runbook.md, cause `" + f.cause + "`"}};
+                        {"runbook", "docs/runbook.md, cause `" + f.CauseText() + "`"}};
     if (!evidence.empty()) annotations["evidence"] = evidence;
     const int64_t ends = a.state == "resolved" ? a.ends_ms : now_ms + 4 * resend.count();
     json alert = {{"labels", labels},

@@ -3,9 +3,16 @@
 #include <algorithm>
 #include <utility>
 
+#include "analyze/drive.h"
 #include "trace/trace_reader.h"
 
 namespace gpuwatch::server {
+
+analyze::DiagnoserOptions LiveDiagnosisOptions() {
+  analyze::DiagnoserOptions o;
+  o.context.drop_findings_after_s = 3600;
+  return o;
+}
 
 LiveDiagnosis::LiveDiagnosis(WindowFn window, analyze::DiagnoserOptions options)
     : window_(std::move(window)), diagnoser_(std::move(options)) {}
@@ -28,22 +35,21 @@ size_t LiveDiagnosis::Tick(int64_t now_ms) {
     ++errors_;
     last_error_ = reader.status().message();
   } else {
-    trace::TraceRecord rec;
-    while (true) {
-      Result<bool> more = (*reader)->Next(&rec);
-      if (!more.ok()) {
-        // The agent writes these lines itself, so this is a bug; count it and keep what was
-        // read (a reader's error is sticky: the rest of this window is lost).
-        ++errors_;
-        last_error_ = more.status().message();
-        break;
+    // The agent writes these lines itself, so a bad one is a bug: it is counted and skipped,
+    // and the rest of the window is read (analyze::ReadErrorPolicy::kSkipRecord). Window
+    // repeats the node records in force at its start; the diagnoser takes them as the same
+    // node seen again.
+    auto driven = analyze::Drive(**reader, diagnoser_, analyze::ReadErrorPolicy::kSkipRecord);
+    if (!driven.ok()) {
+      ++errors_;
+      last_error_ = driven.status().message();
+    } else {
+      read = driven->records;
+      last_t = driven->last_t;
+      if (driven->skipped > 0) {
+        errors_ += driven->skipped;
+        last_error_ = driven->first_skipped_error;
       }
-      if (!*more) break;
-      // Window repeats the node records in force at its start; the diagnoser takes them as
-      // the same node seen again.
-      diagnoser_.Observe(rec);
-      last_t = std::max(last_t, rec.t);
-      ++read;
     }
   }
   records_ += read;

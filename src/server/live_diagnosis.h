@@ -22,18 +22,29 @@
 
 namespace gpuwatch::server {
 
+// The engine's settings live: findings not seen for an hour leave the engine's list (the alert
+// book holds them, and an event alert is held that long); ended jobs are forgotten once their
+// alerts resolve. Replay keeps every finding.
+analyze::DiagnoserOptions LiveDiagnosisOptions();
+
 class LiveDiagnosis {
  public:
   // The recorder's lines with from_ms <= t <= to_ms, node records first (FlightRecorder::Window).
   using WindowFn = std::function<std::vector<std::string>(int64_t from_ms, int64_t to_ms)>;
   static constexpr int64_t kLagMs = 5000;
 
-  explicit LiveDiagnosis(WindowFn window, analyze::DiagnoserOptions options = {});
+  explicit LiveDiagnosis(WindowFn window,
+                         analyze::DiagnoserOptions options = LiveDiagnosisOptions());
 
   // The stored template baselines step_regression also judges against (Tick's thread).
   void SetTemplateBaselines(const std::vector<analyze::TemplateStep>& t) {
     diagnoser_.SetTemplateBaselines(t);
   }
+  // Holds a job's state while `keep(job)` (an alert of it still fires).
+  void SetKeepJob(std::function<bool(const std::string&)> keep) {
+    diagnoser_.SetKeepJob(std::move(keep));
+  }
+  const analyze::Diagnoser& diagnoser() const { return diagnoser_; }
   // Reads the records up to now_ms - kLagMs and re-runs the rules. Returns how many records
   // were read.
   size_t Tick(int64_t now_ms);

@@ -70,9 +70,9 @@ Result<std::vector<UserRule>> ParseUserRules(std::string_view text) {
         if (!ms) return bad(key, "'" + *s + "' is not a duration (90s, 2m, 1h)");
         (key == "for" ? rule.for_ms : rule.clear_after_ms) = *ms;
       } else if (key == "severity") {
-        if (*s != "info" && *s != "warning" && *s != "critical")
-          return bad(key, "'" + *s + "': info, warning or critical");
-        rule.severity = *s;
+        auto sev = model::SeverityFromName(*s);
+        if (!sev) return bad(key, "'" + *s + "': info, warning or critical");
+        rule.severity = *sev;
       } else if (key == "summary") {
         rule.summary = *s;
       } else if (key == "action") {
@@ -167,8 +167,8 @@ std::vector<analyze::Finding> UserRuleEvaluator::Evaluate(const store::Querier& 
         Place& p = it->second;
         p.last_true_ms = now_ms;
         analyze::Finding& f = p.finding;
-        f.cause = "user:" + rule.name;
-        f.layer = "user";
+        f.cause = model::Cause::kUserRule;
+        f.rule = rule.name;
         f.severity = rule.severity;
         const std::string_view host = store::LabelValue(labels, "Hostname");
         f.node = host.empty() ? node_ : std::string(host);

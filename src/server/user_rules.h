@@ -30,8 +30,8 @@ struct UserRule {
   std::string expr;  // PromQL, checked when loaded
   int64_t for_ms = 0;
   int64_t clear_after_ms = 60000;
-  std::string severity = "warning";  // info | warning | critical
-  std::string summary;               // "{{label}}" and "{{value}}" are filled in
+  model::Severity severity = model::Severity::kWarning;
+  std::string summary;  // "{{label}}" and "{{value}}" are filled in
   std::string action;
 };
 

@@ -19,7 +19,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
   for (const UserRule& r : *rules) {
     if (r.name.empty() || r.expr.empty() || r.for_ms < 0 || r.clear_after_ms < 0) std::abort();
-    if (r.severity != "info" && r.severity != "warning" && r.severity != "critical") std::abort();
+    if (r.severity > gpuwatch::model::Severity::kCritical) std::abort();
     FillTemplate(r.summary, {{"gpu", "1"}}, 2.5);
   }
   UserRuleEvaluator ev(*rules, "n");

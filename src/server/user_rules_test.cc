@@ -22,7 +22,7 @@ TEST(UserRulesTest, TheFileIsValidatedNamingRuleAndField) {
   ASSERT_EQ(ok->size(), 2u);
   EXPECT_EQ((*ok)[0].for_ms, 120000);
   EXPECT_EQ((*ok)[0].clear_after_ms, 30000);
-  EXPECT_EQ((*ok)[0].severity, "critical");
+  EXPECT_EQ((*ok)[0].severity, model::Severity::kCritical);
   EXPECT_EQ((*ok)[1].for_ms, 0);
   EXPECT_EQ((*ok)[1].clear_after_ms, 60000);
   EXPECT_EQ((*ok)[1].summary, "SlowerThanYesterday holds ({{value}})");
@@ -77,8 +77,8 @@ TEST(UserRulesTest, ARuleFiresAfterItsForAndClearsAfterItsHysteresis) {
   EXPECT_TRUE(at(120).empty());  // 20 s of 30
   auto f = at(130);
   ASSERT_EQ(f.size(), 1u);
-  EXPECT_EQ(f[0].cause, "user:GpuHot");
-  EXPECT_EQ(f[0].layer, "user");
+  EXPECT_EQ(f[0].CauseText(), "user:GpuHot");
+  EXPECT_EQ(f[0].layer(), model::Layer::kUser);
   EXPECT_EQ(f[0].node, "n1");
   EXPECT_EQ(f[0].gpu, 0);
   EXPECT_EQ(f[0].summary, "GPU 0 on n1 at 90 C");

@@ -908,6 +908,9 @@ std::vector<std::string> TraceReadStats::Report() const {
     r.push_back("unknown fields, ignored: " + JoinCounts(unknown_fields));
   if (!unknown_values.empty())
     r.push_back("values the spec does not list: " + JoinCounts(unknown_values));
+  if (malformed_records > 0)
+    r.push_back(std::to_string(malformed_records) +
+                " malformed records skipped; the first: " + first_malformed);
   if (dropped_stat_keys > 0)
     r.push_back(std::to_string(dropped_stat_keys) + " more occurrences of further names (not " +
                 "listed: over " + std::to_string(kMaxStatKeys) + " distinct names)");
@@ -1092,13 +1095,19 @@ Result<bool> TraceReader::Next(TraceRecord* out) {
           stats_.truncated_last_line = line_no_;
           return false;
         }
-        return Fail(Status::Corruption(where() + "not a JSON object: " + SyntaxError(line_)));
+        s = Status::Corruption(where() + "not a JSON object: " + SyntaxError(line_));
+      } else {
+        s = ParseRecord(j, &rec, &stats_);
+        if (!s.ok()) s = Status(s.code(), where() + s.message());
       }
-      s = ParseRecord(j, &rec, &stats_);
     } catch (const std::exception& e) {
-      s = Status::Internal(std::string("unexpected exception: ") + e.what());
+      s = Status::Internal(where() + "unexpected exception: " + e.what());
     }
-    if (!s.ok()) return Fail(Status(s.code(), where() + s.message()));
+    if (!s.ok()) {
+      if (!skip_malformed_ || s.code() == StatusCode::kInternal) return Fail(std::move(s));
+      if (stats_.malformed_records++ == 0) stats_.first_malformed = s.message();
+      continue;
+    }
     ++stats_.records;
     ++stats_.records_by_type[static_cast<size_t>(rec.type())];
     CheckOrder(rec);

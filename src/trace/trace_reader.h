@@ -85,6 +85,9 @@ struct TraceReadStats {
   uint64_t truncated_last_line = 0;       // line number of a dropped unterminated last line
   bool truncated_stream = false;          // .gz/.zst ended before its end marker
   uint64_t bytes = 0;                     // uncompressed bytes consumed
+  // With SetSkipMalformed: records that were malformed and skipped, and the first one's error.
+  uint64_t malformed_records = 0;
+  std::string first_malformed;
 
   uint64_t count(RecordType t) const { return records_by_type[static_cast<size_t>(t)]; }
   // One line per thing worth telling (unknown types, fields and values, out-of-order
@@ -109,6 +112,11 @@ class TraceReader {
 
   // The next record into *out: true, or false at the end of the trace. An error is sticky.
   Result<bool> Next(TraceRecord* out);
+  // A malformed record (not a JSON object, a known field of the wrong type) is skipped and
+  // counted (Stats().malformed_records) instead of stopping the reader; I/O and decompression
+  // errors still stop it. For a reader of records this process wrote itself (the agent's flight
+  // recorder), where one bad record must not cost the rest of the window.
+  void SetSkipMalformed(bool skip) { skip_malformed_ = skip; }
 
   const TraceReadStats& Stats() const { return stats_; }
   const std::string& name() const { return name_; }
@@ -136,6 +144,7 @@ class TraceReader {
   bool eof_ = false;
   uint64_t line_no_ = 0;
   Status error_;  // sticky
+  bool skip_malformed_ = false;
   int64_t max_t_ms_ = 0;
   bool any_t_ = false;
   // Keyed by the node name's hash: a name may be long, and a collision costs only a count.

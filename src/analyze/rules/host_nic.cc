@@ -1,0 +1,174 @@
+// Host and NIC rules:
+// - net_errors: NIC errors or RDMA retransmissions that keep rising, or a NIC going down;
+// - net_congestion: a NIC near its link rate for most of half a minute while a job on the node
+//   waits in communication well beyond its own baseline;
+// - numa_mismatch: a GPU process on CPUs of another NUMA node than its GPU's.
+#include <fmt/format.h>
+
+#include <array>
+#include <deque>
+#include <map>
+
+#include "analyze/rules/counter_runs.h"
+#include "analyze/rules/rules.h"
+#include "common/stats.h"
+
+namespace gpuwatch::analyze {
+namespace {
+
+constexpr std::array kCauses = {Cause::kNetErrors, Cause::kNetCongestion, Cause::kNumaMismatch};
+
+class HostNicRule : public Rule {
+ public:
+  explicit HostNicRule(const HostNicOptions& o) : o_(o) {}
+  std::string_view name() const override { return "host_nic"; }
+  std::span<const Cause> causes() const override { return kCauses; }
+
+  void Observe(const trace::TraceRecord& r, Context& ctx) override {
+    if (const auto* h = r.as<trace::TraceHost>()) OnHost(r, *h, ctx);
+    if (const auto* p = r.as<trace::TraceProc>()) Numa(r, *p, ctx);
+  }
+
+ private:
+  struct NicState {
+    std::map<std::string, double> counters;  // field -> last value
+    std::deque<double> increments;           // times a counter rose
+    std::optional<bool> up;
+    std::deque<std::pair<double, bool>> load;  // (t, saturated) within the window
+  };
+
+  void OnHost(const trace::TraceRecord& r, const trace::TraceHost& h, Context& ctx);
+  void Numa(const trace::TraceRecord& r, const trace::TraceProc& p, Context& ctx);
+  // Whether a job on `node` waits in communication well beyond its own baseline now.
+  bool CommWaitUp(const Context& ctx, const std::string& node, std::string* evidence) const;
+
+  HostNicOptions o_;
+  std::map<std::pair<std::string, std::string>, NicState> nics_;  // (node, NIC)
+};
+
+bool HostNicRule::CommWaitUp(const Context& ctx, const std::string& node,
+                             std::string* evidence) const {
+  auto& tasks = ctx.tasks();
+  for (auto it = tasks.lower_bound({node, ""}); it != tasks.end() && it->first.first == node;
+       ++it) {
+    const auto& [key, ts] = *it;
+    if (ts.ended || ts.comm_share.size() < 5) continue;
+    std::vector<double> v;
+    for (const auto& [t, sh] : ts.comm_share) v.push_back(sh);
+    const double now = Median(v);
+    const double base = ts.comm_base_share.value_or(now);
+    if (now >= o_.comm_share_floor ||
+        (ts.comm_base_share && now >= o_.comm_factor * base && now - base >= 0.05)) {
+      *evidence =
+          fmt::format("job {} spends {:.0f}% of each step in exposed comm (baseline {:.0f}%)",
+                      key.second, now * 100, base * 100);
+      return true;
+    }
+  }
+  return false;
+}
+
+void HostNicRule::OnHost(const trace::TraceRecord& r, const trace::TraceHost& h, Context& ctx) {
+  if (!h.nics) return;
+  for (const auto& [name, nic] : *h.nics) {
+    NicState& s = nics_[{r.node, name}];
+    bool rose = false;
+    for (auto [field, value] :
+         {std::pair{"errors", nic.errors}, std::pair{"retransmits", nic.retransmits}}) {
+      if (!value) continue;
+      auto it = s.counters.find(field);
+      if (it != s.counters.end() && *value > it->second) rose = true;
+      s.counters[field] = *value;
+    }
+    if (rose) {
+      s.increments.push_back(r.t);
+      while (!s.increments.empty() && s.increments.front() < r.t - o_.counter_window_s) {
+        s.increments.pop_front();
+      }
+    }
+    const bool down = nic.link_up && !*nic.link_up && s.up.value_or(false);
+    if (nic.link_up) s.up = *nic.link_up;
+    if (down || (rose && static_cast<int>(s.increments.size()) >= o_.counter_increments)) {
+      Finding f = MakeFinding(Cause::kNetErrors, Severity::kWarning, r.node);
+      f.nic = name;
+      f.first_seen = down ? r.t : RunStart(s.increments, o_.MaxIncrementGap());
+      f.summary = down ? fmt::format("NIC {} went down", name)
+                       : fmt::format("NIC {} errors or RDMA retransmissions keep rising", name);
+      f.evidence = {down ? "link_up false"
+                         : fmt::format("errors/retransmits rose {} times in {} s",
+                                       s.increments.size(), Num(o_.counter_window_s))};
+      f.action =
+          "Check the cable, transceiver and switch port (ibstat, ethtool -S, the switch "
+          "counters)";
+      ctx.Report(std::move(f), r.t);
+    }
+    // net_congestion: near the link rate for most of the window, while a job waits in comm.
+    std::optional<double> link_gbps;
+    if (const trace::TraceNode* n = ctx.Node(r.node); n && n->nics) {
+      for (const auto& ni : *n->nics) {
+        if (ni.name == name) link_gbps = ni.link_gbps;
+      }
+    }
+    if (!link_gbps || *link_gbps <= 0 || !(nic.tx_mbs || nic.rx_mbs)) continue;
+    const double gbps = std::max(nic.tx_mbs.value_or(0), nic.rx_mbs.value_or(0)) * 8 / 1000;
+    s.load.push_back({r.t, gbps >= o_.nic_saturation * *link_gbps});
+    while (!s.load.empty() && s.load.front().first < r.t - o_.nic_window_s) s.load.pop_front();
+    size_t hot = 0;
+    for (const auto& [lt, h2] : s.load) hot += h2 ? 1 : 0;
+    std::string why;
+    if (s.load.size() >= 3 && s.load.back().first - s.load.front().first >= o_.nic_window_s * 0.6 &&
+        hot * 5 >= s.load.size() * 4 && CommWaitUp(ctx, r.node, &why)) {
+      double first = r.t;
+      for (const auto& [lt, h2] : s.load) {
+        if (h2) {
+          first = lt;
+          break;
+        }
+      }
+      Finding f = MakeFinding(Cause::kNetCongestion, Severity::kWarning, r.node);
+      f.nic = name;
+      f.first_seen = first;
+      f.summary =
+          fmt::format("NIC {} runs at {:.0f} of its {} Gb/s while a job waits in communication",
+                      name, gbps, Num(*link_gbps));
+      f.evidence = {fmt::format("{} of {} host samples at >= {:.0f}% of the link rate", hot,
+                                s.load.size(), o_.nic_saturation * 100),
+                    why};
+      f.action =
+          "Check the fabric's congestion counters and the other jobs on this NIC and "
+          "switch; spread the ranks or rebalance the traffic";
+      ctx.Report(std::move(f), r.t);
+    }
+  }
+}
+
+void HostNicRule::Numa(const trace::TraceRecord& r, const trace::TraceProc& p, Context& ctx) {
+  if (!p.gpu || !p.cpu_numa_nodes || p.cpu_numa_nodes->empty()) return;
+  const trace::TraceNodeGpu* info = ctx.NodeGpu(r.node, *p.gpu);
+  if (!info || !info->numa_node) return;
+  const auto& nodes = *p.cpu_numa_nodes;
+  if (std::find(nodes.begin(), nodes.end(), static_cast<uint32_t>(*info->numa_node)) !=
+      nodes.end()) {
+    return;
+  }
+  Finding f =
+      MakeFinding(Cause::kNumaMismatch, Severity::kWarning, r.node, static_cast<int>(*p.gpu));
+  f.summary = fmt::format(
+      "The process feeding GPU {} (pid {}) runs on NUMA node(s) {} while "
+      "the GPU hangs off node {}",
+      *p.gpu, p.pid.value_or(0), fmt::join(nodes, ","), *info->numa_node);
+  f.evidence = {fmt::format("cpu_numa_nodes [{}] vs GPU numa_node {}", fmt::join(nodes, ","),
+                            *info->numa_node)};
+  f.action =
+      "Bind each rank to its GPU's NUMA node (numactl --cpunodebind, or the launcher's "
+      "binding options)";
+  ctx.Report(std::move(f), r.t);
+}
+
+}  // namespace
+
+std::unique_ptr<Rule> MakeHostNicRule(const HostNicOptions& o) {
+  return std::make_unique<HostNicRule>(o);
+}
+
+}  // namespace gpuwatch::analyze

@@ -9,7 +9,7 @@
 #include <fstream>
 #include <random>
 
-#include "simulate/simulator.h"
+#include "cluster_sim/simulator.h"
 
 namespace gpuwatch::analyze {
 namespace {
@@ -49,11 +49,11 @@ TEST(BaselineTest, MannWhitneyTellsAShiftFromNoise) {
 }
 
 std::unique_ptr<trace::TraceReader> SimTrace(const std::string& fault, uint64_t seed) {
-  simulate::SimOptions o;
+  cluster_sim::SimOptions o;
   o.duration_s = 600;
   o.seed = seed;
-  if (!fault.empty()) o.faults.push_back(*simulate::ParseFaultSpec(fault));
-  auto sim = simulate::Simulate(o);
+  if (!fault.empty()) o.faults.push_back(*cluster_sim::ParseFaultSpec(fault));
+  auto sim = cluster_sim::Simulate(o);
   EXPECT_TRUE(sim.ok()) << sim.status().message();
   std::string text;
   for (const auto& l : sim->trace_lines) text += l + "\n";

@@ -15,9 +15,9 @@
 #include <map>
 
 #include "cli/config_file.h"
+#include "cluster_sim/rank_player.h"
+#include "cluster_sim/simulator.h"
 #include "common/time_base.h"
-#include "simulate/rank_player.h"
-#include "simulate/simulator.h"
 
 namespace gpuwatch::cli {
 namespace {
@@ -28,19 +28,19 @@ constexpr int64_t kLeadMs = 2000;
 }  // namespace
 
 const std::vector<std::string>& DemoFaults() {
-  // Left out: the restart faults (nvlink_fallback, numa_mismatch, gpu_idle_allocated), the
-  // causes between nodes (net_*, clock_skew, version_mismatch) and topology_change, whose
-  // evidence is the real host's topology probe.
-  static const std::vector<std::string> kFaults = {
-      "healthy",       "thermal_throttle", "power_throttle",   "clock_slowdown", "gpu_lost",
-      "xid",           "ecc_dbe",          "ecc_sbe_growth",   "pcie_downgrade", "pcie_replay",
-      "nvlink_errors", "data_stall",       "checkpoint_stall", "memory_leak",    "job_hang",
-      "rank_exit",     "straggler_gpu",    "step_regression"};
+  // The simulator's planters say which causes the demo can play (cluster_sim::Planter::in_demo).
+  static const std::vector<std::string> kFaults = [] {
+    std::vector<std::string> out = {"healthy"};
+    for (const cluster_sim::Planter& p : cluster_sim::Planters()) {
+      if (p.in_demo) out.emplace_back(model::CauseName(p.cause));
+    }
+    return out;
+  }();
   return kFaults;
 }
 
 Result<std::unique_ptr<Demo>> Demo::Start(const DemoCommand& c) {
-  auto spec = simulate::ParseFaultSpec(c.fault);
+  auto spec = cluster_sim::ParseFaultSpec(c.fault);
   if (!spec.ok()) return spec.status();
   const auto& allowed = DemoFaults();
   if (std::find(allowed.begin(), allowed.end(), spec->cause) == allowed.end()) {
@@ -61,15 +61,15 @@ Result<std::unique_ptr<Demo>> Demo::Start(const DemoCommand& c) {
 
   std::unique_ptr<Demo> d(new Demo());
   d->start_ms_ = (WallClockMs() + kLeadMs) / 1000 * 1000;
-  simulate::SimOptions o;
+  cluster_sim::SimOptions o;
   o.shape = c.shape;
   o.seed = c.seed;
   o.duration_s = static_cast<double>(*duration) / 1000;
   o.start_unix_s = static_cast<double>(d->start_ms_) / 1000;
   if (spec->cause != "healthy") o.faults.push_back(*spec);
-  auto sim = simulate::Simulate(o);
+  auto sim = cluster_sim::Simulate(o);
   if (!sim.ok()) return sim.status();
-  auto scripts = simulate::RankScripts(sim->trace_lines, "");
+  auto scripts = cluster_sim::RankScripts(sim->trace_lines, "");
   if (!scripts.ok()) return scripts.status();
 
   char dir[] = "/tmp/gpuwatch-demo-XXXXXX";
@@ -88,7 +88,7 @@ Result<std::unique_ptr<Demo>> Demo::Start(const DemoCommand& c) {
   // One process per rank, forked before the agent has any thread. Each dies with the demo.
   std::map<uint32_t, uint32_t> pids;
   std::string node;
-  for (const simulate::RankScript& s : *scripts) {
+  for (const cluster_sim::RankScript& s : *scripts) {
     if (d->job_.empty()) d->job_ = s.job;
     const pid_t parent = getpid();
     const pid_t pid = fork();
@@ -97,13 +97,13 @@ Result<std::unique_ptr<Demo>> Demo::Start(const DemoCommand& c) {
       prctl(PR_SET_PDEATHSIG, SIGTERM);
       if (getppid() != parent) std::_Exit(0);
       prctl(PR_SET_NAME, fmt::format("sim-rank-{}", s.rank).c_str());
-      simulate::PlayRank(s, 0, d->job_socket_);
+      cluster_sim::PlayRank(s, 0, d->job_socket_);
       std::_Exit(0);
     }
     d->ranks_.push_back(pid);
     if (s.sim_pid != 0) pids[s.sim_pid] = static_cast<uint32_t>(pid);
   }
-  auto source = simulate::SimulatedGpuSource::Create(sim->trace_lines, "", 0, std::move(pids));
+  auto source = cluster_sim::SimulatedGpuSource::Create(sim->trace_lines, "", 0, std::move(pids));
   if (!source.ok()) return source.status();
   d->source_ = std::move(source).value();
   return d;

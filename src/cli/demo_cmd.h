@@ -1,7 +1,7 @@
 // `gpuwatch demo` (issue 6): a simulated 8-GPU node running a training job, watched by the
 // real agent, with a fault injected after a few minutes — the whole product on a laptop.
 //
-// The simulator (simulate/) writes the node's trace; SimulatedGpuSource plays its card half
+// The simulator (cluster_sim/) writes the node's trace; SimulatedGpuSource plays its card half
 // through the agent's GPU seam, and one forked process per rank plays its task half through the
 // job SDK, so attribution, liveness, the store, live diagnosis and the API all run as on a real
 // node. Everything it shows is labelled SIMULATED: the node name, the GPU names, the driver
@@ -21,7 +21,7 @@
 
 #include "common/status.h"
 #include "server/agent.h"
-#include "simulate/sim_gpu_source.h"
+#include "cluster_sim/sim_gpu_source.h"
 
 namespace gpuwatch::cli {
 
@@ -46,7 +46,7 @@ class Demo {
   Demo& operator=(const Demo&) = delete;
 
   // The agent's GPU source (once) and what the agent must be told.
-  std::unique_ptr<simulate::SimulatedGpuSource> TakeSource() { return std::move(source_); }
+  std::unique_ptr<cluster_sim::SimulatedGpuSource> TakeSource() { return std::move(source_); }
   const std::string& job_socket() const { return job_socket_; }
   const std::string& data_dir() const { return data_dir_; }
   const std::string& hostname() const { return hostname_; }
@@ -58,7 +58,7 @@ class Demo {
  private:
   Demo() = default;
 
-  std::unique_ptr<simulate::SimulatedGpuSource> source_;
+  std::unique_ptr<cluster_sim::SimulatedGpuSource> source_;
   std::string work_dir_, job_socket_, data_dir_, hostname_ = "SIMULATED-node";
   std::vector<pid_t> ranks_;
   std::string shape_, cause_, place_, job_;

@@ -20,7 +20,7 @@
 #include "common/time_base.h"
 #include "eval/scoring.h"
 #include "server/listen_address.h"
-#include "simulate/simulator.h"
+#include "cluster_sim/simulator.h"
 #include "trace/trace_file.h"
 #include "trace/trace_reader.h"
 
@@ -378,7 +378,7 @@ int RunEval(const std::string& dir, bool json, std::ostream& out, std::ostream& 
 }
 
 int RunSim(const SimCommand& c, std::ostream& out, std::ostream& err) {
-  simulate::SimOptions o;
+  cluster_sim::SimOptions o;
   o.shape = c.shape;
   o.nodes = c.nodes;
   o.seed = c.seed;
@@ -389,14 +389,14 @@ int RunSim(const SimCommand& c, std::ostream& out, std::ostream& err) {
   }
   o.duration_s = static_cast<double>(*ms) / 1000;
   for (const std::string& f : c.faults) {
-    auto spec = simulate::ParseFaultSpec(f);
+    auto spec = cluster_sim::ParseFaultSpec(f);
     if (!spec.ok()) {
       err << "gpuwatch: sim: " << spec.status().message() << "\n";
       return 2;
     }
     if (spec->cause != "healthy") o.faults.push_back(*spec);
   }
-  auto sim = simulate::Simulate(o);
+  auto sim = cluster_sim::Simulate(o);
   if (!sim.ok()) {
     err << "gpuwatch: sim: " << sim.status().message() << "\n";
     return 2;

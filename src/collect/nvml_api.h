@@ -2,7 +2,7 @@
 //
 // gpuwatch builds without the CUDA toolkit: these types mirror nvml.h's ABI (struct layouts,
 // enum values, versioned-struct tags) for the functions we resolve with dlopen/dlsym. The same
-// declarations are implemented by the mock library in src/sim, so tests exercise the real
+// declarations are implemented by the mock library in src/mock_nvml, so tests exercise the real
 // loading path. Values here are ABI: never renumber, only add.
 #pragma once
 

@@ -22,7 +22,7 @@ namespace {
 namespace fs = std::filesystem;
 
 using testing::kMockNvmlLibrary;
-// The mock's PCI buses for GPU0-7 (src/sim/internal/scenario.cc).
+// The mock's PCI buses for GPU0-7 (src/mock_nvml/internal/scenario.cc).
 constexpr unsigned kBuses[8] = {0x18, 0x2a, 0x3a, 0x5d, 0x9a, 0xab, 0xba, 0xdb};
 
 using testing::OpenMockNvml;

@@ -7,18 +7,18 @@
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
-#include "simulate/simulator.h"
+#include "cluster_sim/simulator.h"
 #include "trace/flight_recorder.h"
 
 namespace gpuwatch::server {
 namespace {
 
 TEST(AutoBaselinesTest, AJobsFirstStableWindowIsLearnedOnceAndOnlyWhenNoneIsCurrent) {
-  simulate::SimOptions o;
+  cluster_sim::SimOptions o;
   o.shape = "4xH100";
   o.duration_s = 600;
   o.seed = 3;
-  auto sim = simulate::Simulate(o);
+  auto sim = cluster_sim::Simulate(o);
   ASSERT_TRUE(sim.ok());
   trace::FlightRecorder recorder(
       trace::FlightRecorderOptions{size_t{256} << 20, std::chrono::hours(1)});

@@ -7,7 +7,7 @@
 #include <cmath>
 #include <nlohmann/json.hpp>
 
-#include "simulate/simulator.h"
+#include "cluster_sim/simulator.h"
 #include "trace/flight_recorder.h"
 #include "trace/trace_reader.h"
 
@@ -22,14 +22,14 @@ struct Sim {
 };
 
 Sim Simulated(const std::string& fault) {
-  simulate::SimOptions o;
+  cluster_sim::SimOptions o;
   o.shape = "4xH100";
   o.duration_s = 600;
   o.seed = 3;
-  auto spec = simulate::ParseFaultSpec(fault);
+  auto spec = cluster_sim::ParseFaultSpec(fault);
   EXPECT_TRUE(spec.ok());
   o.faults = {*spec};
-  auto out = simulate::Simulate(o);
+  auto out = cluster_sim::Simulate(o);
   EXPECT_TRUE(out.ok()) << out.status().message();
   Sim s;
   for (const std::string& l : out->trace_lines) {

@@ -1,6 +1,6 @@
 // The simulator's physics, and healthy runs without fault signatures (property tests over
 // seeds), checked through the real trace reader and diagnoser.
-#include "simulate/simulator.h"
+#include "cluster_sim/simulator.h"
 
 #include <gtest/gtest.h>
 
@@ -10,7 +10,7 @@
 #include "eval/scoring.h"
 #include "trace/trace_reader.h"
 
-namespace gpuwatch::simulate {
+namespace gpuwatch::cluster_sim {
 namespace {
 
 using nlohmann::json;
@@ -165,4 +165,4 @@ TEST(SimulatorTest, SameSeedSameTraceAndBadOptions) {
 }
 
 }  // namespace
-}  // namespace gpuwatch::simulate
+}  // namespace gpuwatch::cluster_sim

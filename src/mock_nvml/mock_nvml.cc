@@ -25,7 +25,7 @@
 #include <vector>
 
 #include "collect/nvml_api.h"
-#include "sim/internal/scenario.h"
+#include "mock_nvml/internal/scenario.h"
 
 #define GPUWATCH_MOCK_EXPORT __attribute__((visibility("default")))
 
@@ -36,7 +36,7 @@ GPUWATCH_NVML_FUNCTIONS(GPUWATCH_MOCK_DECLARE)
 #undef GPUWATCH_MOCK_DECLARE
 extern "C" GPUWATCH_MOCK_EXPORT const char* nvmlErrorString(nvmlReturn_t result);
 
-namespace gpuwatch::sim {
+namespace gpuwatch::mock_nvml {
 namespace {
 
 using Clock = std::chrono::steady_clock;
@@ -344,27 +344,27 @@ void Complain(std::string message) {
 }
 
 }  // namespace
-}  // namespace gpuwatch::sim
+}  // namespace gpuwatch::mock_nvml
 
 using gpuwatch::Result;
-using gpuwatch::sim::DeviceCall;
-using gpuwatch::sim::Field;
-using gpuwatch::sim::Fn;
-using gpuwatch::sim::GpuSpec;
-using gpuwatch::sim::kMaxMigDevices;
-using gpuwatch::sim::kMib;
-using gpuwatch::sim::Round;
-using gpuwatch::sim::RoundLl;
-using gpuwatch::sim::State;
-using gpuwatch::sim::SystemCall;
-using gpuwatch::sim::Target;
-using gpuwatch::sim::TheState;
+using gpuwatch::mock_nvml::DeviceCall;
+using gpuwatch::mock_nvml::Field;
+using gpuwatch::mock_nvml::Fn;
+using gpuwatch::mock_nvml::GpuSpec;
+using gpuwatch::mock_nvml::kMaxMigDevices;
+using gpuwatch::mock_nvml::kMib;
+using gpuwatch::mock_nvml::Round;
+using gpuwatch::mock_nvml::RoundLl;
+using gpuwatch::mock_nvml::State;
+using gpuwatch::mock_nvml::SystemCall;
+using gpuwatch::mock_nvml::Target;
+using gpuwatch::mock_nvml::TheState;
 
 // ----------------------------------------------------------------------------------------------
 // Life cycle and system queries.
 
 extern "C" nvmlReturn_t nvmlInit_v2(void) {
-  namespace sim = gpuwatch::sim;
+  namespace sim = gpuwatch::mock_nvml;
   try {
     State& s = TheState();
     std::lock_guard<std::mutex> lock(s.mu);
@@ -401,11 +401,11 @@ extern "C" nvmlReturn_t nvmlShutdown(void) {
     State& s = TheState();
     std::lock_guard<std::mutex> lock(s.mu);
     if (s.refcount == 0) return NVML_ERROR_UNINITIALIZED;
-    if (auto code = gpuwatch::sim::Injected(s.scenario, Fn::nvmlShutdown, std::nullopt, s.NowS())) {
+    if (auto code = gpuwatch::mock_nvml::Injected(s.scenario, Fn::nvmlShutdown, std::nullopt, s.NowS())) {
       return *code;
     }
     if (--s.refcount == 0) {
-      s.scenario = gpuwatch::sim::Scenario{};
+      s.scenario = gpuwatch::mock_nvml::Scenario{};
       s.event_sets.clear();
       s.gpm_samples.clear();
     }
@@ -416,20 +416,20 @@ extern "C" nvmlReturn_t nvmlShutdown(void) {
 }
 
 extern "C" const char* nvmlErrorString(nvmlReturn_t result) {
-  return gpuwatch::sim::ErrorCodeText(result);
+  return gpuwatch::mock_nvml::ErrorCodeText(result);
 }
 
 extern "C" nvmlReturn_t nvmlSystemGetDriverVersion(char* version, unsigned int length) {
   return SystemCall(Fn::nvmlSystemGetDriverVersion, version != nullptr,
                     [&](State& s, double) -> nvmlReturn_t {
-                      return gpuwatch::sim::CopyString(s.scenario.driver_version, version, length);
+                      return gpuwatch::mock_nvml::CopyString(s.scenario.driver_version, version, length);
                     });
 }
 
 extern "C" nvmlReturn_t nvmlSystemGetNVMLVersion(char* version, unsigned int length) {
   return SystemCall(Fn::nvmlSystemGetNVMLVersion, version != nullptr,
                     [&](State& s, double) -> nvmlReturn_t {
-                      return gpuwatch::sim::CopyString(s.scenario.nvml_version, version, length);
+                      return gpuwatch::mock_nvml::CopyString(s.scenario.nvml_version, version, length);
                     });
 }
 
@@ -456,10 +456,10 @@ extern "C" nvmlReturn_t nvmlDeviceGetHandleByIndex_v2(unsigned int index, nvmlDe
     if (s.refcount == 0) return NVML_ERROR_UNINITIALIZED;
     if (device == nullptr || index >= s.scenario.gpus.size()) return NVML_ERROR_INVALID_ARGUMENT;
     auto body = [&](State&, Target, double) -> nvmlReturn_t {
-      *device = gpuwatch::sim::HandleOf(index, -1);
+      *device = gpuwatch::mock_nvml::HandleOf(index, -1);
       return NVML_SUCCESS;
     };
-    return gpuwatch::sim::Checked(s, Fn::nvmlDeviceGetHandleByIndex_v2,
+    return gpuwatch::mock_nvml::Checked(s, Fn::nvmlDeviceGetHandleByIndex_v2,
                                   Target{&s.scenario.gpus[index], nullptr}, body);
   } catch (...) {
     return NVML_ERROR_UNKNOWN;
@@ -474,14 +474,14 @@ extern "C" nvmlReturn_t nvmlDeviceGetName(nvmlDevice_t device, char* name, unsig
                     [&](State&, Target d, double) -> nvmlReturn_t {
                       std::string value = d.gpu->name;
                       if (d.mig != nullptr) value += " MIG " + d.mig->profile;
-                      return gpuwatch::sim::CopyString(value, name, length);
+                      return gpuwatch::mock_nvml::CopyString(value, name, length);
                     });
 }
 
 extern "C" nvmlReturn_t nvmlDeviceGetUUID(nvmlDevice_t device, char* uuid, unsigned int length) {
   return DeviceCall(Fn::nvmlDeviceGetUUID, device, uuid != nullptr,
                     [&](State&, Target d, double) -> nvmlReturn_t {
-                      return gpuwatch::sim::CopyString(d.mig != nullptr ? d.mig->uuid : d.gpu->uuid,
+                      return gpuwatch::mock_nvml::CopyString(d.mig != nullptr ? d.mig->uuid : d.gpu->uuid,
                                                        uuid, length);
                     });
 }
@@ -490,7 +490,7 @@ extern "C" nvmlReturn_t nvmlDeviceGetSerial(nvmlDevice_t device, char* serial,
                                             unsigned int length) {
   return DeviceCall(Fn::nvmlDeviceGetSerial, device, serial != nullptr,
                     [&](State&, Target d, double) -> nvmlReturn_t {
-                      return gpuwatch::sim::CopyString(d.gpu->serial, serial, length);
+                      return gpuwatch::mock_nvml::CopyString(d.gpu->serial, serial, length);
                     });
 }
 
@@ -498,7 +498,7 @@ extern "C" nvmlReturn_t nvmlDeviceGetVbiosVersion(nvmlDevice_t device, char* ver
                                                   unsigned int length) {
   return DeviceCall(Fn::nvmlDeviceGetVbiosVersion, device, version != nullptr,
                     [&](State&, Target d, double) -> nvmlReturn_t {
-                      return gpuwatch::sim::CopyString(d.gpu->vbios_version, version, length);
+                      return gpuwatch::mock_nvml::CopyString(d.gpu->vbios_version, version, length);
                     });
 }
 
@@ -506,7 +506,7 @@ extern "C" nvmlReturn_t nvmlDeviceGetPciInfo_v3(nvmlDevice_t device, nvmlPciInfo
   return DeviceCall(Fn::nvmlDeviceGetPciInfo_v3, device, pci != nullptr,
                     [&](State&, Target d, double) -> nvmlReturn_t {
                       const GpuSpec& g = *d.gpu;
-                      gpuwatch::sim::FillPciInfo(g.pci_domain, g.pci_bus, g.pci_device,
+                      gpuwatch::mock_nvml::FillPciInfo(g.pci_domain, g.pci_bus, g.pci_device,
                                                  g.pci_function, g.pci_device_id,
                                                  g.pci_subsystem_id, pci);
                       return NVML_SUCCESS;
@@ -561,7 +561,7 @@ extern "C" nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMemory_
                       double total = g.Value(Field::kMemoryTotalMib, t);
                       double reserved = std::min(g.Value(Field::kMemoryReservedMib, t), total);
                       memory->total = RoundLl(total * kMib);
-                      memory->used = RoundLl((gpuwatch::sim::UsedMib(g, t) + reserved) * kMib);
+                      memory->used = RoundLl((gpuwatch::mock_nvml::UsedMib(g, t) + reserved) * kMib);
                       memory->free = memory->total - std::min(memory->used, memory->total);
                       return NVML_SUCCESS;
                     });
@@ -580,7 +580,7 @@ extern "C" nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t device, nvmlMemo
                       } else {
                         total = d.gpu->Value(Field::kMemoryTotalMib, t);
                         reserved = std::min(d.gpu->Value(Field::kMemoryReservedMib, t), total);
-                        used = gpuwatch::sim::UsedMib(*d.gpu, t);
+                        used = gpuwatch::mock_nvml::UsedMib(*d.gpu, t);
                       }
                       memory->total = RoundLl(total * kMib);
                       memory->reserved = RoundLl(reserved * kMib);
@@ -622,7 +622,7 @@ extern "C" nvmlReturn_t nvmlDeviceGetTotalEnergyConsumption(nvmlDevice_t device,
                                                             unsigned long long* energy) {
   return DeviceCall(Fn::nvmlDeviceGetTotalEnergyConsumption, device, energy != nullptr,
                     [&](State&, Target d, double t) -> nvmlReturn_t {
-                      *energy = gpuwatch::sim::FloorLl(d.gpu->Counter(Field::kEnergyMj, t));
+                      *energy = gpuwatch::mock_nvml::FloorLl(d.gpu->Counter(Field::kEnergyMj, t));
                       return NVML_SUCCESS;
                     });
 }
@@ -819,7 +819,7 @@ extern "C" nvmlReturn_t nvmlDeviceGetNvLinkState(nvmlDevice_t device, unsigned i
   return DeviceCall(Fn::nvmlDeviceGetNvLinkState, device,
                     isActive != nullptr && link < NVML_NVLINK_MAX_LINKS,
                     [&](State&, Target d, double t) -> nvmlReturn_t {
-                      if (nvmlReturn_t rc = gpuwatch::sim::CheckLink(*d.gpu, link)) return rc;
+                      if (nvmlReturn_t rc = gpuwatch::mock_nvml::CheckLink(*d.gpu, link)) return rc;
                       *isActive = link < Round(d.gpu->Value(Field::kNvlinkActiveLinks, t))
                                       ? NVML_FEATURE_ENABLED
                                       : NVML_FEATURE_DISABLED;
@@ -851,7 +851,7 @@ extern "C" nvmlReturn_t nvmlDeviceGetNvLinkErrorCounter(nvmlDevice_t device, uns
   return DeviceCall(Fn::nvmlDeviceGetNvLinkErrorCounter, device,
                     counterValue != nullptr && link < NVML_NVLINK_MAX_LINKS && field.has_value(),
                     [&](State&, Target d, double t) -> nvmlReturn_t {
-                      if (nvmlReturn_t rc = gpuwatch::sim::CheckLink(*d.gpu, link)) return rc;
+                      if (nvmlReturn_t rc = gpuwatch::mock_nvml::CheckLink(*d.gpu, link)) return rc;
                       *counterValue = RoundLl(d.gpu->Value(*field, t));
                       return NVML_SUCCESS;
                     });
@@ -862,11 +862,11 @@ extern "C" nvmlReturn_t nvmlDeviceGetNvLinkRemotePciInfo_v2(nvmlDevice_t device,
   return DeviceCall(Fn::nvmlDeviceGetNvLinkRemotePciInfo_v2, device,
                     pci != nullptr && link < NVML_NVLINK_MAX_LINKS,
                     [&](State&, Target d, double) -> nvmlReturn_t {
-                      if (nvmlReturn_t rc = gpuwatch::sim::CheckLink(*d.gpu, link)) return rc;
+                      if (nvmlReturn_t rc = gpuwatch::mock_nvml::CheckLink(*d.gpu, link)) return rc;
                       // HGX boards: H100 links go to 4 NVSwitches, A100 links to 6.
-                      bool hopper = d.gpu->model == gpuwatch::sim::Model::kH100;
+                      bool hopper = d.gpu->model == gpuwatch::mock_nvml::Model::kH100;
                       unsigned nvswitch = link % (hopper ? 4 : 6);
-                      gpuwatch::sim::FillPciInfo(0, 0xC5 + nvswitch, 0, 0,
+                      gpuwatch::mock_nvml::FillPciInfo(0, 0xC5 + nvswitch, 0, 0,
                                                  hopper ? 0x22A310DE : 0x1AF110DE, 0, pci);
                       return NVML_SUCCESS;
                     });
@@ -877,7 +877,7 @@ extern "C" nvmlReturn_t nvmlDeviceGetNvLinkVersion(nvmlDevice_t device, unsigned
   return DeviceCall(Fn::nvmlDeviceGetNvLinkVersion, device,
                     version != nullptr && link < NVML_NVLINK_MAX_LINKS,
                     [&](State&, Target d, double) -> nvmlReturn_t {
-                      if (nvmlReturn_t rc = gpuwatch::sim::CheckLink(*d.gpu, link)) return rc;
+                      if (nvmlReturn_t rc = gpuwatch::mock_nvml::CheckLink(*d.gpu, link)) return rc;
                       if (d.gpu->nvlink_version == 0) return NVML_ERROR_NOT_SUPPORTED;
                       *version = d.gpu->nvlink_version;
                       return NVML_SUCCESS;
@@ -889,14 +889,14 @@ extern "C" nvmlReturn_t nvmlDeviceGetNvLinkRemoteDeviceType(
   return DeviceCall(Fn::nvmlDeviceGetNvLinkRemoteDeviceType, device,
                     pNvLinkDeviceType != nullptr && link < NVML_NVLINK_MAX_LINKS,
                     [&](State&, Target d, double) -> nvmlReturn_t {
-                      if (nvmlReturn_t rc = gpuwatch::sim::CheckLink(*d.gpu, link)) return rc;
+                      if (nvmlReturn_t rc = gpuwatch::mock_nvml::CheckLink(*d.gpu, link)) return rc;
                       // Every mock NVLink goes to an NVSwitch (see RemotePciInfo above).
                       *pNvLinkDeviceType = NVML_NVLINK_DEVICE_TYPE_SWITCH;
                       return NVML_SUCCESS;
                     });
 }
 
-namespace gpuwatch::sim {
+namespace gpuwatch::mock_nvml {
 namespace {
 
 // Both handles must be whole GPUs of the scenario; NVML answers INVALID_ARGUMENT otherwise.
@@ -926,13 +926,13 @@ bool NvlinkUp(const GpuSpec& g, double t) {
 }
 
 }  // namespace
-}  // namespace gpuwatch::sim
+}  // namespace gpuwatch::mock_nvml
 
 extern "C" nvmlReturn_t nvmlDeviceGetTopologyCommonAncestor(nvmlDevice_t device1,
                                                             nvmlDevice_t device2,
                                                             nvmlGpuTopologyLevel_t* pathInfo) {
-  using gpuwatch::sim::GpuSpec;
-  return gpuwatch::sim::PairCall(
+  using gpuwatch::mock_nvml::GpuSpec;
+  return gpuwatch::mock_nvml::PairCall(
       Fn::nvmlDeviceGetTopologyCommonAncestor, device1, device2, pathInfo != nullptr,
       [&](State&, const GpuSpec& a, const GpuSpec& b, double) -> nvmlReturn_t {
         if (a.index == b.index) {
@@ -951,19 +951,19 @@ extern "C" nvmlReturn_t nvmlDeviceGetTopologyCommonAncestor(nvmlDevice_t device1
 extern "C" nvmlReturn_t nvmlDeviceGetP2PStatus(nvmlDevice_t device1, nvmlDevice_t device2,
                                                nvmlGpuP2PCapsIndex_t p2pIndex,
                                                nvmlGpuP2PStatus_t* p2pStatus) {
-  using gpuwatch::sim::GpuSpec;
-  return gpuwatch::sim::PairCall(
+  using gpuwatch::mock_nvml::GpuSpec;
+  return gpuwatch::mock_nvml::PairCall(
       Fn::nvmlDeviceGetP2PStatus, device1, device2,
       p2pStatus != nullptr && p2pIndex >= NVML_P2P_CAPS_INDEX_READ &&
           p2pIndex < NVML_P2P_CAPS_INDEX_UNKNOWN,
       [&](State&, const GpuSpec& a, const GpuSpec& b, double t) -> nvmlReturn_t {
-        const bool nvlink = gpuwatch::sim::NvlinkUp(a, t) && gpuwatch::sim::NvlinkUp(b, t);
+        const bool nvlink = gpuwatch::mock_nvml::NvlinkUp(a, t) && gpuwatch::mock_nvml::NvlinkUp(b, t);
         if (p2pIndex == NVML_P2P_CAPS_INDEX_NVLINK) {
           *p2pStatus = nvlink ? NVML_P2P_STATUS_OK : NVML_P2P_STATUS_NOT_SUPPORTED;
         } else if (nvlink) {
           *p2pStatus = NVML_P2P_STATUS_OK;
-        } else if (a.model == gpuwatch::sim::Model::kRtx4090 ||
-                   b.model == gpuwatch::sim::Model::kRtx4090) {
+        } else if (a.model == gpuwatch::mock_nvml::Model::kRtx4090 ||
+                   b.model == gpuwatch::mock_nvml::Model::kRtx4090) {
           // GeForce drivers report P2P as unsupported by the GPU.
           *p2pStatus = NVML_P2P_STATUS_GPU_NOT_SUPPORTED;
         } else if (a.numa_node != b.numa_node) {
@@ -977,7 +977,7 @@ extern "C" nvmlReturn_t nvmlDeviceGetP2PStatus(nvmlDevice_t device1, nvmlDevice_
 
 extern "C" nvmlReturn_t nvmlDeviceGetFieldValues(nvmlDevice_t device, int valuesCount,
                                                  nvmlFieldValue_t* values) {
-  namespace sim = gpuwatch::sim;
+  namespace sim = gpuwatch::mock_nvml;
   return DeviceCall(
       Fn::nvmlDeviceGetFieldValues, device,
       valuesCount >= 0 && (values != nullptr || valuesCount == 0),
@@ -1060,14 +1060,14 @@ extern "C" nvmlReturn_t nvmlDeviceGetFieldValues(nvmlDevice_t device, int values
 extern "C" nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t device,
                                                                 unsigned int* infoCount,
                                                                 nvmlProcessInfo_t* infos) {
-  return gpuwatch::sim::RunningProcesses(Fn::nvmlDeviceGetComputeRunningProcesses_v3, device,
+  return gpuwatch::mock_nvml::RunningProcesses(Fn::nvmlDeviceGetComputeRunningProcesses_v3, device,
                                          infoCount, infos);
 }
 
 extern "C" nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v2(nvmlDevice_t device,
                                                                 unsigned int* infoCount,
                                                                 nvmlProcessInfo_t* infos) {
-  return gpuwatch::sim::RunningProcesses(Fn::nvmlDeviceGetComputeRunningProcesses_v2, device,
+  return gpuwatch::mock_nvml::RunningProcesses(Fn::nvmlDeviceGetComputeRunningProcesses_v2, device,
                                          infoCount, infos);
 }
 
@@ -1104,7 +1104,7 @@ extern "C" nvmlReturn_t nvmlDeviceGetMigDeviceHandleByIndex(nvmlDevice_t device,
                       if (!d.gpu->mig_enabled || index >= d.gpu->mig.size()) {
                         return NVML_ERROR_NOT_FOUND;
                       }
-                      *migDevice = gpuwatch::sim::HandleOf(d.gpu->index, static_cast<int>(index));
+                      *migDevice = gpuwatch::mock_nvml::HandleOf(d.gpu->index, static_cast<int>(index));
                       return NVML_SUCCESS;
                     });
 }
@@ -1132,7 +1132,7 @@ extern "C" nvmlReturn_t nvmlDeviceGetComputeInstanceId(nvmlDevice_t device, unsi
 
 extern "C" nvmlReturn_t nvmlEventSetCreate(nvmlEventSet_t* set) {
   return SystemCall(Fn::nvmlEventSetCreate, set != nullptr, [&](State& s, double) -> nvmlReturn_t {
-    auto created = std::make_unique<gpuwatch::sim::EventSet>();
+    auto created = std::make_unique<gpuwatch::mock_nvml::EventSet>();
     created->delivered.assign(s.scenario.xids.size(), false);
     *set = reinterpret_cast<nvmlEventSet_t>(created.get());
     s.event_sets.push_back(std::move(created));
@@ -1144,9 +1144,9 @@ extern "C" nvmlReturn_t nvmlDeviceRegisterEvents(nvmlDevice_t device, unsigned l
                                                  nvmlEventSet_t set) {
   return DeviceCall(Fn::nvmlDeviceRegisterEvents, device, set != nullptr,
                     [&](State& s, Target d, double) -> nvmlReturn_t {
-                      auto* es = gpuwatch::sim::FindHandle(s.event_sets, set);
+                      auto* es = gpuwatch::mock_nvml::FindHandle(s.event_sets, set);
                       if (es == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
-                      if (eventTypes & ~gpuwatch::sim::SupportedEvents(*d.gpu)) {
+                      if (eventTypes & ~gpuwatch::mock_nvml::SupportedEvents(*d.gpu)) {
                         return NVML_ERROR_NOT_SUPPORTED;
                       }
                       es->registered[d.gpu->index] |= eventTypes;
@@ -1158,14 +1158,14 @@ extern "C" nvmlReturn_t nvmlDeviceGetSupportedEventTypes(nvmlDevice_t device,
                                                          unsigned long long* eventTypes) {
   return DeviceCall(Fn::nvmlDeviceGetSupportedEventTypes, device, eventTypes != nullptr,
                     [&](State&, Target d, double) -> nvmlReturn_t {
-                      *eventTypes = gpuwatch::sim::SupportedEvents(*d.gpu);
+                      *eventTypes = gpuwatch::mock_nvml::SupportedEvents(*d.gpu);
                       return NVML_SUCCESS;
                     });
 }
 
 extern "C" nvmlReturn_t nvmlEventSetWait_v2(nvmlEventSet_t set, nvmlEventData_t* data,
                                             unsigned int timeoutms) {
-  namespace sim = gpuwatch::sim;
+  namespace sim = gpuwatch::mock_nvml;
   try {
     const auto deadline = sim::Clock::now() + std::chrono::milliseconds(timeoutms);
     while (true) {
@@ -1242,7 +1242,7 @@ extern "C" nvmlReturn_t nvmlGpmQueryDeviceSupport(nvmlDevice_t device,
 extern "C" nvmlReturn_t nvmlGpmSampleAlloc(nvmlGpmSample_t* gpmSample) {
   return SystemCall(Fn::nvmlGpmSampleAlloc, gpmSample != nullptr,
                     [&](State& s, double) -> nvmlReturn_t {
-                      auto sample = std::make_unique<gpuwatch::sim::GpmSample>();
+                      auto sample = std::make_unique<gpuwatch::mock_nvml::GpmSample>();
                       *gpmSample = reinterpret_cast<nvmlGpmSample_t>(sample.get());
                       s.gpm_samples.push_back(std::move(sample));
                       return NVML_SUCCESS;
@@ -1262,7 +1262,7 @@ extern "C" nvmlReturn_t nvmlGpmSampleFree(nvmlGpmSample_t gpmSample) {
 }
 
 extern "C" nvmlReturn_t nvmlGpmSampleGet(nvmlDevice_t device, nvmlGpmSample_t gpmSample) {
-  namespace sim = gpuwatch::sim;
+  namespace sim = gpuwatch::mock_nvml;
   return DeviceCall(Fn::nvmlGpmSampleGet, device, gpmSample != nullptr,
                     [&](State& s, Target d, double t) -> nvmlReturn_t {
                       sim::GpmSample* sample = sim::FindHandle(s.gpm_samples, gpmSample);
@@ -1278,7 +1278,7 @@ extern "C" nvmlReturn_t nvmlGpmSampleGet(nvmlDevice_t device, nvmlGpmSample_t gp
 
 extern "C" nvmlReturn_t nvmlGpmMigSampleGet(nvmlDevice_t device, unsigned int gpuInstanceId,
                                             nvmlGpmSample_t gpmSample) {
-  namespace sim = gpuwatch::sim;
+  namespace sim = gpuwatch::mock_nvml;
   return DeviceCall(Fn::nvmlGpmMigSampleGet, device, gpmSample != nullptr,
                     [&](State& s, Target d, double t) -> nvmlReturn_t {
                       sim::GpmSample* sample = sim::FindHandle(s.gpm_samples, gpmSample);
@@ -1302,7 +1302,7 @@ extern "C" nvmlReturn_t nvmlGpmMigSampleGet(nvmlDevice_t device, unsigned int gp
 }
 
 extern "C" nvmlReturn_t nvmlGpmMetricsGet(nvmlGpmMetricsGet_t* metricsGet) {
-  namespace sim = gpuwatch::sim;
+  namespace sim = gpuwatch::mock_nvml;
   return SystemCall(
       Fn::nvmlGpmMetricsGet, metricsGet != nullptr, [&](State& s, double) -> nvmlReturn_t {
         if (metricsGet->version != NVML_GPM_METRICS_GET_VERSION) {

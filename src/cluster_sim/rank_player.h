@@ -16,7 +16,7 @@
 
 #include "common/status.h"
 
-namespace gpuwatch::simulate {
+namespace gpuwatch::cluster_sim {
 
 struct RankAction {
   enum class Kind { kLog, kCheckpointBegin, kCheckpointEnd, kStep, kEnd, kExit };
@@ -48,4 +48,4 @@ Result<std::vector<RankScript>> RankScripts(const std::vector<std::string>& line
 // at `address` (a socket path, "udp://…" or "tcp://…"). Returns when the script is over.
 void PlayRank(const RankScript& script, int64_t offset_ms, const std::string& address);
 
-}  // namespace gpuwatch::simulate
+}  // namespace gpuwatch::cluster_sim

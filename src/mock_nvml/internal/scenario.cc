@@ -1,4 +1,4 @@
-#include "sim/internal/scenario.h"
+#include "mock_nvml/internal/scenario.h"
 
 #include <unistd.h>
 
@@ -17,7 +17,9 @@
 #include <tuple>
 #include <utility>
 
-namespace gpuwatch::sim {
+#include "model/gpu_models.h"
+
+namespace gpuwatch::mock_nvml {
 namespace {
 
 using nlohmann::json;
@@ -208,121 +210,18 @@ constexpr std::string_view kMigGpmKeys[kNumGpm] = {
 // ---------------------------------------------------------------------------------------------
 // Models.
 
+// The models' real names and limits come from the table both simulators share
+// (model/gpu_models.h); here each is tied to the mock's Model and NVML's architecture code.
 struct ModelDefaults {
   Model model;
-  std::string_view shape_name;  // as written in a shape, matched case-insensitively
-  std::string_view name;
-  unsigned architecture;
-  double memory_total_mib, memory_reserved_mib;
-  double power_limit_w;
-  double max_sm_clock_mhz, max_mem_clock_mhz, max_video_clock_mhz;
-  unsigned pcie_gen, pcie_width;
-  double pcie_kb_per_s;
-  unsigned nvlink_count;
-  bool mig_capable;
-  unsigned pci_device_id, pci_subsystem_id;
-  std::string_view vbios_version;
-  uint64_t serial_base;
-  double temp_c;
-  std::initializer_list<std::string_view> unsupported;  // feature names
+  const model::GpuModelSpec& spec;
 };
-
-// Real names and limits of the SXM/PCIe boards as NVML reports them; fan, HBM temperature,
-// ECC, GPM and MIG support follow the hardware (passive boards have no fan; only HBM parts
-// report memory temperature; GeForce has no ECC and no serial number; GPM is Hopper-only).
 const ModelDefaults kModels[] = {
-    {Model::kH100,
-     "H100",
-     "NVIDIA H100 80GB HBM3",
-     NVML_DEVICE_ARCH_HOPPER,
-     81559,
-     579,
-     700,
-     1980,
-     2619,
-     1545,
-     5,
-     16,
-     6.0e6,
-     18,
-     true,
-     0x233010DE,
-     0x16C110DE,
-     "96.00.99.00.01",
-     1654923000001ULL,
-     38,
-     {"fan"}},
-    {Model::kA100,
-     "A100",
-     "NVIDIA A100-SXM4-80GB",
-     NVML_DEVICE_ARCH_AMPERE,
-     81920,
-     567,
-     400,
-     1410,
-     1593,
-     1290,
-     4,
-     16,
-     3.0e6,
-     12,
-     true,
-     0x20B210DE,
-     0x147F10DE,
-     "92.00.45.00.03",
-     1323321000001ULL,
-     36,
-     {"fan", "gpm"}},
-    {Model::kRtx4090,
-     "4090",
-     "NVIDIA GeForce RTX 4090",
-     NVML_DEVICE_ARCH_ADA,
-     24564,
-     327,
-     450,
-     3120,
-     10501,
-     2415,
-     4,
-     16,
-     3.0e6,
-     0,
-     false,
-     0x268410DE,
-     0x16F310DE,
-     "95.02.18.80.87",
-     0,
-     40,
-     {"mem_temp", "ecc", "gpm", "mig", "serial"}},
-    {Model::kL40S,
-     "L40S",
-     "NVIDIA L40S",
-     NVML_DEVICE_ARCH_ADA,
-     46068,
-     471,
-     350,
-     2520,
-     9001,
-     1965,
-     4,
-     16,
-     3.0e6,
-     0,
-     false,
-     0x26B910DE,
-     0x185110DE,
-     "95.02.4B.00.01",
-     1325023000001ULL,
-     34,
-     {"fan", "mem_temp", "gpm", "mig"}},
+    {Model::kH100, *model::GpuModelByKey("H100")},
+    {Model::kA100, *model::GpuModelByKey("A100")},
+    {Model::kRtx4090, *model::GpuModelByKey("4090")},
+    {Model::kL40S, *model::GpuModelByKey("L40S")},
 };
-
-const ModelDefaults& DefaultsOf(Model m) {
-  for (const ModelDefaults& d : kModels) {
-    if (d.model == m) return d;
-  }
-  return kModels[0];
-}
 
 std::string Lower(std::string_view s) {
   std::string out(s);
@@ -330,14 +229,34 @@ std::string Lower(std::string_view s) {
   return out;
 }
 
-std::optional<Model> ModelFromName(std::string_view name) {
+unsigned NvmlArch(model::GpuArch a) {
+  switch (a) {
+    case model::GpuArch::kAmpere:
+      return NVML_DEVICE_ARCH_AMPERE;
+    case model::GpuArch::kAda:
+      return NVML_DEVICE_ARCH_ADA;
+    case model::GpuArch::kHopper:
+      return NVML_DEVICE_ARCH_HOPPER;
+  }
+  return NVML_DEVICE_ARCH_HOPPER;
+}
+
+const model::GpuModelSpec& DefaultsOf(Model m) {
   for (const ModelDefaults& d : kModels) {
-    if (Lower(d.shape_name) == Lower(name)) return d.model;
+    if (d.model == m) return d.spec;
+  }
+  return kModels[0].spec;
+}
+
+std::optional<Model> ModelFromName(std::string_view name) {
+  const model::GpuModelSpec* spec = model::GpuModelByKey(name);
+  for (const ModelDefaults& d : kModels) {
+    if (&d.spec == spec) return d.model;
   }
   return std::nullopt;
 }
 
-constexpr std::string_view kModelList = "H100, A100, 4090 or L40S";
+constexpr std::string_view kModelList = model::kGpuModelList;
 
 uint64_t SplitMix64(uint64_t x) {
   x += 0x9E3779B97F4A7C15ULL;
@@ -373,7 +292,7 @@ std::string DefaultMigProfile(double gpu_total_mib, double instance_total_mib) {
 }
 
 GpuSpec MakeGpu(Model model, unsigned index) {
-  const ModelDefaults& d = DefaultsOf(model);
+  const model::GpuModelSpec& d = DefaultsOf(model);
   GpuSpec g;
   g.model = model;
   g.index = index;
@@ -386,9 +305,9 @@ GpuSpec MakeGpu(Model model, unsigned index) {
   g.pci_device_id = d.pci_device_id;
   g.pci_subsystem_id = d.pci_subsystem_id;
   g.minor_number = index;
-  g.architecture = d.architecture;
+  g.architecture = NvmlArch(d.arch);
   g.nvlink_count = d.nvlink_count;
-  g.nvlink_version = model == Model::kH100 ? 4 : model == Model::kA100 ? 3 : 0;
+  g.nvlink_version = d.nvlink_version;
   // HGX H100 boards give each GPU its own PCIe switch (shared with a NIC); HGX A100 boards put
   // two GPUs behind one; the PCIe shapes follow 8-GPU servers with a switch per CPU socket
   // (GPU0-3 and GPU4-7, as in ../shared/real/topo/nccltests307_*).
@@ -397,7 +316,11 @@ GpuSpec MakeGpu(Model model, unsigned index) {
                   : model == Model::kRtx4090 ? index / 4
                                              : index / 2;
   g.mig_capable = d.mig_capable;
-  for (std::string_view feature : d.unsupported) g.unsupported |= *CapsOf(feature);
+  for (std::string_view rest = d.unsupported; !rest.empty();) {
+    const size_t comma = rest.find(',');
+    g.unsupported |= *CapsOf(rest.substr(0, comma));
+    rest = comma == std::string_view::npos ? std::string_view() : rest.substr(comma + 1);
+  }
 
   const double phase = index * kDefaultPeriodS * kPhaseFractionPerGpu;
   auto wave = [&](double base, double amplitude) {
@@ -412,8 +335,8 @@ GpuSpec MakeGpu(Model model, unsigned index) {
   set(Field::kMemoryTotalMib, Constant(d.memory_total_mib));
   set(Field::kMemoryReservedMib, Constant(d.memory_reserved_mib));
   set(Field::kMemoryUsedMib, wave(std::round(0.55 * usable), std::round(0.15 * usable)));
-  set(Field::kTempC, wave(d.temp_c + 20, 8));
-  set(Field::kMemTempC, wave(d.temp_c + 30, 8));
+  set(Field::kTempC, wave(d.idle_temp_c + 20, 8));
+  set(Field::kMemTempC, wave(d.idle_temp_c + 30, 8));
   set(Field::kPowerW, wave(0.55 * d.power_limit_w, 0.25 * d.power_limit_w));
   set(Field::kPowerLimitW, Constant(d.power_limit_w));
   // Counters start where a machine up for a while would be, not at 0.
@@ -1333,4 +1256,4 @@ const char* ErrorCodeText(nvmlReturn_t code) {
   return "Unknown Error";
 }
 
-}  // namespace gpuwatch::sim
+}  // namespace gpuwatch::mock_nvml

@@ -1,4 +1,4 @@
-#include "simulate/simulator.h"
+#include "cluster_sim/simulator.h"
 
 #include <fmt/format.h>
 
@@ -11,18 +11,18 @@
 #include <tuple>
 
 #include "common/strings.h"
+#include "model/gpu_models.h"
 
-namespace gpuwatch::simulate {
+namespace gpuwatch::cluster_sim {
 
 namespace {
 
 using nlohmann::json;
 
+// What a training job does on a model (the model's limits are the shared table's,
+// model/gpu_models.h): its healthy step, exposed comm share, memory, and the topology rows.
 struct Model {
-  std::string key, name;
-  double max_sm_mhz, max_mem_mhz, mem_total_mib, tdp_w, idle_w;
-  int pcie_gen;
-  int nvlinks;
+  const model::GpuModelSpec& spec;
   double step_s;                                    // healthy compute+comm step at full clock
   double comm_share;                                // exposed comm share of a healthy step
   double job_mem_mib;                               // the job's steady memory per GPU
@@ -49,13 +49,11 @@ std::vector<std::string> PcieRow(int n, int i, int per_switch) {
 }
 
 const Model kModels[] = {
-    {"H100", "NVIDIA H100 80GB HBM3", 1980, 2619, 81559, 700, 70, 5, 18, 1.0, 0.12, 61000,
-     [](int n, int i) { return NvRow(n, i, 18); }},
-    {"A100", "NVIDIA A100-SXM4-80GB", 1410, 1593, 81920, 400, 55, 4, 12, 1.2, 0.12, 52000,
-     [](int n, int i) { return NvRow(n, i, 12); }},
-    {"L40S", "NVIDIA L40S", 2520, 9001, 46068, 350, 35, 4, 0, 1.4, 0.18, 27000,
+    {*model::GpuModelByKey("H100"), 1.0, 0.12, 61000, [](int n, int i) { return NvRow(n, i, 18); }},
+    {*model::GpuModelByKey("A100"), 1.2, 0.12, 52000, [](int n, int i) { return NvRow(n, i, 12); }},
+    {*model::GpuModelByKey("L40S"), 1.4, 0.18, 27000,
      [](int n, int i) { return PcieRow(n, i, 2); }},
-    {"4090", "NVIDIA GeForce RTX 4090", 2520, 10501, 24564, 450, 30, 4, 0, 1.3, 0.22, 19000,
+    {*model::GpuModelByKey("4090"), 1.3, 0.22, 19000,
      [](int n, int i) { return PcieRow(n, i, 4); }},
 };
 
@@ -71,21 +69,53 @@ constexpr double kWatchdogS = 600;       // a hung job is killed by its NCCL wat
 constexpr double kTeardownS = 30;        // after a rank dies, the launcher tears the job down
 constexpr double kIdleAllocatedS = 600;  // findings.md: idle this long is gpu_idle_allocated
 
-const std::vector<std::string> kKnown = {
-    "healthy",          "thermal_throttle", "power_throttle",
-    "clock_slowdown",   "gpu_lost",         "xid",
-    "ecc_dbe",          "ecc_sbe_growth",   "pcie_downgrade",
-    "pcie_replay",      "nvlink_errors",    "nvlink_fallback",
-    "net_fallback",     "net_errors",       "net_congestion",
-    "numa_mismatch",    "topology_change",  "clock_skew",
-    "version_mismatch", "data_stall",       "checkpoint_stall",
-    "memory_leak",      "job_hang",         "rank_exit",
-    "straggler_gpu",    "step_regression",  "gpu_idle_allocated"};
+using model::Cause;
+constexpr Planter kPlanters[] = {
+    {Cause::kDataStall, Planting::kWhileRunning, true, ""},
+    {Cause::kCheckpointStall, Planting::kWhileRunning, true, ""},
+    {Cause::kMemoryLeak, Planting::kWhileRunning, true, ""},
+    {Cause::kJobHang, Planting::kWhileRunning, true, ""},
+    {Cause::kRankExit, Planting::kWhileRunning, true, ""},
+    {Cause::kStepRegression, Planting::kWhileRunning, true, ""},
+    {Cause::kThermalThrottle, Planting::kWhileRunning, true, ""},
+    {Cause::kPowerThrottle, Planting::kWhileRunning, true, ""},
+    {Cause::kClockSlowdown, Planting::kWhileRunning, true, ""},
+    {Cause::kStragglerGpu, Planting::kWhileRunning, true, ""},
+    {Cause::kEccSbeGrowth, Planting::kWhileRunning, true, ""},
+    {Cause::kEccDbe, Planting::kWhileRunning, true, ""},
+    {Cause::kXid, Planting::kWhileRunning, true, ""},
+    {Cause::kGpuLost, Planting::kWhileRunning, true, ""},
+    {Cause::kNvlinkFallback, Planting::kRestart, false, ""},
+    {Cause::kNetFallback, Planting::kRestart, false, ""},
+    {Cause::kNvlinkErrors, Planting::kWhileRunning, true, ""},
+    {Cause::kPcieDowngrade, Planting::kWhileRunning, true, ""},
+    {Cause::kPcieReplay, Planting::kWhileRunning, true, ""},
+    {Cause::kNetCongestion, Planting::kBetweenNodes, false, ""},
+    // The demo's NICs are the real host's.
+    {Cause::kNetErrors, Planting::kWhileRunning, false, ""},
+    {Cause::kNumaMismatch, Planting::kRestart, false, ""},
+    // The demo's topology is the real host's probe.
+    {Cause::kTopologyChange, Planting::kWhileRunning, false, ""},
+    {Cause::kClockSkew, Planting::kBetweenNodes, false, ""},
+    {Cause::kVersionMismatch, Planting::kBetweenNodes, false, ""},
+    {Cause::kGpuIdleAllocated, Planting::kRestart, false, ""},
+};
+
+std::vector<std::string> KnownNames() {
+  std::vector<std::string> out = {"healthy"};
+  for (const Planter& p : kPlanters) {
+    if (p.how != Planting::kNone) out.emplace_back(model::CauseName(p.cause));
+  }
+  return out;
+}
+const std::vector<std::string> kKnown = KnownNames();
 
 // Faults that come with a restart of the job (the truth's start is the new job's start).
 bool IsRestartFault(const std::string& cause) {
-  return cause == "nvlink_fallback" || cause == "net_fallback" || cause == "numa_mismatch" ||
-         cause == "gpu_idle_allocated";
+  for (const Planter& p : kPlanters) {
+    if (p.how == Planting::kRestart && model::CauseName(p.cause) == cause) return true;
+  }
+  return false;
 }
 
 struct GpuSim {
@@ -106,6 +136,7 @@ struct Line {
 
 }  // namespace
 
+std::span<const Planter> Planters() { return kPlanters; }
 const std::vector<std::string>& KnownFaults() { return kKnown; }
 
 Result<FaultSpec> ParseFaultSpec(const std::string& text) {
@@ -153,7 +184,7 @@ Result<SimOutput> Simulate(const SimOptions& o) {
   const int count = x == std::string::npos ? 0 : ParseInt<int>(o.shape.substr(0, x)).value_or(0);
   const Model* model = nullptr;
   for (const Model& m : kModels) {
-    if (x != std::string::npos && ToLower(m.key) == ToLower(o.shape.substr(x + 1))) model = &m;
+    if (x != std::string::npos && ToLower(m.spec.key) == ToLower(o.shape.substr(x + 1))) model = &m;
   }
   if (count < 1 || count > 16 || model == nullptr) {
     return Status::InvalidArgument("bad shape '" + o.shape +
@@ -215,7 +246,8 @@ Result<SimOutput> Simulate(const SimOptions& o) {
   std::normal_distribution<double> gauss(0, 1);
   std::uniform_real_distribution<double> uni(0, 1);
   std::vector<std::string> names;
-  for (int k = 0; k < o.nodes; ++k) names.push_back(fmt::format("sim-{}-{:02d}", model->key, k));
+  for (int k = 0; k < o.nodes; ++k)
+    names.push_back(fmt::format("sim-{}-{:02d}", model->spec.key, k));
 
   // A skewed node writes every record with its own clock's time (the README's convention).
   const FaultSpec* skew = any_fault("clock_skew");
@@ -257,16 +289,16 @@ Result<SimOutput> Simulate(const SimOptions& o) {
       gpus.push_back(
           {{"index", i},
            {"uuid", fmt::format("GPU-{:08x}-sim-{:02d}-{:02d}", o.seed & 0xffffffff, k, i)},
-           {"name", model->name},
+           {"name", model->spec.name},
            {"pci_bus_id", fmt::format("00000000:{:02X}:00.0", 0x18 + 0x11 * i)},
            {"numa_node", numa_of(i)},
-           {"memory_total_mib", model->mem_total_mib},
-           {"power_limit_w", model->tdp_w},
-           {"max_sm_clock_mhz", model->max_sm_mhz},
-           {"max_mem_clock_mhz", model->max_mem_mhz},
-           {"pcie_max_gen", model->pcie_gen},
+           {"memory_total_mib", model->spec.memory_total_mib},
+           {"power_limit_w", model->spec.power_limit_w},
+           {"max_sm_clock_mhz", model->spec.max_sm_clock_mhz},
+           {"max_mem_clock_mhz", model->spec.max_mem_clock_mhz},
+           {"pcie_max_gen", model->spec.pcie_gen},
            {"pcie_max_width", 16},
-           {"nvlink_count", model->nvlinks},
+           {"nvlink_count", model->spec.nvlink_count},
            {"mig_mode", false}});
     }
     json links = json::array();
@@ -363,7 +395,7 @@ Result<SimOutput> Simulate(const SimOptions& o) {
             {"project", "sim"},
             {"ranks", ranks.size()},
             {"gpus", gpus}});
-      if (run.nvlink_fallback && model->nvlinks > 0 && fault("nvlink_fallback", k)) {
+      if (run.nvlink_fallback && model->spec.nvlink_count > 0 && fault("nvlink_fallback", k)) {
         truth_at("nvlink_fallback", k, run.start, {});
       }
       if (run.net_socket) truth_at("net_fallback", k, run.start, {});  // every node's NCCL
@@ -410,8 +442,9 @@ Result<SimOutput> Simulate(const SimOptions& o) {
         if (local.size() > 1 && li + 1 < local.size()) {
           const Rank& peer = local[li + 1];
           const std::string via =
-              run.nvlink_fallback ? "SHM/direct/direct"
-                                  : (model->nvlinks > 0 ? "P2P/CUMEM/read" : "SHM/direct/direct");
+              run.nvlink_fallback
+                  ? "SHM/direct/direct"
+                  : (model->spec.nvlink_count > 0 ? "P2P/CUMEM/read" : "SHM/direct/direct");
           for (int c = 0; c < 2; ++c) {
             log(lt + 0.2 + 0.01 * c, r.rank,
                 prefix + fmt::format("Channel {:02d}/0 : {}[{}] -> {}[{}] via {}", c, r.rank, r.gpu,
@@ -450,8 +483,8 @@ Result<SimOutput> Simulate(const SimOptions& o) {
   std::vector<std::vector<GpuSim>> sims(o.nodes, std::vector<GpuSim>(n));
   for (auto& node : sims) {
     for (auto& g : node) {
-      g.clock_mhz = model->max_sm_mhz;
-      g.power_limit_w = model->tdp_w;
+      g.clock_mhz = model->spec.max_sm_clock_mhz;
+      g.power_limit_w = model->spec.power_limit_w;
       g.energy_j = 3.6e6 * (1 + uni(rng));
     }
   }
@@ -495,7 +528,8 @@ Result<SimOutput> Simulate(const SimOptions& o) {
         const auto [k, i, rank] = ranks[r];
         const GpuSim& g = sims[k][i];
         double c = model->step_s * (1 - model->comm_share) * warm *
-                   (model->max_sm_mhz / std::max(100.0, g.clock_mhz)) * (1 + 0.003 * gauss(rng));
+                   (model->spec.max_sm_clock_mhz / std::max(100.0, g.clock_mhz)) *
+                   (1 + 0.003 * gauss(rng));
         if (const FaultSpec* f = active("straggler_gpu", k, i, tick_at)) {
           c *= 1.15 + 0.25 * f->severity;  // slower with every clock at its maximum
         }
@@ -513,7 +547,7 @@ Result<SimOutput> Simulate(const SimOptions& o) {
         max_pre = std::max(max_pre, pre[r]);
       }
       double comm = model->step_s * model->comm_share;
-      if (run->nvlink_fallback && model->nvlinks > 0) comm *= 3;
+      if (run->nvlink_fallback && model->spec.nvlink_count > 0) comm *= 3;
       if (o.nodes > 1 && run->net_socket) comm *= 4;
       for (int k = 0; k < o.nodes; ++k) {
         if (const FaultSpec* f = active("net_congestion", k, -1, tick_at)) {
@@ -626,12 +660,13 @@ Result<SimOutput> Simulate(const SimOptions& o) {
               kAmbientC + std::min(1.0, (tick - f->onset_s) / 60) * (20 + 15 * f->severity);
         }
         if (const FaultSpec* f = fault_here("power_throttle")) {
-          g.power_limit_w = model->tdp_w * (0.75 - 0.25 * f->severity);
+          g.power_limit_w = model->spec.power_limit_w * (0.75 - 0.25 * f->severity);
         }
-        double power = model->idle_w + (model->tdp_w - model->idle_w) * util / 100 *
-                                           (spinning ? 0.35 : 0.9 + 0.05 * gauss(rng));
+        double power =
+            model->spec.idle_power_w + (model->spec.power_limit_w - model->spec.idle_power_w) *
+                                           util / 100 * (spinning ? 0.35 : 0.9 + 0.05 * gauss(rng));
         std::vector<std::string> throttle;
-        double clock = busy ? model->max_sm_mhz : model->max_sm_mhz * 0.1;
+        double clock = busy ? model->spec.max_sm_clock_mhz : model->spec.max_sm_clock_mhz * 0.1;
         if (!busy) throttle.push_back("idle");
         if (busy && power > g.power_limit_w) {
           clock *= g.power_limit_w / power;
@@ -642,7 +677,7 @@ Result<SimOutput> Simulate(const SimOptions& o) {
         }
         // Steady temperature: ambient plus a rise proportional to the share of TDP drawn
         // (about 80 °C at full load with healthy cooling).
-        const double target = g.ambient_c + 55 * power / model->tdp_w;
+        const double target = g.ambient_c + 55 * power / model->spec.power_limit_w;
         g.temp_c += (target - g.temp_c) * (1 - std::exp(-1.0 / kThermalTauS));
         if (g.temp_c > kThrottleTempC && busy) {
           clock *= std::max(0.5, 1 - (g.temp_c - kThrottleTempC) * 0.08);
@@ -670,7 +705,7 @@ Result<SimOutput> Simulate(const SimOptions& o) {
           const double chunk = 512 * (1 + f->severity);
           g.mem_mib = std::max(g.mem_mib, mem);
           if (std::fmod(since, 20) < 1) {
-            g.mem_mib = std::min(g.mem_mib + chunk, model->mem_total_mib * 0.97);
+            g.mem_mib = std::min(g.mem_mib + chunk, model->spec.memory_total_mib * 0.97);
             truth_at("memory_leak", k, shifted(k, t), {.job = run->id});
           }
           mem = g.mem_mib;
@@ -735,22 +770,22 @@ Result<SimOutput> Simulate(const SimOptions& o) {
                     {"power_w", std::round(power * 10) / 10},
                     {"energy_j", std::round(g.energy_j)},
                     {"sm_clock_mhz", std::round(clock)},
-                    {"mem_clock_mhz", model->max_mem_mhz},
+                    {"mem_clock_mhz", model->spec.max_mem_clock_mhz},
                     {"throttle", throttle},
                     {"pcie_tx_mbs", std::round(300 * util / 100 + 5)},
                     {"pcie_rx_mbs", std::round(280 * util / 100 + 5)},
-                    {"pcie_gen", busy ? model->pcie_gen : 1},
+                    {"pcie_gen", busy ? model->spec.pcie_gen : 1},
                     {"pcie_width", g.pcie_width},
                     {"pcie_replay", g.pcie_replay},
                     {"ecc_sbe_volatile", g.sbe},
                     {"ecc_dbe_volatile", g.dbe},
                     {"retired_pages", 0}};
-        if (model->nvlinks > 0) {
+        if (model->spec.nvlink_count > 0) {
           const bool fallback = run && run->nvlink_fallback;
           const bool moving = busy && !fallback && !stopped;
           rec["nvlink_tx_mbs"] = moving ? std::round(40000 * util / 100) : 0;
           rec["nvlink_rx_mbs"] = moving ? std::round(39800 * util / 100) : 0;
-          rec["nvlink_active_links"] = model->nvlinks;
+          rec["nvlink_active_links"] = model->spec.nvlink_count;
           rec["nvlink_crc_errors"] = g.nvlink_crc;
           rec["nvlink_replay"] = 0;
           rec["nvlink_recovery"] = 0;
@@ -842,4 +877,4 @@ Result<SimOutput> Simulate(const SimOptions& o) {
   return out;
 }
 
-}  // namespace gpuwatch::simulate
+}  // namespace gpuwatch::cluster_sim

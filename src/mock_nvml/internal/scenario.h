@@ -24,7 +24,7 @@
 #include "collect/nvml_api.h"
 #include "common/status.h"
 
-namespace gpuwatch::sim {
+namespace gpuwatch::mock_nvml {
 
 inline constexpr unsigned kMaxGpus = 64;
 // What NVML's nvmlDeviceGetMaxMigDeviceCount reports for H100 and A100 with MIG enabled.
@@ -250,4 +250,4 @@ Result<Scenario> ParseScenarioJson(std::string_view text, std::string_view origi
 std::optional<nvmlReturn_t> ErrorCodeFromName(std::string_view name);
 const char* ErrorCodeText(nvmlReturn_t code);
 
-}  // namespace gpuwatch::sim
+}  // namespace gpuwatch::mock_nvml

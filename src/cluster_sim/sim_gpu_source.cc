@@ -1,4 +1,4 @@
-#include "simulate/sim_gpu_source.h"
+#include "cluster_sim/sim_gpu_source.h"
 
 #include <algorithm>
 #include <chrono>
@@ -10,7 +10,7 @@
 #include "common/time_base.h"
 #include "trace/trace_reader.h"
 
-namespace gpuwatch::simulate {
+namespace gpuwatch::cluster_sim {
 namespace {
 
 using model::GpuMetric;
@@ -262,4 +262,4 @@ Status SimulatedGpuSource::WaitEvents(int timeout_ms, int64_t now_ms,
   return Status::Ok();
 }
 
-}  // namespace gpuwatch::simulate
+}  // namespace gpuwatch::cluster_sim

@@ -1,4 +1,4 @@
-#include "simulate/rank_player.h"
+#include "cluster_sim/rank_player.h"
 
 #include <algorithm>
 #include <chrono>
@@ -14,7 +14,7 @@
 #include "gpuwatch.hpp"  // the C++ job SDK (sdk/cpp): the simulated ranks speak as real ones
 #include "trace/trace_reader.h"
 
-namespace gpuwatch::simulate {
+namespace gpuwatch::cluster_sim {
 namespace {
 
 // A rank whose process is missing from the proc rounds this long before its job ends died.
@@ -189,4 +189,4 @@ void PlayRank(const RankScript& script, int64_t offset_ms, const std::string& ad
   }
 }
 
-}  // namespace gpuwatch::simulate
+}  // namespace gpuwatch::cluster_sim

@@ -32,7 +32,7 @@
 #include "common/status.h"
 #include "model/gpu.h"
 
-namespace gpuwatch::simulate {
+namespace gpuwatch::cluster_sim {
 
 class SimulatedGpuSource : public collect::GpuSource {
  public:
@@ -81,4 +81,4 @@ class SimulatedGpuSource : public collect::GpuSource {
   size_t next_event_ = 0;
 };
 
-}  // namespace gpuwatch::simulate
+}  // namespace gpuwatch::cluster_sim

@@ -28,12 +28,14 @@
 
 #include <cstdint>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
 #include "common/status.h"
+#include "model/cause.h"
 
-namespace gpuwatch::simulate {
+namespace gpuwatch::cluster_sim {
 
 struct FaultSpec {
   std::string cause;     // findings.md vocabulary
@@ -57,11 +59,28 @@ struct SimOutput {
   std::string truth_json;                // {"faults": [...]}
 };
 
-// The causes the simulator can plant.
+// How the simulator plants each cause of the catalog (model/cause.h): every cause has an entry,
+// and a test checks it.
+enum class Planting : uint8_t {
+  kWhileRunning,  // on one node while the job runs
+  kRestart,       // comes with a restart of the job: the truth's start is the new run's start
+  kBetweenNodes,  // needs two nodes or more
+  kNone,          // not planted (`why` says why)
+};
+struct Planter {
+  model::Cause cause;
+  Planting how;
+  // `gpuwatch demo` can play it: its evidence is the simulated GPUs' and ranks', not the real
+  // host's NICs or topology, and it needs no restart or second node.
+  bool in_demo;
+  std::string_view why;  // kNone only
+};
+std::span<const Planter> Planters();
+// "healthy" and the name of every cause that has a planter.
 const std::vector<std::string>& KnownFaults();
 // "thermal_throttle:gpu=3,onset=480,severity=0.8,node=0" → FaultSpec; errors name the part.
 Result<FaultSpec> ParseFaultSpec(const std::string& text);
 
 Result<SimOutput> Simulate(const SimOptions& options);
 
-}  // namespace gpuwatch::simulate
+}  // namespace gpuwatch::cluster_sim

@@ -8,11 +8,11 @@
 #include <set>
 
 #include "common/time_base.h"
-#include "simulate/rank_player.h"
-#include "simulate/sim_gpu_source.h"
-#include "simulate/simulator.h"
+#include "cluster_sim/rank_player.h"
+#include "cluster_sim/sim_gpu_source.h"
+#include "cluster_sim/simulator.h"
 
-namespace gpuwatch::simulate {
+namespace gpuwatch::cluster_sim {
 namespace {
 
 using model::GpuMetric;
@@ -184,4 +184,4 @@ TEST(RankScriptsTest, UnknownNodeHasNoRanksAndBadTraceIsAnError) {
 }
 
 }  // namespace
-}  // namespace gpuwatch::simulate
+}  // namespace gpuwatch::cluster_sim

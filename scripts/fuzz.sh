@@ -19,6 +19,11 @@ clang++ $FLAGS -o time_source_fuzz ../../src/collect/time_source_fuzz.cc ../../s
   $COMMON -lfmt
 clang++ $FLAGS -o kmsg_fuzz ../../src/logs/kmsg_fuzz.cc ../../src/logs/kmsg.cc \
   ../../src/logs/log_classify.cc $COMMON -lfmt
+clang++ $FLAGS -o kernel_log_fuzz ../../src/logs/kernel_log_fuzz.cc ../../src/logs/kernel_log.cc \
+  ../../src/logs/kmsg.cc ../../src/logs/internal/stamps.cc $COMMON -lfmt
+clang++ $FLAGS -o launcher_log_fuzz ../../src/logs/launcher_log_fuzz.cc ../../src/logs/launcher_log.cc \
+  ../../src/logs/internal/stamps.cc $COMMON -lfmt
+clang++ $FLAGS -o smi_text_fuzz ../../src/collect/smi_text_fuzz.cc ../../src/collect/smi_text.cc $COMMON -lfmt
 clang++ $FLAGS -o template_rules_fuzz ../../src/jobs/template_rules_fuzz.cc \
   ../../src/jobs/template_rules.cc $COMMON -lfmt
 clang++ $FLAGS -o job_protocol_fuzz ../../src/jobs/job_protocol_fuzz.cc ../../src/jobs/job_protocol.cc \
@@ -59,6 +64,9 @@ mkdir -p corpus/event_store && ./event_store_fuzz -max_total_time="$SECS" corpus
 mkdir -p corpus/attribution && ./attribution_fuzz -max_total_time="$SECS" corpus/attribution ../../tests/fixtures/root/proc ../../tests/fixtures/root-corrupt/proc
 mkdir -p corpus/time_source && ./time_source_fuzz -max_total_time="$SECS" corpus/time_source ../../tests/fixtures/timesource
 mkdir -p corpus/kmsg && ./kmsg_fuzz -max_total_time="$SECS" corpus/kmsg ../../tests/fixtures/kmsg
+mkdir -p corpus/kernel_log && ./kernel_log_fuzz -max_total_time="$SECS" corpus/kernel_log ../../tests/fixtures/explain/kernel
+mkdir -p corpus/launcher_log && ./launcher_log_fuzz -max_total_time="$SECS" corpus/launcher_log ../../tests/fixtures/explain/launcher
+mkdir -p corpus/smi_text && ./smi_text_fuzz -max_total_time="$SECS" corpus/smi_text ../../tests/fixtures/explain/smi
 mkdir -p corpus/template_rules && ./template_rules_fuzz -max_total_time="$SECS" corpus/template_rules ../../tests/fixtures/template_rules
 mkdir -p corpus/job_protocol && ./job_protocol_fuzz -max_total_time="$SECS" corpus/job_protocol ../../tests/fixtures/job_protocol
 mkdir -p corpus/cli && ./cli_fuzz -max_total_time="$SECS" corpus/cli ../../tests/fixtures/config

@@ -64,10 +64,68 @@ done
 "$GPUWATCH" sim --shape 8xH100 --seed 504 --fault power_throttle:gpu=4,onset=350 \
   --fault gpu_lost:gpu=0,onset=700 --out "$OUT/suite/combined-power-lost" >/dev/null
 n=$((n + 4))
-echo "suite: $n simulated scenarios in $OUT/suite"
+
+# Real shapes (issue 16): each cause the way real machines, drivers and launchers report it
+# (the simulator's variants: `gpuwatch sim --fault CAUSE:variant=NAME`, docs/research/), and
+# healthy runs with the confounders that look like faults. A suite of its own, so the classic
+# suite's numbers stay comparable with earlier runs.
+mkdir -p "$OUT/real"
+m=0
+VARIANTS=(rank_exit:torchrun rank_exit:oom_kill xid:kernel_only gpu_lost:kernel_only
+          ecc_dbe:kernel_only topology_change:reboot topology_change:swap thermal_throttle:hw
+          power_throttle:brake clock_slowdown:app_clocks job_hang:watchdog
+          gpu_idle_allocated:procs step_regression:slow_steps)
+for shape in 8xH100 8xA100 4xL40S; do
+  gpus=${shape%%x*}
+  for seed in 1 2; do
+    for cv in "${VARIANTS[@]}"; do
+      cause=${cv%%:*}; variant=${cv#*:}
+      s=$((seed * 6271 + m * 7907))
+      gpu=$((s % gpus)); onset=$((300 + s % 240)); sev=0.$((3 + s % 7)); dur=15m
+      case "$cause" in
+        gpu_idle_allocated|job_hang|xid) dur=25m ;;
+        step_regression) onset=$((420 + s % 120)); dur=20m ;;
+      esac
+      "$GPUWATCH" sim --shape "$shape" --seed "$s" --duration "$dur" \
+        --fault "$cause:gpu=$gpu,onset=$onset,severity=$sev,variant=$variant" \
+        --out "$OUT/real/$cause-$variant-$shape-$seed" >/dev/null
+      m=$((m + 1))
+    done
+  done
+done
+# A dead rank in a two-node job: its node's launcher reports it, the other's is signalled.
+for seed in 1 2; do
+  "$GPUWATCH" sim --shape 8xH100 --nodes 2 --seed $((seed * 977)) --duration 15m \
+    --fault "rank_exit:node=$((seed - 1)),gpu=$((seed + 2)),onset=$((380 + seed * 40)),variant=torchrun" \
+    --out "$OUT/real/rank_exit-torchrun-2n-$seed" >/dev/null
+  m=$((m + 1))
+done
+# Healthy runs with confounders, alone and together.
+CONFOUNDERS=(cancelled eval cache_refill reboot_same app_clocks_default preprocess_idle
+             hw_slowdown_blips xid_teardown)
+for shape in 8xH100 4xL40S; do
+  for c in "${CONFOUNDERS[@]}"; do
+    s=$((m * 104723 + 11)); onset=$((420 + s % 120)); dur=15m
+    "$GPUWATCH" sim --shape "$shape" --seed "$s" --duration "$dur" \
+      --fault "healthy:gpu=1,onset=$onset,variant=$c" --out "$OUT/real/healthy-$c-$shape" >/dev/null
+    m=$((m + 1))
+  done
+done
+for seed in 1 2 3 4; do
+  "$GPUWATCH" sim --shape 8xA100 --seed $((seed * 31337)) --duration 20m \
+    --fault healthy:variant=eval --fault healthy:variant=cache_refill \
+    --fault healthy:variant=app_clocks_default --fault healthy:variant=hw_slowdown_blips \
+    --out "$OUT/real/healthy-mixed-$seed" >/dev/null
+  m=$((m + 1))
+done
+
+echo "suite: $n simulated scenarios in $OUT/suite; real shapes: $m in $OUT/real"
 echo
 echo "== simulated suite =="
 "$GPUWATCH" eval "$OUT/suite" | tail -n +$((n + 2))
+echo
+echo "== real shapes and confounders =="
+"$GPUWATCH" eval "$OUT/real" | tail -n +$((m + 2))
 if [ -d ../shared/scenarios ]; then
   echo
   echo "== ../shared/scenarios (independent generator) =="

@@ -14,6 +14,12 @@ namespace gpuwatch::analyze {
 
 std::string Num(double v) { return fmt::format("{:g}", v); }
 
+bool TaskView::ProcessesGone(double now) const {
+  // Process rounds come every 5–10 s (the agent's --process-interval): three missed rounds, and
+  // at least a minute, is no process left.
+  return proc_rounds >= 2 && now - last_proc_t > std::max(60.0, 3 * proc_every_s);
+}
+
 double TaskView::MedianStep() const {
   if (durations.empty()) return 0;
   return Median(std::vector<double>(durations.begin(), durations.end()));
@@ -61,6 +67,8 @@ void Context::OnJob(const trace::TraceRecord& r, const trace::TraceJob& j) {
     }
     // A restart under the same id: a new run here.
     tv.start_t = r.t;
+    tv.last_proc_t = -1;
+    tv.proc_rounds = 0;
     tv.ended = false;
     tv.end_t = -1;
     tv.exit_code.reset();
@@ -113,7 +121,24 @@ void Context::OnEvent(const trace::TraceRecord& r, const trace::TraceEvent& e) {
 }
 
 void Context::OnProc(const trace::TraceRecord& r, const trace::TraceProc& p) {
-  if (p.job) Touch(r.node, *p.job, r.t);
+  if (!p.job) return;
+  Touch(r.node, *p.job, r.t);
+  TaskView& tv = tasks_[{r.node, *p.job}];
+  if (r.t > tv.last_proc_t + 0.5) {  // a new round
+    if (tv.last_proc_t >= 0) tv.proc_every_s = r.t - tv.last_proc_t;
+    ++tv.proc_rounds;
+    tv.last_proc_t = r.t;
+  }
+  if (tv.ended || !p.gpu) return;
+  // A GPU a job's process holds is the job's, whether or not its start record listed it (a
+  // scheduler that names no GPUs, a rank on a GPU it was not given).
+  auto [it, fresh] = holders_.emplace(std::make_pair(r.node, *p.gpu), Holder{*p.job, r.t});
+  if (!fresh && it->second.job != *p.job) {
+    const TaskView* other = Task(r.node, it->second.job);
+    if (!other || other->ended || other->ProcessesGone(now_)) {
+      it->second = Holder{*p.job, r.t};
+    }
+  }
 }
 
 const trace::TraceNode* Context::Node(const std::string& node) const {
@@ -174,7 +199,12 @@ std::vector<uint32_t> Context::GpusOf(const std::string& node) const {
 
 const Context::Holder* Context::HolderOf(const std::string& node, uint32_t gpu) const {
   auto it = holders_.find({node, gpu});
-  return it == holders_.end() ? nullptr : &it->second;
+  if (it == holders_.end()) return nullptr;
+  // A job whose processes were seen here and have all gone holds nothing any more, whatever its
+  // missing end record says.
+  const TaskView* tv = Task(node, it->second.job);
+  if (tv && tv->ProcessesGone(now_)) return nullptr;
+  return &it->second;
 }
 
 const TaskView* Context::Task(const std::string& node, const std::string& job) const {

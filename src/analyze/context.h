@@ -52,10 +52,16 @@ struct TaskView {
   bool ended = false;
   double end_t = -1;
   std::optional<int64_t> exit_code;
-  double last_t = -1;  // the latest record of the job here (step, proc, log, event, job)
+  double last_t = -1;       // the latest record of the job here (step, proc, log, event, job)
+  double last_proc_t = -1;  // the latest proc record of one of its processes here
+  int proc_rounds = 0;      // rounds of proc records (distinct times) that named it here
+  double proc_every_s = 0;  // the time between its last two rounds
+
+  // Whether its processes here were seen in rounds, and have missed several since: they are
+  // gone, whatever a missing end record says. `now`: the latest record's time.
+  bool ProcessesGone(double now) const;
   // Exposed-comm share of the lead rank's steps after warm-up: the baseline and the last
   // minute (rules/task_steps learns them; net_congestion reads them).
-  std::vector<double> comm_base;
   std::optional<double> comm_base_share;
   std::deque<std::pair<double, double>> comm_share;  // (t, share)
 
@@ -92,7 +98,8 @@ class Context {
   std::vector<uint32_t> GpusOf(const std::string& node) const;
 
   // ---- jobs ----
-  // The job holding a GPU (from the job's start record, else its processes) and since when.
+  // The job holding a GPU (from the job's start record, or a process of it on the GPU) and since
+  // when; nullptr when none, or when the holding job's processes have all left the node.
   struct Holder {
     std::string job;
     double since = 0;

@@ -50,7 +50,11 @@ struct MemoryOptions {
 // rules/task_steps and rules/task_liveness: the task line against the job's own history.
 struct TaskOptions {
   double warmup_s = 120;        // of a job's steps, not judged and not learned from
-  size_t baseline_steps = 200;  // step records (all ranks) a baseline is learned from
+  size_t baseline_steps = 200;  // step records (all ranks) a baseline is learned from …
+  // … or those of the first baseline_window_s after warm-up when they are at least
+  // baseline_min_steps (a job stepping every few seconds; rules/learned_median.h).
+  double baseline_window_s = 180;
+  size_t baseline_min_steps = 10;
   // data_stall: a rolling median share of step time waiting for input above both the floor and
   // a multiple of the baseline, held for a while.
   double stall_window_s = 60;

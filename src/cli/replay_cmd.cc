@@ -15,12 +15,12 @@
 #include "analyze/drive.h"
 #include "cli/config_file.h"
 #include "cli/job_view.h"
+#include "cluster_sim/simulator.h"
 #include "common/file_io.h"
 #include "common/strings.h"
 #include "common/time_base.h"
 #include "eval/scoring.h"
 #include "server/listen_address.h"
-#include "cluster_sim/simulator.h"
 #include "trace/trace_file.h"
 #include "trace/trace_reader.h"
 
@@ -394,7 +394,8 @@ int RunSim(const SimCommand& c, std::ostream& out, std::ostream& err) {
       err << "gpuwatch: sim: " << spec.status().message() << "\n";
       return 2;
     }
-    if (spec->cause != "healthy") o.faults.push_back(*spec);
+    // A plain "healthy" plants nothing; a healthy variant is a confounder.
+    if (spec->cause != "healthy" || !spec->variant.empty()) o.faults.push_back(*spec);
   }
   auto sim = cluster_sim::Simulate(o);
   if (!sim.ok()) {

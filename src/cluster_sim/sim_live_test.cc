@@ -7,10 +7,10 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
-#include "common/time_base.h"
 #include "cluster_sim/rank_player.h"
 #include "cluster_sim/sim_gpu_source.h"
 #include "cluster_sim/simulator.h"
+#include "common/time_base.h"
 
 namespace gpuwatch::cluster_sim {
 namespace {

@@ -68,6 +68,11 @@ constexpr double kNicGbps = 400;         // one IB NIC per node
 constexpr double kWatchdogS = 600;       // a hung job is killed by its NCCL watchdog after this
 constexpr double kTeardownS = 30;        // after a rank dies, the launcher tears the job down
 constexpr double kIdleAllocatedS = 600;  // findings.md: idle this long is gpu_idle_allocated
+constexpr double kRebootDownS = 180;     // a reboot: the node writes nothing for this long …
+constexpr double kRebootJobS = 30;       // … and its next job starts this long after it is back
+constexpr double kPreprocessS = 300;     // preprocess_idle: the GPUs wait this long for data
+constexpr double kEvalEveryS = 300;      // eval: an evaluation this often …
+constexpr double kEvalS = 120;           // … this long
 
 using model::Cause;
 constexpr Planter kPlanters[] = {
@@ -100,6 +105,62 @@ constexpr Planter kPlanters[] = {
     {Cause::kVersionMismatch, Planting::kBetweenNodes, false, ""},
     {Cause::kGpuIdleAllocated, Planting::kRestart, false, ""},
 };
+
+// The shapes real machines give each fault, from docs/research/ (launchers.md, xid.md,
+// clock-reasons.md, failure-shapes.md), and the healthy runs that look like faults.
+constexpr Variant kVariants[] = {
+    {"rank_exit", "torchrun",
+     "the rank raises and exits 1; torchrun SIGTERMs the others within seconds and prints "
+     "failed (exitcode: 1) and its ChildFailedError table; the job ends with exit 1"},
+    {"rank_exit", "oom_kill",
+     "the kernel's OOM killer takes the rank (Killed process …); torchrun reports exit -9"},
+    {"xid", "kernel_only",
+     "the XID reaches only the kernel log (NVRM: Xid …), no NVML event; an application XID "
+     "(13, 31) kills the rank and the job is torn down, a GSP/PMU one (62, 119) hangs it until "
+     "the NCCL watchdog"},
+    {"gpu_lost", "kernel_only",
+     "XID 79 and 'GPU has fallen off the bus' only in the kernel log; the GPU's samples stop; its "
+     "rank dies with a CUDA error and torchrun tears the job down"},
+    {"ecc_dbe", "kernel_only", "XID 48 only in the kernel log, with the DBE counter rising"},
+    {"topology_change", "reboot",
+     "the job ends, the node reboots (no records), and comes back with a GPU missing"},
+    {"topology_change", "swap",
+     "the job ends, the node is powered off, a GPU is swapped (another UUID in the same slot) and "
+     "its NIC moves to the other socket"},
+    {"thermal_throttle", "hw",
+     "HW Thermal Slowdown with its umbrella HW Slowdown bit, the clock halved"},
+    {"power_throttle", "brake",
+     "HW Power Brake Slowdown with HW Slowdown (an external brake signal), the clock halved"},
+    {"clock_slowdown", "app_clocks",
+     "an administrator's applications clock (nvidia-smi -ac) holds the GPU at 60-75 % of its "
+     "maximum: 'Applications Clocks Setting'"},
+    {"job_hang", "watchdog",
+     "a rank stops outside its collective; ten minutes later ProcessGroupNCCL's watchdog times "
+     "out on every rank and torchrun reports them failed with SIGABRT"},
+    {"gpu_idle_allocated", "procs",
+     "the scheduler's record names no GPUs; a process of the job holds the idle GPU"},
+    {"step_regression", "slow_steps", "a job that steps every 5 s slows by a third"},
+    {"healthy", "cancelled",
+     "the scheduler cancels the job: torchrun receives SIGTERM and shuts its workers down"},
+    {"healthy", "eval", "a two-minute evaluation every five minutes: no steps, busy GPUs"},
+    {"healthy", "cache_refill",
+     "the allocator's cache is emptied at each checkpoint and refilled in 2 GiB steps"},
+    {"healthy", "reboot_same",
+     "the node reboots between two jobs and comes back with the same hardware, its NIC renamed"},
+    {"healthy", "app_clocks_default",
+     "'Applications Clocks Setting' active at the GPU's full clock"},
+    {"healthy", "preprocess_idle", "the job holds its GPUs idle for 5 minutes before stepping"},
+    {"healthy", "hw_slowdown_blips", "one- or two-sample HW Slowdown blips at clock changes"},
+    {"healthy", "xid_teardown",
+     "the job ends and the driver logs XID 45 (channels torn down) as its processes exit"},
+};
+
+bool HasVariant(const std::string& cause, const std::string& variant) {
+  for (const Variant& v : kVariants) {
+    if (v.cause == cause && v.name == variant) return true;
+  }
+  return false;
+}
 
 std::vector<std::string> KnownNames() {
   std::vector<std::string> out = {"healthy"};
@@ -137,6 +198,7 @@ struct Line {
 }  // namespace
 
 std::span<const Planter> Planters() { return kPlanters; }
+std::span<const Variant> Variants() { return kVariants; }
 const std::vector<std::string>& KnownFaults() { return kKnown; }
 
 Result<FaultSpec> ParseFaultSpec(const std::string& text) {
@@ -156,6 +218,19 @@ Result<FaultSpec> ParseFaultSpec(const std::string& text) {
                                      std::string(kv) + "'");
     }
     const std::string_view k = kv.substr(0, eq), v = kv.substr(eq + 1);
+    if (k == "variant") {
+      f.variant = std::string(v);
+      if (!HasVariant(f.cause, f.variant)) {
+        std::string list;
+        for (const Variant& x : kVariants) {
+          if (x.cause == f.cause) list += (list.empty() ? "" : ", ") + std::string(x.name);
+        }
+        return Status::InvalidArgument("fault '" + text + "': unknown variant '" + f.variant +
+                                       "' of " + f.cause + " (" +
+                                       (list.empty() ? "it has none" : list) + ")");
+      }
+      continue;
+    }
     std::optional<double> num = ParseDouble(v);
     if (!num || !std::isfinite(*num) || *num < 0) {
       return Status::InvalidArgument("fault '" + text + "': " + std::string(k) +
@@ -171,7 +246,7 @@ Result<FaultSpec> ParseFaultSpec(const std::string& text) {
       f.severity = std::min(1.0, *num);
     } else {
       return Status::InvalidArgument("fault '" + text + "': unknown key '" + std::string(k) +
-                                     "' (gpu, node, onset, severity)");
+                                     "' (gpu, node, onset, severity, variant)");
     }
   }
   return f;
@@ -198,11 +273,24 @@ Result<SimOutput> Simulate(const SimOptions& o) {
   const double t0 = o.start_unix_s;
   const double job_start = t0 + kJobStartS, job_end = t0 + o.duration_s - kJobTailS;
   std::optional<double> restart_t;  // one restart carries every restart fault
+  std::optional<double> reboot_t;   // a node back from a reboot (its node record's time)
+  int reboot_node = 0;
   for (const FaultSpec& f : o.faults) {
-    if (f.cause == "healthy") continue;
     auto bad = [&](const std::string& why) {
       return Status::InvalidArgument(fmt::format("fault {}: {}", f.cause, why));
     };
+    const bool reboot = f.variant == "reboot" || f.variant == "swap" || f.variant == "reboot_same";
+    if (reboot) {
+      if (restart_t || reboot_t) return bad("a reboot is the trace's one restart");
+      if (f.onset_s < kJobStartS + 60 + kRebootDownS ||
+          f.onset_s > o.duration_s - kJobTailS - 240) {
+        return bad("a reboot must leave a job before and after it");
+      }
+      reboot_t = t0 + f.onset_s;
+      reboot_node = f.node;
+      restart_t = *reboot_t + kRebootJobS;
+    }
+    if (f.cause == "healthy") continue;
     if (f.node >= o.nodes || f.gpu >= n) {
       return bad(fmt::format("node {} / gpu {} out of the shape", f.node, f.gpu));
     }
@@ -223,6 +311,7 @@ Result<SimOutput> Simulate(const SimOptions& o) {
     }
     if (f.cause == "numa_mismatch" && n < 4) return bad("needs a shape with two NUMA nodes");
     if (IsRestartFault(f.cause)) {
+      if (reboot_t) return bad("a reboot is the trace's one restart");
       if (restart_t && *restart_t != t0 + f.onset_s) {
         return bad("every restart fault (fallbacks, NUMA, idle GPUs) must share one onset");
       }
@@ -241,6 +330,21 @@ Result<SimOutput> Simulate(const SimOptions& o) {
     }
     return nullptr;
   };
+  // The variant of `cause` planted ("" for the classic shape or none), and a healthy confounder.
+  auto variant_of = [&](const std::string& cause) -> std::string {
+    const FaultSpec* f = any_fault(cause);
+    return f ? f->variant : "";
+  };
+  auto confounder = [&](const std::string& name) -> const FaultSpec* {
+    for (const FaultSpec& f : o.faults) {
+      if (f.cause == "healthy" && f.variant == name) return &f;
+    }
+    return nullptr;
+  };
+  // Draws for the variants come from their own generator, so a classic scenario of a seed is
+  // the same trace it always was.
+  std::mt19937_64 vrng(o.seed ^ 0x5eedf00dULL);
+  std::uniform_real_distribution<double> vuni(0, 1);
 
   std::mt19937_64 rng(o.seed);
   std::normal_distribution<double> gauss(0, 1);
@@ -281,7 +385,20 @@ Result<SimOutput> Simulate(const SimOptions& o) {
   };
   auto numa_of = [&](int i) { return n >= 4 ? (i < n / 2 ? 0 : 1) : 0; };
 
-  // Node records.
+  // Node records: each node's at the start, and the rebooted node's when it is back. A reboot
+  // that changed the hardware (docs/research/failure-shapes.md §1) loses a GPU (reboot), or
+  // brings another board into the same slot and the NIC onto the other socket (swap); a plain
+  // one renames the NIC (mlx5_N follows probe order) and changes nothing else.
+  const FaultSpec* reboot_fault = nullptr;
+  for (const FaultSpec& f : o.faults) {
+    if (f.variant == "reboot" || f.variant == "swap" || f.variant == "reboot_same") {
+      reboot_fault = &f;
+    }
+  }
+  const std::string reboot_kind = reboot_fault ? reboot_fault->variant : "";
+  const int gone_gpu = reboot_kind == "reboot" ? reboot_fault->gpu : -1;  // missing after it
+  std::vector<std::string> nic_name(o.nodes, "mlx5_0");
+  std::vector<json> node_records(o.nodes);
   for (int k = 0; k < o.nodes; ++k) {
     const FaultSpec* vm = fault("version_mismatch", k);
     json gpus = json::array();
@@ -303,21 +420,54 @@ Result<SimOutput> Simulate(const SimOptions& o) {
     }
     json links = json::array();
     for (int i = 0; i < n; ++i) links.push_back(model->links(n, i));
-    emit(
-        k, t0, 0,
-        {{"type", "node"},
-         {"node", names[k]},
-         {"driver_version", vm ? "535.104.05" : "550.90.07"},
-         {"cuda_version", vm ? "12.2" : "12.4"},
-         {"nccl_version", "2.21.5"},
-         {"clock_offset_ms", std::round(gauss(rng) * 300) / 1000},
-         {"gpus", gpus},
-         {"topology", {{"gpu_links", links}}},
-         {"nics",
-          json::array(
-              {{{"name", "mlx5_0"}, {"type", "ib"}, {"numa_node", 0}, {"link_gbps", kNicGbps}}})}});
+    json nic = {{"name", "mlx5_0"}, {"type", "ib"}, {"numa_node", 0}, {"link_gbps", kNicGbps}};
+    // The NIC's own bus id, where the variants need it (the classic traces never had one).
+    if (!reboot_kind.empty()) nic["pci_bus_id"] = "00000000:1A:00.0";
+    node_records[k] = {{"type", "node"},
+                       {"node", names[k]},
+                       {"driver_version", vm ? "535.104.05" : "550.90.07"},
+                       {"cuda_version", vm ? "12.2" : "12.4"},
+                       {"nccl_version", "2.21.5"},
+                       {"clock_offset_ms", std::round(gauss(rng) * 300) / 1000},
+                       {"gpus", gpus},
+                       {"topology", {{"gpu_links", links}}},
+                       {"nics", json::array({nic})}};
+    emit(k, t0, 0, node_records[k]);
     if (vm) truth_at("version_mismatch", k, t0, {});
   }
+  if (reboot_t) {
+    const int k = reboot_node;
+    json back = node_records[k];
+    if (reboot_kind == "reboot") {
+      // The GPU did not come back: gone from the list and from the link matrix.
+      json gpus = json::array(), links = json::array();
+      for (int i = 0; i < n; ++i) {
+        if (i == gone_gpu) continue;
+        gpus.push_back(back["gpus"][i]);
+        json row = json::array();
+        for (int j = 0; j < n; ++j) {
+          if (j != gone_gpu) row.push_back(back["topology"]["gpu_links"][i][j]);
+        }
+        links.push_back(row);
+      }
+      back["gpus"] = gpus;
+      back["topology"]["gpu_links"] = links;
+    } else if (reboot_kind == "swap") {
+      back["gpus"][reboot_fault->gpu]["uuid"] = fmt::format(
+          "GPU-{:08x}-swap-{:02d}-{:02d}", (o.seed * 7) & 0xffffffff, k, reboot_fault->gpu);
+      back["nics"][0]["pci_bus_id"] = "00000000:9C:00.0";
+      back["nics"][0]["numa_node"] = n >= 4 ? 1 : 0;
+    } else {
+      nic_name[k] = "mlx5_1";
+      back["nics"][0]["name"] = nic_name[k];
+    }
+    emit(k, *reboot_t, 0, back);
+    if (reboot_kind != "reboot_same") truth_at("topology_change", k, *reboot_t, {});
+  }
+  // Whether node k writes nothing at t (it is rebooting).
+  auto down = [&](int k, double t) {
+    return reboot_t && k == reboot_node && t >= *reboot_t - kRebootDownS && t < *reboot_t;
+  };
 
   // The job, or two: before and after a restart that brings a restart fault.
   struct JobRun {
@@ -327,17 +477,23 @@ Result<SimOutput> Simulate(const SimOptions& o) {
     bool nvlink_fallback = false, net_socket = false;
     std::set<std::pair<int, int>> numa_bad = {};  // (node, gpu) ranks bound to the far node
     std::optional<std::pair<int, int>> idle_gpu = std::nullopt;  // held, used by no rank
+    bool gpus_unnamed = false;  // the start record names no GPUs (the scheduler gives none)
   };
   const std::string job = fmt::format("sim-{}", o.seed % 100000);
   std::vector<JobRun> runs;
   if (restart_t) {
-    runs.push_back({job, job_start, *restart_t - 10, 4000});
+    // Before a reboot the job ends before the node goes down.
+    runs.push_back(
+        {job, job_start, reboot_t ? *reboot_t - kRebootDownS - 20 : *restart_t - 10, 4000});
     JobRun r{job + "-r", *restart_t, job_end, 6000};
     for (const FaultSpec& f : o.faults) {
       if (f.cause == "nvlink_fallback") r.nvlink_fallback = true;
       if (f.cause == "net_fallback") r.net_socket = true;
       if (f.cause == "numa_mismatch") r.numa_bad.insert({f.node, f.gpu});
-      if (f.cause == "gpu_idle_allocated") r.idle_gpu = {f.node, f.gpu};
+      if (f.cause == "gpu_idle_allocated") {
+        r.idle_gpu = {f.node, f.gpu};
+        r.gpus_unnamed = f.variant == "procs";
+      }
     }
     runs.push_back(r);
   } else {
@@ -361,19 +517,92 @@ Result<SimOutput> Simulate(const SimOptions& o) {
       stop_exit_code = 1;
     }
   }
+  // The real shapes of a death (launchers.md): the rank dies at `t` (its own error lines, or the
+  // OOM killer's), torchrun notices within its poll and SIGTERMs the others, and reports the
+  // failure `report_t`; the job ends two seconds later.
+  struct Death {
+    int node, gpu;
+    double t, report_t;
+    int code;           // the rank's exit code; negative: killed by that signal
+    std::string error;  // its last line, "" for a kill
+  };
+  std::optional<Death> death;
+  // A rank stuck outside its collective (the others spin in it) until the NCCL watchdog.
+  struct Stuck {
+    int node, gpu;
+    double t;
+  };
+  std::optional<Stuck> stuck_rank;
+  std::optional<double> watchdog_t;  // the watchdog's timeout lines (a hang's teardown)
+  bool cancelled = false;            // the scheduler stopped the job
+  const double teardown_s = 2 + 4 * vuni(vrng);
+  auto die = [&](int node, int gpu, double t, int code, std::string error) {
+    death = Death{node, gpu, t, t + teardown_s, code, std::move(error)};
+    stop_t = t;
+    stop_end_t = death->report_t + 2;
+    stop_exit_code = 1;
+  };
+  auto hang_until_watchdog = [&](int node, int gpu, double t) {
+    stuck_rank = Stuck{node, gpu, t};
+    watchdog_t = t + kWatchdogS - 4;
+    stop_t = t;
+    stop_end_t = t + kWatchdogS;
+    stop_exit_code = 1;
+  };
+  const std::vector<int> kXidCodes = {13, 31, 62, 119};
+  const int xid_code = kXidCodes[o.seed % kXidCodes.size()];
+  if (const FaultSpec* f = any_fault("rank_exit"); f && !f->variant.empty()) {
+    if (f->variant == "oom_kill") {
+      die(f->node, f->gpu, *exit_t, -9, "");
+    } else {
+      die(f->node, f->gpu, *exit_t, 1,
+          o.seed % 2
+              ? "RuntimeError: DataLoader worker (pid(s) 48213) exited unexpectedly"
+              : "ValueError: Expected input batch_size (12) to match target batch_size (16).");
+    }
+  }
+  if (const FaultSpec* f = any_fault("gpu_lost"); f && f->variant == "kernel_only") {
+    die(f->node, f->gpu, *lost_t + 1, 1, "RuntimeError: CUDA error: unknown error");
+  }
+  if (const FaultSpec* f = any_fault("ecc_dbe"); f && f->variant == "kernel_only") {
+    die(f->node, f->gpu, t0 + f->onset_s + 0.3, 1,
+        "RuntimeError: CUDA error: uncorrectable ECC error encountered");
+  }
+  if (const FaultSpec* f = any_fault("xid"); f && f->variant == "kernel_only") {
+    if (xid_code == 13 || xid_code == 31) {
+      die(f->node, f->gpu, t0 + f->onset_s + 0.5, 1,
+          "RuntimeError: CUDA error: an illegal memory access was encountered");
+    } else {
+      hang_until_watchdog(f->node, f->gpu, t0 + f->onset_s);
+    }
+  }
+  if (const FaultSpec* f = any_fault("job_hang"); f && f->variant == "watchdog") {
+    hang_until_watchdog(f->node, f->gpu, *hang_t);
+  }
+  if (const FaultSpec* c = confounder("cancelled")) {
+    stop_t = t0 + c->onset_s;
+    stop_end_t = *stop_t + 3;
+    stop_exit_code = 143;  // 128 + SIGTERM, as Slurm reports a cancelled step
+    cancelled = true;
+  }
   auto run_end = [&](const JobRun& r) {
     return stop_end_t && *stop_end_t < r.end && *stop_end_t >= r.start ? *stop_end_t : r.end;
   };
 
-  // Ranks: every GPU of every node but a held-idle one.
+  // Ranks: every GPU of every node but a held-idle one, and one that did not come back from a
+  // reboot.
   struct Rank {
     int node, gpu, rank;
+  };
+  auto gpu_gone = [&](int k, int i, double t) {
+    return reboot_t && k == reboot_node && i == gone_gpu && t >= *reboot_t;
   };
   auto ranks_of = [&](const JobRun& r) {
     std::vector<Rank> out;
     for (int k = 0; k < o.nodes; ++k) {
       for (int i = 0; i < n; ++i) {
         if (r.idle_gpu && *r.idle_gpu == std::make_pair(k, i)) continue;
+        if (gpu_gone(k, i, r.start)) continue;
         out.push_back({k, i, static_cast<int>(out.size())});
       }
     }
@@ -384,17 +613,14 @@ Result<SimOutput> Simulate(const SimOptions& o) {
     const std::vector<Rank> ranks = ranks_of(run);
     for (int k = 0; k < o.nodes; ++k) {
       json gpus = json::array();
-      for (int i = 0; i < n; ++i) gpus.push_back(i);
-      emit(k, run.start, 3,
-           {{"type", "job"},
-            {"node", names[k]},
-            {"job", run.id},
-            {"state", "start"},
-            {"template", "sim-llm-fsdp"},
-            {"user", "sim"},
-            {"project", "sim"},
-            {"ranks", ranks.size()},
-            {"gpus", gpus}});
+      for (int i = 0; i < n; ++i) {
+        if (!gpu_gone(k, i, run.start)) gpus.push_back(i);
+      }
+      json start = {{"type", "job"},    {"node", names[k]},           {"job", run.id},
+                    {"state", "start"}, {"template", "sim-llm-fsdp"}, {"user", "sim"},
+                    {"project", "sim"}, {"ranks", ranks.size()}};
+      if (!run.gpus_unnamed) start["gpus"] = gpus;
+      emit(k, run.start, 3, start);
       if (run.nvlink_fallback && model->spec.nvlink_count > 0 && fault("nvlink_fallback", k)) {
         truth_at("nvlink_fallback", k, run.start, {});
       }
@@ -472,6 +698,253 @@ Result<SimOutput> Simulate(const SimOptions& o) {
             {"exit_code", end < run.end ? stop_exit_code : 0}});
     }
   }
+  // What the launchers and the kernel print (docs/research/launchers.md, xid.md): the lines the
+  // variants' evidence is made of, in the forms the real tools write.
+  const double boot_t = t0 - 2.4e6 - 1e5 * static_cast<double>(o.seed % 7);  // kernel uptime 0
+  auto kernel = [&](int k, double t, const std::string& text) {
+    emit(k, t, 6,
+         {{"type", "log"},
+          {"node", names[k]},
+          {"source", "kernel"},
+          {"line", fmt::format("[{:.6f}] {}", t - boot_t, text)}});
+  };
+  auto job_line = [&](int k, double t, const JobRun& run, std::optional<int> rank,
+                      const std::string& line) {
+    json j = {
+        {"type", "log"}, {"node", names[k]}, {"job", run.id}, {"source", "job"}, {"line", line}};
+    if (rank) j["rank"] = *rank;
+    emit(k, t, 6, j);
+  };
+  // torch ≥ 2.4 logs through glog: "W0629 13:26:00.506703 1749164 torch/…/api.py:897] …".
+  auto glog = [&](char level, double t, int pid) {
+    const auto secs = static_cast<time_t>(t);
+    std::tm tm{};
+    gmtime_r(&secs, &tm);
+    return fmt::format("{}{:02d}{:02d} {:02d}:{:02d}:{:02d}.{:06d} {} ", level, tm.tm_mon + 1,
+                       tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec,
+                       static_cast<int>((t - std::floor(t)) * 1e6), pid);
+  };
+  auto table_time = [&](double t) {
+    const auto secs = static_cast<time_t>(t);
+    std::tm tm{};
+    gmtime_r(&secs, &tm);
+    return fmt::format("{:04d}-{:02d}-{:02d}_{:02d}:{:02d}:{:02d}", tm.tm_year + 1900,
+                       tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec);
+  };
+  auto pci_of = [&](int i) { return fmt::format("PCI:0000:{:02x}:00", 0x18 + 0x11 * i); };
+  auto bdf_of = [&](int i) { return fmt::format("0000:{:02x}:00.0", 0x18 + 0x11 * i); };
+  const JobRun& first_run = runs.front();
+  auto rank_on = [&](const JobRun& run, int node, int gpu) -> std::optional<int> {
+    for (const Rank& r : ranks_of(run)) {
+      if (r.node == node && r.gpu == gpu) return r.rank;
+    }
+    return std::nullopt;
+  };
+  const int agent_pid = first_run.pid_base - 37;  // torchrun's own pid
+  // torchrun's teardown on every node: the failed rank's node SIGTERMs its other workers and
+  // reports the failure with its table; the other nodes' launchers are signalled by the
+  // scheduler (srun --kill-on-bad-exit) and shut down.
+  auto teardown = [&](const JobRun& run, int dead_node, int dead_gpu, double dead_t,
+                      double report_t, int code) {
+    const std::vector<Rank> ranks = ranks_of(run);
+    const std::optional<int> dead_rank = rank_on(run, dead_node, dead_gpu);
+    for (int k = 0; k < o.nodes; ++k) {
+      if (k != dead_node) {
+        job_line(k, report_t + 0.3, run, std::nullopt,
+                 glog('W', report_t + 0.3, agent_pid) +
+                     "torch/distributed/elastic/agent/server/api.py:704] Received 15 death "
+                     "signal, shutting down workers");
+      }
+      int local = 0, dead_local = 0;
+      for (const Rank& r : ranks) {
+        if (r.node != k) continue;
+        if (k == dead_node && r.gpu == dead_gpu) {
+          dead_local = local++;
+          continue;
+        }
+        ++local;
+        job_line(k, report_t - 0.9, run, std::nullopt,
+                 glog('W', report_t - 0.9, agent_pid) +
+                     fmt::format("torch/distributed/elastic/multiprocessing/api.py:897] Sending "
+                                 "process {} closing signal SIGTERM",
+                                 run.pid_base + r.gpu));
+      }
+      if (k != dead_node) continue;
+      const int pid = run.pid_base + dead_gpu;
+      job_line(k, report_t, run, std::nullopt,
+               glog('E', report_t, agent_pid) +
+                   fmt::format("torch/distributed/elastic/multiprocessing/api.py:869] failed "
+                               "(exitcode: {}) local_rank: {} (pid: {}) of binary: "
+                               "/usr/bin/python3",
+                               code, dead_local, pid));
+      const std::string signal = code == -9 ? "SIGKILL" : code == -6 ? "SIGABRT" : "";
+      const std::vector<std::string> table = {
+          "Traceback (most recent call last):",
+          "torch.distributed.elastic.multiprocessing.errors.ChildFailedError: ",
+          "============================================================",
+          "train.py FAILED",
+          "------------------------------------------------------------",
+          "Failures:",
+          "  <NO_OTHER_FAILURES>",
+          "------------------------------------------------------------",
+          "Root Cause (first observed failure):",
+          "[0]:",
+          "  time      : " + table_time(dead_t),
+          "  host      : " + names[k],
+          fmt::format("  rank      : {} (local_rank: {})", dead_rank.value_or(dead_local),
+                      dead_local),
+          fmt::format("  exitcode  : {} (pid: {})", code, pid),
+          "  error_file: <N/A>",
+          signal.empty()
+              ? "  traceback : To enable traceback see: "
+                "https://pytorch.org/docs/stable/elastic/errors.html"
+              : fmt::format("  traceback : Signal {} ({}) received by PID {}", -code, signal, pid),
+          "============================================================"};
+      for (size_t i = 0; i < table.size(); ++i) {
+        job_line(k, report_t + 0.05 + 0.001 * static_cast<double>(i), run, std::nullopt, table[i]);
+      }
+    }
+  };
+  if (death) {
+    const JobRun& run =
+        first_run.start <= death->t && death->t < run_end(first_run) ? first_run : runs.back();
+    const std::optional<int> rank = rank_on(run, death->node, death->gpu);
+    if (!variant_of("rank_exit").empty()) {
+      // The truth's start is the death: the rank's own last lines, or the OOM killer's line.
+      truth_at("rank_exit", death->node, shifted(death->node, death->t),
+               {.job = run.id, .rank = rank});
+    }
+    const int pid = run.pid_base + death->gpu;
+    if (death->code == -9) {
+      kernel(death->node, death->t,
+             fmt::format("Out of memory: Killed process {} (python3) total-vm:{}kB, "
+                         "anon-rss:{}kB, file-rss:{}kB, shmem-rss:{}kB, UID:1000 pgtables:{}kB "
+                         "oom_score_adj:0",
+                         pid, 183000000 + 1000 * (o.seed % 997), 161000000 + 777 * (o.seed % 991),
+                         412000, 8192, 318000));
+    } else {
+      for (const std::string& l :
+           {std::string("Traceback (most recent call last):"),
+            std::string("  File \"/workspace/train.py\", line 405, in train_step"),
+            std::string("    loss = model(batch).loss"), death->error}) {
+        job_line(death->node, death->t, run, rank,
+                 fmt::format("[rank{}]: {}", rank.value_or(0), l));
+      }
+    }
+    teardown(run, death->node, death->gpu, death->t, death->report_t, death->code);
+  }
+  if (stuck_rank && watchdog_t) {
+    const JobRun& run = first_run;
+    for (const Rank& r : ranks_of(run)) {
+      if (r.node == stuck_rank->node && r.gpu == stuck_rank->gpu) continue;
+      job_line(r.node, *watchdog_t + 0.01 * r.rank, run, r.rank,
+               fmt::format("[rank{}]:[E{}ProcessGroupNCCL.cpp:616] [Rank {}] Watchdog caught "
+                           "collective operation timeout: WorkNCCL(SeqNum={}, OpType=ALLREDUCE, "
+                           "NumelIn=16777216, NumelOut=16777216, Timeout(ms)=600000) ran for {} "
+                           "milliseconds before timing out.",
+                           r.rank, glog('E', *watchdog_t, run.pid_base + r.gpu).substr(1), r.rank,
+                           48213 + o.seed % 1000, 600000 + static_cast<int>(vuni(vrng) * 900)));
+    }
+    const int first_gpu = stuck_rank->gpu == 0 ? 1 : 0;
+    teardown(run, stuck_rank->node, first_gpu, *watchdog_t, *watchdog_t + 2.5, -6);
+  }
+  if (cancelled) {
+    const JobRun& run = first_run;
+    for (int k = 0; k < o.nodes; ++k) {
+      job_line(k, *stop_t, run, std::nullopt,
+               glog('W', *stop_t, agent_pid) +
+                   "torch/distributed/elastic/agent/server/api.py:704] Received 15 death signal, "
+                   "shutting down workers");
+      for (const Rank& r : ranks_of(run)) {
+        if (r.node != k) continue;
+        job_line(k, *stop_t + 0.01, run, std::nullopt,
+                 glog('W', *stop_t + 0.01, agent_pid) +
+                     fmt::format("torch/distributed/elastic/multiprocessing/api.py:897] Sending "
+                                 "process {} closing signal SIGTERM",
+                                 run.pid_base + r.gpu));
+      }
+    }
+  }
+  // XIDs the driver wrote only to the kernel log, with the lines it prints before the first XID
+  // of a GPU ("NVRM: GPU at PCI:…: GPU-<uuid>", its serial number).
+  auto xid_preamble = [&](int k, int i, double t) {
+    kernel(k, t,
+           fmt::format("NVRM: GPU at {}: GPU-{:08x}-sim-{:02d}-{:02d}", pci_of(i),
+                       o.seed & 0xffffffff, k, i));
+    kernel(k, t, fmt::format("NVRM: GPU Board Serial Number: {}", 1654923000001ULL + 37 * i));
+  };
+  if (const FaultSpec* f = any_fault("gpu_lost"); f && f->variant == "kernel_only") {
+    const double t = t0 + f->onset_s;
+    xid_preamble(f->node, f->gpu, t);
+    kernel(f->node, t,
+           fmt::format("NVRM: Xid ({}): 79, pid='<unknown>', name=<unknown>, GPU has fallen off "
+                       "the bus.",
+                       pci_of(f->gpu)));
+    kernel(f->node, t + 0.002,
+           fmt::format("NVRM: GPU {}: GPU has fallen off the bus.", bdf_of(f->gpu)));
+    truth_at("gpu_lost", f->node, shifted(f->node, t), {f->gpu});
+  }
+  if (const FaultSpec* f = any_fault("ecc_dbe"); f && f->variant == "kernel_only") {
+    const double t = t0 + f->onset_s;
+    xid_preamble(f->node, f->gpu, t);
+    kernel(f->node, t,
+           fmt::format("NVRM: Xid ({}): 48, pid={}, name=python3, An uncorrectable double bit "
+                       "error (DBE) has been detected on GPU in the framebuffer at partition 6, "
+                       "subpartition 0.",
+                       pci_of(f->gpu), first_run.pid_base + f->gpu));
+    kernel(f->node, t + 0.4,
+           fmt::format("NVRM: Xid ({}): 45, pid={}, name=python3, Ch 00000008", pci_of(f->gpu),
+                       first_run.pid_base + f->gpu));
+  }
+  if (const FaultSpec* f = any_fault("xid"); f && f->variant == "kernel_only") {
+    const double t = t0 + f->onset_s;
+    const int pid = first_run.pid_base + f->gpu;
+    xid_preamble(f->node, f->gpu, t);
+    std::string text;
+    switch (xid_code) {
+      case 13:
+        text = fmt::format(
+            "pid={}, name=python3, Graphics SM Warp Exception on (GPC 4, TPC 1, SM "
+            "0): Out Of Range Address",
+            pid);
+        break;
+      case 31:
+        text = fmt::format(
+            "pid={}, name=python3, Ch 00000008, intr 00000000. MMU Fault: ENGINE "
+            "GRAPHICS GPCCLIENT_T1_3 faulted @ 0x7f3a_1c000000. Fault is of type "
+            "FAULT_PDE ACCESS_TYPE_VIRT_READ",
+            pid);
+        break;
+      case 62:
+        text =
+            "pid='<unknown>', name=<unknown>, 0000e6e4 00001000 00000000 00000000 00000000 "
+            "00000000 00000000 00000000";
+        break;
+      default:
+        text = fmt::format(
+            "pid={}, name=python3, Timeout after 45s of waiting for RPC response "
+            "from GPU{} GSP! Expected function 76 (GSP_RM_CONTROL) (0x20801702 "
+            "0x4).",
+            pid, f->gpu);
+    }
+    kernel(f->node, t, fmt::format("NVRM: Xid ({}): {}, {}", pci_of(f->gpu), xid_code, text));
+    if (xid_code == 13 || xid_code == 31) {
+      kernel(f->node, t + 0.8,
+             fmt::format("NVRM: Xid ({}): 43, pid={}, name=python3, Ch 00000008", pci_of(f->gpu),
+                         pid));
+    }
+    truth_at("xid", f->node, shifted(f->node, t), {f->gpu});
+  }
+  if (const FaultSpec* c = confounder("xid_teardown")) {
+    // The job is killed at its end (a time limit): the driver tears down the channels it left.
+    const double t = run_end(first_run);
+    for (int i : {c->gpu % n, (c->gpu + 1) % n}) {
+      kernel(0, t + 0.2,
+             fmt::format("NVRM: Xid ({}): 45, pid={}, name=python3, Ch 00000008", pci_of(i),
+                         first_run.pid_base + i));
+    }
+  }
+
   auto job_at = [&](double t) -> const JobRun* {
     for (const JobRun& r : runs) {
       if (t >= r.start && t < run_end(r)) return &r;
@@ -498,6 +971,8 @@ Result<SimOutput> Simulate(const SimOptions& o) {
   uint64_t step_no = 0;
   double last_checkpoint = job_start;
   bool ckpt_stall_done = false;
+  // A job that steps every few seconds (step_regression's slow_steps variant).
+  const double step_scale = variant_of("step_regression") == "slow_steps" ? 5 : 1;
   std::vector<double> nic_errors(o.nodes), nic_retx(o.nodes);
   for (int k = 0; k < o.nodes; ++k) nic_errors[k] = std::floor(3 * uni(rng));
   // Healthy is not spotless: one isolated NIC error increment, at most, somewhere.
@@ -514,20 +989,27 @@ Result<SimOutput> Simulate(const SimOptions& o) {
     }
     const std::vector<Rank> ranks = run ? ranks_of(*run) : std::vector<Rank>{};
     const bool stopped = stop_t && t >= *stop_t;
+    // Healthy phases without steps: a job that preprocesses before its first step, and
+    // periodic evaluations (two minutes every five, past the warm-up).
+    const bool preprocessing =
+        run && confounder("preprocess_idle") && t < run->start + kPreprocessS;
+    const bool evaluating = run && confounder("eval") && t - run->start >= 240 &&
+                            std::fmod(t - run->start - 240, kEvalEveryS) < kEvalS;
+    if (run && (preprocessing || evaluating) && next_step < t + 1) next_step = t + 1;
     // Steps that end within this second: one collective step for every rank of the job.
-    while (run && !stopped && next_step < t + 1) {
+    while (run && !stopped && !preprocessing && !evaluating && next_step < t + 1) {
       const double s0 = next_step;
       const double warm = step_no < 20 ? 1.5 - step_no * 0.025 : 1.0;
       const double tick_at = s0 - t0;
       std::vector<double> pre(ranks.size()), compute(ranks.size()), data(o.nodes);
       for (int k = 0; k < o.nodes; ++k) {
-        data[k] = model->step_s * 0.02 * (1 + 0.3 * std::fabs(gauss(rng)));
+        data[k] = step_scale * model->step_s * 0.02 * (1 + 0.3 * std::fabs(gauss(rng)));
       }
       double max_pre = 0;
       for (size_t r = 0; r < ranks.size(); ++r) {
         const auto [k, i, rank] = ranks[r];
         const GpuSim& g = sims[k][i];
-        double c = model->step_s * (1 - model->comm_share) * warm *
+        double c = step_scale * model->step_s * (1 - model->comm_share) * warm *
                    (model->spec.max_sm_clock_mhz / std::max(100.0, g.clock_mhz)) *
                    (1 + 0.003 * gauss(rng));
         if (const FaultSpec* f = active("straggler_gpu", k, i, tick_at)) {
@@ -546,7 +1028,7 @@ Result<SimOutput> Simulate(const SimOptions& o) {
         pre[r] = d + c;
         max_pre = std::max(max_pre, pre[r]);
       }
-      double comm = model->step_s * model->comm_share;
+      double comm = step_scale * model->step_s * model->comm_share;
       if (run->nvlink_fallback && model->spec.nvlink_count > 0) comm *= 3;
       if (o.nodes > 1 && run->net_socket) comm *= 4;
       for (int k = 0; k < o.nodes; ++k) {
@@ -619,12 +1101,17 @@ Result<SimOutput> Simulate(const SimOptions& o) {
     }
 
     for (int k = 0; k < o.nodes; ++k) {
+      if (down(k, t)) continue;  // rebooting: nothing is recorded
       const bool stalled = active("data_stall", k, -1, tick) != nullptr;
       // GPU samples.
       for (int i = 0; i < n; ++i) {
         GpuSim& g = sims[k][i];
-        if (g.lost) continue;
+        if (g.lost || gpu_gone(k, i, t)) continue;
         auto fault_here = [&](const char* cause) { return active(cause, k, i, tick); };
+        if (const FaultSpec* f = fault_here("gpu_lost"); f && f->variant == "kernel_only") {
+          g.lost = true;  // the kernel lines say it; NVML has nothing to send
+          continue;
+        }
         if (fault_here("gpu_lost")) {
           g.lost = true;
           emit(k, t, 5,
@@ -640,16 +1127,21 @@ Result<SimOutput> Simulate(const SimOptions& o) {
         const bool held = run != nullptr;
         const bool idle_held = held && run->idle_gpu && *run->idle_gpu == std::make_pair(k, i);
         const bool dead =
-            exit_t && t >= *exit_t && fault("rank_exit", k) && fault("rank_exit", k)->gpu == i;
+            (exit_t && t >= *exit_t && fault("rank_exit", k) && fault("rank_exit", k)->gpu == i) ||
+            (death && k == death->node && i == death->gpu && t >= death->t);
         const bool stuck =
-            hang_t && t >= *hang_t && fault("job_hang", k) && fault("job_hang", k)->gpu == i;
+            (hang_t && t >= *hang_t && fault("job_hang", k) && fault("job_hang", k)->gpu == i) ||
+            (stuck_rank && k == stuck_rank->node && i == stuck_rank->gpu && t >= stuck_rank->t);
         // Stopped steps: the live ranks spin in their NCCL kernels (busy, little power); the
         // stuck rank sits in host code, its GPU idle.
-        const bool spinning = held && stopped && !idle_held && !dead && !stuck;
-        const bool busy = held && !idle_held && !dead && !stuck;
+        const bool spinning = held && stopped && !idle_held && !dead && !stuck && !cancelled;
+        const bool busy =
+            held && !idle_held && !dead && !stuck && !preprocessing && !(cancelled && stopped);
         double util = 0;
         if (spinning) {
           util = 100;
+        } else if (busy && evaluating) {
+          util = std::clamp(88 + 3 * gauss(rng), 0.0, 100.0);  // evaluation kernels
         } else if (busy) {
           util = std::clamp(g.util * 100 + 2 * gauss(rng), 0.0, 100.0);
           if (stalled) util *= 0.9;
@@ -659,7 +1151,7 @@ Result<SimOutput> Simulate(const SimOptions& o) {
           g.ambient_c =
               kAmbientC + std::min(1.0, (tick - f->onset_s) / 60) * (20 + 15 * f->severity);
         }
-        if (const FaultSpec* f = fault_here("power_throttle")) {
+        if (const FaultSpec* f = fault_here("power_throttle"); f && f->variant.empty()) {
           g.power_limit_w = model->spec.power_limit_w * (0.75 - 0.25 * f->severity);
         }
         double power =
@@ -668,6 +1160,7 @@ Result<SimOutput> Simulate(const SimOptions& o) {
         std::vector<std::string> throttle;
         double clock = busy ? model->spec.max_sm_clock_mhz : model->spec.max_sm_clock_mhz * 0.1;
         if (!busy) throttle.push_back("idle");
+        if (busy && confounder("app_clocks_default")) throttle.push_back("app_clocks");
         if (busy && power > g.power_limit_w) {
           clock *= g.power_limit_w / power;
           power = g.power_limit_w;
@@ -680,16 +1173,43 @@ Result<SimOutput> Simulate(const SimOptions& o) {
         const double target = g.ambient_c + 55 * power / model->spec.power_limit_w;
         g.temp_c += (target - g.temp_c) * (1 - std::exp(-1.0 / kThermalTauS));
         if (g.temp_c > kThrottleTempC && busy) {
-          clock *= std::max(0.5, 1 - (g.temp_c - kThrottleTempC) * 0.08);
-          throttle.push_back("sw_thermal");
+          if (const FaultSpec* f = fault_here("thermal_throttle"); f && f->variant == "hw") {
+            // HW Thermal Slowdown: the hardware halves the clock, and sets its umbrella HW
+            // Slowdown bit beside it (nvml.h; clock-reasons.md §2).
+            clock *= 0.5;
+            throttle.push_back("hw_slowdown");
+            throttle.push_back("hw_thermal");
+          } else {
+            clock *= std::max(0.5, 1 - (g.temp_c - kThrottleTempC) * 0.08);
+            throttle.push_back("sw_thermal");
+          }
           if (fault_here("thermal_throttle")) truth_at("thermal_throttle", k, shifted(k, t), {i});
         }
         if (const FaultSpec* f = fault_here("clock_slowdown"); f && busy) {
-          clock *= 0.6 - 0.2 * f->severity;  // the board's slowdown signal (e.g. a PSU event)
-          throttle.push_back("hw_slowdown");
+          if (f->variant == "app_clocks") {
+            clock *= 0.75 - 0.15 * f->severity;  // an administrator's applications clock
+            throttle.push_back("app_clocks");
+          } else {
+            clock *= 0.6 - 0.2 * f->severity;  // the board's slowdown signal (e.g. a PSU event)
+            throttle.push_back("hw_slowdown");
+          }
           truth_at("clock_slowdown", k, shifted(k, t), {i});
         }
-        if (fault_here("power_throttle") && busy &&
+        if (const FaultSpec* f = fault_here("power_throttle"); f && busy && f->variant == "brake") {
+          // An external power-brake signal (the PSU): HW Power Brake Slowdown with HW Slowdown.
+          clock *= 0.5;
+          power *= 0.6;
+          throttle.push_back("hw_slowdown");
+          throttle.push_back("hw_power_brake");
+          truth_at("power_throttle", k, shifted(k, t), {i});
+        }
+        if (const FaultSpec* c = confounder("hw_slowdown_blips");
+            c && busy && std::fmod(tick + 37 * i, 211) < 1 + (i % 2)) {
+          // HW Slowdown "may be also reported during PState or clock change" (nvml.h).
+          clock *= 0.7;
+          throttle.push_back("hw_slowdown");
+        }
+        if (fault_here("power_throttle") && busy && fault_here("power_throttle")->variant.empty() &&
             std::find(throttle.begin(), throttle.end(), "sw_power_cap") != throttle.end()) {
           truth_at("power_throttle", k, shifted(k, t), {i});
         }
@@ -708,6 +1228,14 @@ Result<SimOutput> Simulate(const SimOptions& o) {
             g.mem_mib = std::min(g.mem_mib + chunk, model->spec.memory_total_mib * 0.97);
             truth_at("memory_leak", k, shifted(k, t), {.job = run->id});
           }
+          mem = g.mem_mib;
+        } else if (confounder("cache_refill") && held && !idle_held && !dead && job_age >= 60) {
+          // The allocator's cache, emptied at each checkpoint and refilled by the next steps.
+          const double since = t - last_checkpoint;
+          if (since >= 0 && since < 1) g.mem_mib = steady * 0.72;
+          g.mem_mib = std::min(steady, std::max(g.mem_mib, steady * 0.72));
+          if (since >= 0 && std::fmod(since, 10) < 1)
+            g.mem_mib = std::min(steady, g.mem_mib + 2048);
           mem = g.mem_mib;
         } else {
           g.mem_mib = mem;
@@ -731,6 +1259,10 @@ Result<SimOutput> Simulate(const SimOptions& o) {
           g.sbe += 1;
           truth_at("ecc_sbe_growth", k, shifted(k, t), {i});
         }
+        if (const FaultSpec* f = fault_here("ecc_dbe"); f && g.dbe == 0 && !f->variant.empty()) {
+          g.dbe = 1;  // the counter; the XID reaches only the kernel log
+          truth_at("ecc_dbe", k, shifted(k, t), {i});
+        }
         if (fault_here("ecc_dbe") && g.dbe == 0) {
           g.dbe = 1;
           emit(k, t, 5,
@@ -742,7 +1274,8 @@ Result<SimOutput> Simulate(const SimOptions& o) {
                 {"message", "An uncorrectable double bit error (DBE) has been detected"}});
           truth_at("ecc_dbe", k, shifted(k, t), {i});
         }
-        if (const FaultSpec* f = fault_here("xid"); f && !truth.count({"xid", k, i})) {
+        if (const FaultSpec* f = fault_here("xid");
+            f && f->variant.empty() && !truth.count({"xid", k, i})) {
           // XIDs without a more specific cause: a GSP RPC timeout, an internal micro-controller
           // error, a channel error; the job carries on (or not: that is another fault).
           const int codes[] = {119, 62, 120};
@@ -795,11 +1328,27 @@ Result<SimOutput> Simulate(const SimOptions& o) {
       // Processes of the job: one per rank, bound to its GPU's NUMA node (or, misbound, to
       // the other one); a dead rank's process is gone.
       if (run && std::fmod(tick, kProcEveryS) < 1) {
+        // A process of the job on its idle GPU (the variant whose start record names none).
+        if (run->idle_gpu && run->gpus_unnamed && run->idle_gpu->first == k) {
+          emit(k, t, 2,
+               {{"type", "proc"},
+                {"node", names[k]},
+                {"pid", run->pid_base + 100 + run->idle_gpu->second},
+                {"gpu", run->idle_gpu->second},
+                {"mem_used_mib", 612},
+                {"user", "sim"},
+                {"job", run->id},
+                {"cpu_numa_nodes", {numa_of(run->idle_gpu->second)}},
+                {"visible_index", 0}});
+        }
         for (const Rank& r : ranks) {
           if (r.node != k || sims[k][r.gpu].lost) continue;
+          if (death && k == death->node && r.gpu == death->gpu && t >= death->t) continue;
           const FaultSpec* ex = fault("rank_exit", k);
           if (ex && ex->gpu == r.gpu && t >= *exit_t) {
-            truth_at("rank_exit", k, shifted(k, t), {.job = run->id, .rank = r.rank});
+            if (ex->variant.empty()) {
+              truth_at("rank_exit", k, shifted(k, t), {.job = run->id, .rank = r.rank});
+            }
             continue;
           }
           const int numa = run->numa_bad.count({k, r.gpu}) ? 1 - numa_of(r.gpu) : numa_of(r.gpu);
@@ -835,6 +1384,9 @@ Result<SimOutput> Simulate(const SimOptions& o) {
           nic_errors[k] += 1;
         }
         if (congested && run) truth_at("net_congestion", k, shifted(k, t), {.nic = "mlx5_0"});
+        // After a plain reboot the NIC may come back under another name (probe order).
+        const std::string nic =
+            reboot_t && k == reboot_node && t >= *reboot_t ? nic_name[k] : "mlx5_0";
         emit(k, t, 2,
              {{"type", "host"},
               {"node", names[k]},
@@ -844,14 +1396,15 @@ Result<SimOutput> Simulate(const SimOptions& o) {
               {"mem_total_mib", 2063592},
               {"load1", run ? 41.2 : 1.0},
               {"nics",
-               {{"mlx5_0",
+               {{nic,
                  {{"tx_mbs", std::round(rate_mbs * nic_share)},
                   {"rx_mbs", std::round(rate_mbs * nic_share * 0.99)},
                   {"link_up", true},
                   {"errors", nic_errors[k]},
                   {"retransmits", nic_retx[k]}}}}}});
       }
-      if (const FaultSpec* f = fault("topology_change", k); f && tick == std::floor(f->onset_s)) {
+      if (const FaultSpec* f = fault("topology_change", k);
+          f && f->variant.empty() && tick == std::floor(f->onset_s)) {
         // A NIC that came back from a reset on another PCIe root (the archive no longer
         // matches); nothing else about the node changes.
         emit(k, t, 5,

@@ -38,12 +38,24 @@
 namespace gpuwatch::cluster_sim {
 
 struct FaultSpec {
-  std::string cause;     // findings.md vocabulary
+  std::string cause;     // findings.md vocabulary, or "healthy"
   int node = 0;          // index of the node
   int gpu = 0;           // for card and GPU-link causes
   double onset_s = 480;  // seconds after the trace starts
   double severity = 1;   // 0..1
+  // How the fault shows (Variants()): "" is the classic shape, the one the detectors were first
+  // written against; the others are the shapes real machines, drivers and launchers give it
+  // (docs/research/). For "healthy", a confounder: something normal that looks suspicious.
+  std::string variant = {};
 };
+
+// The variants of each cause (and the healthy confounders), with what each plays.
+struct Variant {
+  std::string_view cause;  // a cause's name, or "healthy"
+  std::string_view name;
+  std::string_view plays;
+};
+std::span<const Variant> Variants();
 
 struct SimOptions {
   std::string shape = "8xH100";  // <N>x<MODEL>: H100, A100, L40S, 4090

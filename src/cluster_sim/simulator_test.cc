@@ -148,6 +148,45 @@ TEST(SimulatorTest, EveryFaultIsPlantedAndDiagnosed) {
   }
 }
 
+// Every real shape of a fault (Variants()) is planted, named in the truth as its cause, and
+// diagnosed as that cause alone; every confounder of a healthy run gives no finding at all.
+TEST(SimulatorTest, EveryVariantIsPlantedAndDiagnosedAndEveryConfounderIsQuiet) {
+  for (const Variant& v : Variants()) {
+    SCOPED_TRACE(std::string(v.cause) + ":" + std::string(v.name));
+    SimOptions o;
+    o.seed = 7;
+    o.shape = "4xH100";
+    const std::string cause(v.cause);
+    const bool long_run = cause == "gpu_idle_allocated" || cause == "job_hang" || cause == "xid";
+    o.duration_s = long_run ? 1500 : 900;
+    o.faults = {{cause, 0, 2, 420, 0.7, std::string(v.name)}};
+    const SimOutput s = SimulateOk(o);
+    auto truth = eval::ParseTruth(s.truth_json);
+    ASSERT_TRUE(truth.ok()) << truth.status().message();
+    if (cause == "healthy") {
+      EXPECT_TRUE(truth->empty());
+    } else {
+      ASSERT_FALSE(truth->empty());
+      for (const eval::Fault& f : *truth) EXPECT_EQ(f.cause, cause);
+    }
+    auto findings = eval::ParseFindings(analyze::FindingsDocument(Diagnose(s), json{}).dump());
+    ASSERT_TRUE(findings.ok()) << findings.status().message();
+    const eval::ScenarioScore score = eval::ScoreScenario(cause, *truth, *findings);
+    for (size_t i = 0; i < score.faults.size(); ++i) {
+      EXPECT_TRUE(score.latency_s[i].has_value())
+          << "planted at " << score.faults[i].start_s << " but not diagnosed in time";
+    }
+    for (size_t i = 0; i < score.findings.size(); ++i) {
+      EXPECT_TRUE(!score.counted[i] || score.matched_fault[i].has_value())
+          << "false alarm " << score.findings[i].cause << " at " << score.findings[i].first_seen_s;
+    }
+  }
+  EXPECT_FALSE(ParseFaultSpec("rank_exit:variant=bogus").ok());
+  auto f = ParseFaultSpec("rank_exit:gpu=1,variant=oom_kill");
+  ASSERT_TRUE(f.ok());
+  EXPECT_EQ(f->variant, "oom_kill");
+}
+
 TEST(SimulatorTest, SameSeedSameTraceAndBadOptions) {
   SimOptions o;
   o.seed = 3;

@@ -20,7 +20,8 @@ using S = Scope;
 //   a GPU stopped responding is xid"); a dead rank explains its job hanging, straggling and
 //   stalling (the others wait for it in their next collective); a NIC or NVLink that went down
 //   explains the hang of the job that used it; a leak explains the job's rank dying of it;
-// - a lost GPU explains everything else its card reported while it fell off the bus.
+// - a lost GPU explains everything else its card reported while it fell off the bus, and its
+//   absence from the node's next description.
 constexpr Explains kCardToStraggler[] = {{C::kStragglerGpu, S::kSameGpu},
                                          {C::kStepRegression, S::kJobNodes}};
 constexpr Explains kCardFatal[] = {{C::kStragglerGpu, S::kSameGpu},
@@ -28,12 +29,20 @@ constexpr Explains kCardFatal[] = {{C::kStragglerGpu, S::kSameGpu},
                                    {C::kJobHang, S::kSameNode},
                                    {C::kRankExit, S::kSameNode}};
 constexpr Explains kGpuLost[] = {
-    {C::kStragglerGpu, S::kSameGpu},    {C::kStepRegression, S::kJobNodes},
-    {C::kJobHang, S::kSameNode},        {C::kRankExit, S::kSameNode},
-    {C::kThermalThrottle, S::kSameGpu}, {C::kPowerThrottle, S::kSameGpu},
-    {C::kClockSlowdown, S::kSameGpu},   {C::kXid, S::kSameGpu},
-    {C::kEccSbeGrowth, S::kSameGpu},    {C::kPcieDowngrade, S::kSameGpu},
-    {C::kPcieReplay, S::kSameGpu},      {C::kNvlinkErrors, S::kSameGpu}};
+    {C::kStragglerGpu, S::kSameGpu},
+    {C::kStepRegression, S::kJobNodes},
+    {C::kJobHang, S::kSameNode},
+    {C::kRankExit, S::kSameNode},
+    {C::kThermalThrottle, S::kSameGpu},
+    {C::kPowerThrottle, S::kSameGpu},
+    {C::kClockSlowdown, S::kSameGpu},
+    {C::kXid, S::kSameGpu},
+    {C::kEccSbeGrowth, S::kSameGpu},
+    {C::kPcieDowngrade, S::kSameGpu},
+    {C::kPcieReplay, S::kSameGpu},
+    {C::kNvlinkErrors, S::kSameGpu},
+    // A GPU that fell off the bus is missing from the node's next description.
+    {C::kTopologyChange, S::kSameNode}};
 constexpr Explains kNvlinkErrors[] = {{C::kStragglerGpu, S::kSameGpu},
                                       {C::kStepRegression, S::kJobNodes},
                                       {C::kJobHang, S::kSameNode}};
@@ -44,7 +53,10 @@ constexpr Explains kMemoryLeak[] = {
 constexpr Explains kRankExit[] = {{C::kJobHang, S::kSameJob},
                                   {C::kStragglerGpu, S::kSameJob},
                                   {C::kStepRegression, S::kSameJob},
-                                  {C::kDataStall, S::kSameJob}};
+                                  {C::kDataStall, S::kSameJob},
+                                  {C::kGpuIdleAllocated, S::kSameJob}};
+// The stuck rank of a hung job sits idle on its GPU (NCCL's waiting ranks spin, it does not).
+constexpr Explains kJobHang[] = {{C::kGpuIdleAllocated, S::kSameJob}};
 constexpr std::span<const Explains> kNone{};
 
 constexpr bool kTrend = true, kDirect = false;
@@ -60,7 +72,8 @@ constexpr CauseInfo kCatalog[] = {
     {C::kMemoryLeak, "memory_leak", Layer::kTask, CauseKind::kCondition, Place::kNodeJob, kTrend,
      kMemoryLeak,
      "GPU memory of a job grows steadily with steps and does not fall back after checkpoints"},
-    {C::kJobHang, "job_hang", Layer::kTask, CauseKind::kCondition, Place::kNodeJob, kDirect, kNone,
+    {C::kJobHang, "job_hang", Layer::kTask, CauseKind::kCondition, Place::kNodeJob, kDirect,
+     kJobHang,
      "a job's processes are alive but no step has finished for far longer than its step time"},
     {C::kRankExit, "rank_exit", Layer::kTask, CauseKind::kEvent, Place::kNodeJobRank, kDirect,
      kRankExit, "a rank's process exited or died while the job was running"},

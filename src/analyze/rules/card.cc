@@ -23,6 +23,7 @@
 #include "analyze/rules/rules.h"
 #include "analyze/rules/xid_catalog.h"
 #include "common/strings.h"
+#include "logs/kernel_log.h"
 
 namespace gpuwatch::analyze {
 namespace {
@@ -48,6 +49,7 @@ class CardRule : public Rule {
   void Observe(const trace::TraceRecord& r, Context& ctx) override {
     if (const auto* g = r.as<TraceGpu>()) OnGpu(r, *g, ctx);
     if (const auto* e = r.as<trace::TraceEvent>()) OnEvent(r, *e, ctx);
+    if (const auto* l = r.as<trace::TraceLog>()) OnKernelLine(r, *l, ctx);
   }
 
  private:
@@ -56,15 +58,35 @@ class CardRule : public Rule {
     // Start and length of the current run of samples with the reason held.
     double thermal_start = 0, slowdown_start = 0, brake_start = 0, width_start = 0, gen_start = 0;
     int thermal_run = 0, slowdown_run = 0, brake_run = 0, width_run = 0, gen_run = 0;
+    double setting_start = 0;
+    int setting_run = 0;
     std::deque<std::pair<double, bool>> power;             // (t, capped and slow) of busy samples
     std::map<std::string, std::deque<double>> increments;  // counter -> times it rose
   };
 
   void OnGpu(const trace::TraceRecord& r, const TraceGpu& g, Context& ctx);
+  // The SM clock clearly below the GPU's maximum, or below its busy peers' median.
+  bool ClockedDown(const trace::TraceRecord& r, const TraceGpu& g, const trace::TraceNodeGpu* info,
+                   const Context& ctx) const;
+  // Busy peers' median SM clock on the node, when any.
+  std::optional<double> PeerClock(const trace::TraceRecord& r, uint32_t gpu,
+                                  const Context& ctx) const;
   void OnEvent(const trace::TraceRecord& r, const trace::TraceEvent& e, Context& ctx);
+  // The driver's own words in the kernel log: many XIDs reach only the kernel log (nothing was
+  // listening to NVML's events, or the text after the code is the evidence), and a GPU that
+  // falls off the bus as the driver probes it prints no XID at all (docs/research/xid.md, "How
+  // an Xid reaches the host").
+  void OnKernelLine(const trace::TraceRecord& r, const trace::TraceLog& l, Context& ctx);
+  void ReportXid(const trace::TraceRecord& r, int64_t code, std::optional<int> gpu,
+                 const std::string& message, const std::string& source, Context& ctx);
+  // The GPU a driver line names by PCI address: the node record's bus ids, else the UUID the
+  // driver printed for that address ("NVRM: GPU at PCI:…: GPU-…").
+  std::optional<int> GpuOfBus(const trace::TraceRecord& r, const std::string& bus,
+                              const Context& ctx) const;
 
   CardOptions o_;
   std::map<std::pair<std::string, uint32_t>, GpuState> gpus_;
+  std::map<std::pair<std::string, std::string>, std::string> bus_uuid_;  // (node, bus) → UUID
 };
 
 void CardRule::OnGpu(const trace::TraceRecord& r, const TraceGpu& g, Context& ctx) {
@@ -86,15 +108,23 @@ void CardRule::OnGpu(const trace::TraceRecord& r, const TraceGpu& g, Context& ct
     ++*len;
     return *len >= o_.consecutive_samples;
   };
-  const bool thermal = busy && (Has(g.throttle, "hw_thermal") || Has(g.throttle, "sw_thermal"));
+  // Which clock-event reason holds the clock down. nvml.h documents HW Slowdown (0x8) as the
+  // umbrella of HW Thermal Slowdown (0x40) and HW Power Brake Slowdown (0x80), and also of
+  // "Power draw is too high and Fast Trigger protection is reducing the clocks"
+  // (docs/research/clock-reasons.md §2): with a thermal or brake bit beside it, the cause is
+  // that bit's; alone, it is a slowdown for another reason.
+  const bool hw_thermal = Has(g.throttle, "hw_thermal"), sw_thermal = Has(g.throttle, "sw_thermal");
+  const bool brake = Has(g.throttle, "hw_power_brake");
+  const bool thermal = busy && (hw_thermal || sw_thermal);
   if (run(thermal, &s.thermal_run, &s.thermal_start)) {
     Finding f = MakeFinding(Cause::kThermalThrottle, Severity::kWarning, r.node, gpu);
     f.first_seen = s.thermal_start;
     f.summary =
         fmt::format("GPU {} is thermally throttled: {} at {} °C, SM clock {} MHz", gpu,
-                    Has(g.throttle, "hw_thermal") ? "hw_thermal" : "sw_thermal",
-                    g.temp_c ? Num(*g.temp_c) : "?", g.sm_clock_mhz ? Num(*g.sm_clock_mhz) : "?");
-    f.evidence = {fmt::format("throttle reasons held for {} samples on a busy GPU", s.thermal_run)};
+                    hw_thermal ? "hw_thermal" : "sw_thermal", g.temp_c ? Num(*g.temp_c) : "?",
+                    g.sm_clock_mhz ? Num(*g.sm_clock_mhz) : "?");
+    f.evidence = {fmt::format("{} held for {} samples on a busy GPU", fmt::join(*g.throttle, ","),
+                              s.thermal_run)};
     if (info && info->max_sm_clock_mhz && g.sm_clock_mhz) {
       f.evidence.push_back(fmt::format("sm_clock_mhz {} vs max {}", Num(*g.sm_clock_mhz),
                                        Num(*info->max_sm_clock_mhz)));
@@ -102,15 +132,47 @@ void CardRule::OnGpu(const trace::TraceRecord& r, const TraceGpu& g, Context& ct
     f.action = "Check the GPU's airflow, fans and inlet temperature; drain the node if it persists";
     ctx.Report(std::move(f), t);
   }
-  if (run(busy && Has(g.throttle, "hw_slowdown"), &s.slowdown_run, &s.slowdown_start)) {
+  const bool slowdown =
+      busy && Has(g.throttle, "hw_slowdown") && !hw_thermal && !sw_thermal && !brake;
+  if (run(slowdown, &s.slowdown_run, &s.slowdown_start)) {
     Finding f = MakeFinding(Cause::kClockSlowdown, Severity::kWarning, r.node, gpu);
     f.first_seen = s.slowdown_start;
-    f.summary = fmt::format("GPU {} clocks are held down by hw_slowdown", gpu);
-    f.evidence = {fmt::format("hw_slowdown held for {} samples", s.slowdown_run)};
-    f.action = "Check power delivery and the board (hw_slowdown: external or power-brake signal)";
+    f.summary = fmt::format("GPU {} clocks are held down by hw_slowdown{}", gpu,
+                            g.sm_clock_mhz ? fmt::format(" ({} MHz)", Num(*g.sm_clock_mhz)) : "");
+    f.evidence = {
+        fmt::format("hw_slowdown held for {} samples without a thermal or power-brake "
+                    "reason beside it",
+                    s.slowdown_run)};
+    f.action =
+        "Check power delivery and the board (hw_slowdown alone: Fast Trigger protection against "
+        "power spikes, or an external slowdown signal); compare with the node's other GPUs";
     ctx.Report(std::move(f), t);
   }
-  if (run(busy && Has(g.throttle, "hw_power_brake"), &s.brake_run, &s.brake_start)) {
+  // Clocks an administrator's setting holds down: applications clocks (nvidia-smi -ac) or a
+  // sync-boost group. The reason alone is not a fault — the A100's default applications clock
+  // is below its maximum — so it counts when the clock is clearly below the GPU's maximum or
+  // its busy peers' (clock-reasons.md §3).
+  const bool setting = busy && (Has(g.throttle, "app_clocks") || Has(g.throttle, "sync_boost")) &&
+                       !hw_thermal && !sw_thermal && !brake && !Has(g.throttle, "hw_slowdown") &&
+                       ClockedDown(r, g, info, ctx);
+  if (run(setting, &s.setting_run, &s.setting_start)) {
+    Finding f = MakeFinding(Cause::kClockSlowdown, Severity::kWarning, r.node, gpu);
+    f.first_seen = s.setting_start;
+    f.summary =
+        fmt::format("GPU {} clocks are held at {} MHz by a clock setting ({})", gpu,
+                    g.sm_clock_mhz ? Num(*g.sm_clock_mhz) : "?", fmt::join(*g.throttle, ","));
+    f.evidence = {fmt::format("{} held for {} samples on a busy GPU", fmt::join(*g.throttle, ","),
+                              s.setting_run)};
+    if (info && info->max_sm_clock_mhz && g.sm_clock_mhz) {
+      f.evidence.push_back(fmt::format("sm_clock_mhz {} vs max {}", Num(*g.sm_clock_mhz),
+                                       Num(*info->max_sm_clock_mhz)));
+    }
+    f.action =
+        "Check the GPU's applications clocks and locked clocks (nvidia-smi -q -d CLOCK); reset "
+        "them (nvidia-smi -rac, -rgc) unless they are meant";
+    ctx.Report(std::move(f), t);
+  }
+  if (run(busy && brake, &s.brake_run, &s.brake_start)) {
     Finding f = MakeFinding(Cause::kPowerThrottle, Severity::kWarning, r.node, gpu);
     f.first_seen = s.brake_start;
     f.summary = fmt::format("GPU {} is held by the hardware power brake", gpu);
@@ -123,22 +185,8 @@ void CardRule::OnGpu(const trace::TraceRecord& r, const TraceGpu& g, Context& ct
   // of a window while the clock stays below its maximum by a clear margin, or below its peers'
   // (the same job on the other GPUs of the node runs faster).
   if (busy) {
-    std::vector<double> peers;
-    for (uint32_t other : ctx.GpusOf(r.node)) {
-      const TraceGpu* o = other == index ? nullptr : ctx.LastGpu(r.node, other);
-      if (o && o->sm_clock_mhz && o->util_pct && *o->util_pct >= o_.busy_util_pct) {
-        peers.push_back(*o->sm_clock_mhz);
-      }
-    }
-    std::optional<double> peer_clock;
-    if (!peers.empty()) {
-      std::sort(peers.begin(), peers.end());
-      peer_clock = peers[peers.size() / 2];
-    }
-    const bool slow = g.sm_clock_mhz &&
-                      ((info && info->max_sm_clock_mhz &&
-                        *g.sm_clock_mhz < o_.power_clock_ratio * *info->max_sm_clock_mhz) ||
-                       (peer_clock && *g.sm_clock_mhz < o_.power_peer_clock_ratio * *peer_clock));
+    const std::optional<double> peer_clock = PeerClock(r, index, ctx);
+    const bool slow = ClockedDown(r, g, info, ctx);
     s.power.push_back({t, Has(g.throttle, "sw_power_cap") && slow});
     while (!s.power.empty() && s.power.front().first < t - o_.power_window_s) s.power.pop_front();
     size_t capped = 0;
@@ -251,6 +299,31 @@ void CardRule::OnGpu(const trace::TraceRecord& r, const TraceGpu& g, Context& ct
   s.prev = g;
 }
 
+std::optional<double> CardRule::PeerClock(const trace::TraceRecord& r, uint32_t gpu,
+                                          const Context& ctx) const {
+  std::vector<double> peers;
+  for (uint32_t other : ctx.GpusOf(r.node)) {
+    const TraceGpu* o = other == gpu ? nullptr : ctx.LastGpu(r.node, other);
+    if (o && o->sm_clock_mhz && o->util_pct && *o->util_pct >= o_.busy_util_pct) {
+      peers.push_back(*o->sm_clock_mhz);
+    }
+  }
+  if (peers.empty()) return std::nullopt;
+  std::sort(peers.begin(), peers.end());
+  return peers[peers.size() / 2];
+}
+
+bool CardRule::ClockedDown(const trace::TraceRecord& r, const TraceGpu& g,
+                           const trace::TraceNodeGpu* info, const Context& ctx) const {
+  if (!g.sm_clock_mhz || !g.gpu) return false;
+  if (info && info->max_sm_clock_mhz &&
+      *g.sm_clock_mhz < o_.power_clock_ratio * *info->max_sm_clock_mhz) {
+    return true;
+  }
+  const std::optional<double> peer = PeerClock(r, *g.gpu, ctx);
+  return peer && *g.sm_clock_mhz < o_.power_peer_clock_ratio * *peer;
+}
+
 void CardRule::OnEvent(const trace::TraceRecord& r, const trace::TraceEvent& e, Context& ctx) {
   if (!e.kind) return;
   const std::optional<int> gpu =
@@ -267,16 +340,7 @@ void CardRule::OnEvent(const trace::TraceRecord& r, const trace::TraceEvent& e, 
     return;
   }
   if (*e.kind == "xid" && e.code) {
-    const std::optional<Cause> cause = CauseOfXid(*e.code);
-    if (!cause) return;
-    Finding f = MakeFinding(
-        *cause, *cause == Cause::kXid ? Severity::kWarning : Severity::kCritical, r.node, gpu);
-    if (*cause == Cause::kXid) f.code = *e.code;
-    f.summary =
-        fmt::format("XID {} on GPU {}: {}", *e.code, gpu ? std::to_string(*gpu) : "?", message);
-    f.evidence = {fmt::format("xid {}: {}", *e.code, message)};
-    f.action = "Look up the XID in NVIDIA's XID catalog; drain the node if it repeats";
-    ctx.Report(std::move(f), r.t);
+    ReportXid(r, *e.code, gpu, message, "xid", ctx);
     return;
   }
   if (*e.kind == "ecc" && gpu) {
@@ -290,6 +354,64 @@ void CardRule::OnEvent(const trace::TraceRecord& r, const trace::TraceEvent& e, 
       f.action = "Drain the node; reset the GPU; replace it if row remapping failed";
       ctx.Report(std::move(f), r.t);
     }
+  }
+}
+
+void CardRule::ReportXid(const trace::TraceRecord& r, int64_t code, std::optional<int> gpu,
+                         const std::string& message, const std::string& source, Context& ctx) {
+  const XidMeaning meaning = MeaningOfXid(code, message);
+  if (!meaning.cause) return;  // a consequence of another error
+  const Cause cause = *meaning.cause;
+  Finding f = MakeFinding(cause, meaning.severity, r.node, gpu);
+  if (cause == Cause::kXid) f.code = code;
+  f.summary = cause == Cause::kGpuLost
+                  ? fmt::format("GPU {} stopped answering (XID {}: fell off the bus)",
+                                gpu ? std::to_string(*gpu) : "?", code)
+                  : fmt::format("XID {} on GPU {} ({}): {}", code, gpu ? std::to_string(*gpu) : "?",
+                                meaning.family, message);
+  f.evidence = {fmt::format("{} {}: {}", source, code, message)};
+  f.action = std::string(meaning.action);
+  ctx.Report(std::move(f), r.t);
+}
+
+std::optional<int> CardRule::GpuOfBus(const trace::TraceRecord& r, const std::string& bus,
+                                      const Context& ctx) const {
+  if (bus.empty()) return std::nullopt;
+  if (auto g = ctx.GpuByPciBusId(r.node, bus)) return static_cast<int>(*g);
+  auto it = bus_uuid_.find({r.node, ToLower(bus)});
+  const trace::TraceNode* n = ctx.Node(r.node);
+  if (it == bus_uuid_.end() || !n || !n->gpus) return std::nullopt;
+  for (const auto& g : *n->gpus) {
+    if (g.index && g.uuid && ToLower(*g.uuid) == ToLower(it->second)) {
+      return static_cast<int>(*g.index);
+    }
+  }
+  return std::nullopt;
+}
+
+void CardRule::OnKernelLine(const trace::TraceRecord& r, const trace::TraceLog& l, Context& ctx) {
+  if (!l.line || l.source.value_or("") != "kernel") return;
+  const logs::KernelLine k = logs::ParseKernelLine(*l.line);
+  switch (k.kind) {
+    case logs::KernelLine::Kind::kGpuUuid:
+      if (bus_uuid_.size() < 4096) bus_uuid_[{r.node, ToLower(k.pci_bus_id)}] = k.uuid;
+      return;
+    case logs::KernelLine::Kind::kXid:
+      ReportXid(r, static_cast<int64_t>(k.xid->xid), GpuOfBus(r, k.xid->pci_bus_id, ctx),
+                k.xid->text, "kernel log: NVRM Xid", ctx);
+      return;
+    case logs::KernelLine::Kind::kFallenOffBus: {
+      const std::optional<int> gpu = GpuOfBus(r, k.pci_bus_id, ctx);
+      Finding f = MakeFinding(Cause::kGpuLost, Severity::kCritical, r.node, gpu);
+      f.summary = fmt::format("GPU {} ({}) fell off the bus", gpu ? std::to_string(*gpu) : "?",
+                              k.pci_bus_id);
+      f.evidence = {"kernel log: " + *l.line};
+      f.action = "Drain the node; reset or reseat the GPU; check its power and PCIe link";
+      ctx.Report(std::move(f), r.t);
+      return;
+    }
+    default:
+      return;
   }
 }
 

@@ -1,11 +1,33 @@
-// Task rules on whether a job is alive and working:
-// - job_hang: no step for the hang policy's limit (model/hang_policy.h: 10× the median step, at
-//   least 60 s; 10 min inside a checkpoint). In a multi-node job it is listed on the node whose
-//   GPU sat idle while the others spun in their collective (the stuck rank's), when that shows.
-// - rank_exit: a rank's process missing from a round of proc records while most of the job's
-//   processes are still there (the first such round of a job only: what vanishes after is the
-//   teardown).
-// - gpu_idle_allocated: a GPU a job holds at 0 % for ten minutes.
+// Task rules on whether a job is alive and working.
+//
+// job_hang: no step for the hang policy's limit (model/hang_policy.h: 10× the median step, at
+// least 60 s; 10 min inside a checkpoint) while the job's GPUs do no real work. Ranks waiting in
+// an NCCL collective spin their GPU at full utilisation on little power, and the stuck rank's
+// GPU sits idle (NVIDIA/nccl#968, #1550; docs/research/failure-shapes.md §5); a job evaluating
+// or otherwise working between steps draws its stepping power, so it is judged by the in-phase
+// limit instead. In a multi-node job the hang is listed on the node whose GPU sat idle while the
+// others spun (the stuck rank's), when that shows.
+//
+// rank_exit: a rank's process that died while the job ran. Real launchers leave little time to
+// see a lone rank missing: torchrun polls its workers every --monitor-interval (0.1 s today) and,
+// on the first failure, sends SIGTERM to every other worker and reports "failed (exitcode: N)
+// local_rank: L (pid: P)" and a ChildFailedError table naming the root cause (its
+// torch/distributed/elastic/multiprocessing/api.py and errors/__init__.py); DeepSpeed kills its
+// subprocesses within a second (docs/research/launchers.md). So the whole job usually vanishes
+// from one round of process records. The evidence, any of:
+// - the launcher's report of the failed worker (rank, or local rank, or pid);
+// - a round of proc records where one or a few ranks are gone while most remain;
+// - the job ending with a non-zero exit code, with one rank's own error lines ("[rank5]:
+//   Traceback …", a CUDA error, an out-of-memory) before the others';
+// - the kernel's OOM killer naming the rank's pid.
+// The finding is dated by the earliest of these for the rank (its own last lines, the kill, the
+// round it was missing from, the launcher's line). Not a rank_exit: the teardown of a hung job
+// (the NCCL watchdog's timeout, or no step for the hang limit, before the failure: that is the
+// hang's), and a job its scheduler stopped (the launcher itself received SIGTERM/SIGINT).
+//
+// gpu_idle_allocated: a GPU a live job holds (its start record's GPUs, or a GPU its processes
+// hold) at under 5 % utilisation for ten minutes: "the share of time a kernel ran" is 0 on an
+// unused GPU whatever holds it (failure-shapes.md §4); a sample of 5 % or more ends the run.
 #include <fmt/format.h>
 
 #include <array>
@@ -13,11 +35,36 @@
 #include <set>
 
 #include "analyze/rules/rules.h"
+#include "common/stats.h"
+#include "logs/kernel_log.h"
+#include "logs/launcher_log.h"
+#include "logs/log_classify.h"
 
 namespace gpuwatch::analyze {
 namespace {
 
 constexpr std::array kCauses = {Cause::kJobHang, Cause::kRankExit, Cause::kGpuIdleAllocated};
+
+// How far back a rank's own error lines and its OOM kill date a failure the launcher reports.
+constexpr double kFailureLookbackS = 60;
+// A GPU working between steps draws at least this share of its power while stepping.
+constexpr double kWorkingPowerShare = 0.6;
+// Utilisation under which a sample counts as idle.
+constexpr double kIdleUtilPct = 5;
+
+// "[rank5]:" at the start of a line (PyTorch's per-rank prefix), or nullopt.
+std::optional<uint32_t> RankPrefix(std::string_view line) {
+  const size_t at = line.find("[rank");
+  if (at == std::string_view::npos || at > 8) return std::nullopt;
+  uint32_t rank = 0;
+  size_t i = at + 5, digits = 0;
+  while (i < line.size() && line[i] >= '0' && line[i] <= '9' && digits < 6) {
+    rank = rank * 10 + static_cast<uint32_t>(line[i] - '0');
+    ++i, ++digits;
+  }
+  if (digits == 0 || i >= line.size() || line[i] != ']') return std::nullopt;
+  return rank;
+}
 
 class TaskLivenessRule : public Rule {
  public:
@@ -28,7 +75,9 @@ class TaskLivenessRule : public Rule {
 
   void Observe(const trace::TraceRecord& r, Context& ctx) override {
     if (const auto* p = r.as<trace::TraceProc>()) OnProc(r, *p, ctx);
-    if (const auto* g = r.as<trace::TraceGpu>()) IdleAllocated(r, *g, ctx);
+    if (const auto* g = r.as<trace::TraceGpu>()) OnGpu(r, *g, ctx);
+    if (const auto* l = r.as<trace::TraceLog>()) OnLog(r, *l, ctx);
+    if (const auto* j = r.as<trace::TraceJob>()) OnJob(r, *j, ctx);
     if (r.node.empty()) return;
     // Hangs are judged in seconds to minutes: once per second of the node's records is plenty.
     double& checked = hang_checked_[r.node];
@@ -52,15 +101,19 @@ class TaskLivenessRule : public Rule {
   }
 
   void ForgetJob(const std::string& job) override {
-    for (auto it = hangs_.begin(); it != hangs_.end();) {
-      it = it->first.second == job ? hangs_.erase(it) : std::next(it);
-    }
+    auto forget = [&job](auto& m) {
+      for (auto it = m.begin(); it != m.end();) {
+        it = it->first.second == job ? m.erase(it) : std::next(it);
+      }
+    };
+    forget(hangs_);
+    forget(deaths_);
     for (auto& [node, pr] : proc_rounds_) {
       pr.current.erase(job);
       pr.previous.erase(job);
     }
-    for (auto it = exited_jobs_.begin(); it != exited_jobs_.end();) {
-      it = it->second == job ? exited_jobs_.erase(it) : std::next(it);
+    for (auto it = exited_.begin(); it != exited_.end();) {
+      it = it->second == job ? exited_.erase(it) : std::next(it);
     }
   }
 
@@ -76,21 +129,118 @@ class TaskLivenessRule : public Rule {
     double t = -1;
     std::map<std::string, std::map<uint32_t, uint32_t>> current, previous;
   };
+  // What the job's records say about its ranks dying (per node, job).
+  struct Deaths {
+    logs::LauncherLogParser launcher;
+    size_t lines = 0;
+    size_t failures_seen = 0;                // launcher failures judged so far
+    std::map<uint32_t, double> error_lines;  // rank → its first error line's time
+    std::map<uint32_t, double> pid_gone;     // pid → the round it was first missing from
+    std::map<uint32_t, uint32_t> pid_gpu;    // pid → GPU, from proc records
+    double watchdog_t = -1;                  // the first NCCL watchdog timeout
+    double stepping_until = -1;              // the last step before the failure
+  };
+  struct GpuPower {                                // per (node, GPU)
+    std::deque<std::pair<double, double>> recent;  // (t, power_w) over the last minute
+    double stepping_w = 0;                         // running median-ish while the job steps
+    int stepping_n = 0;
+  };
 
   void CheckHangs(const std::string& node, double t, Context& ctx);
+  // Whether the job's GPUs on `node` work (draw their stepping power) though no step ends.
+  bool WorkingWithoutSteps(const std::string& node, const std::string& job,
+                           const Context& ctx) const;
   void OnProc(const trace::TraceRecord& r, const trace::TraceProc& p, Context& ctx);
   void CloseProcRound(const std::string& node, ProcRounds& pr, Context& ctx);
-  void IdleAllocated(const trace::TraceRecord& r, const trace::TraceGpu& g, Context& ctx);
+  void OnGpu(const trace::TraceRecord& r, const trace::TraceGpu& g, Context& ctx);
+  void OnLog(const trace::TraceRecord& r, const trace::TraceLog& l, Context& ctx);
+  void OnJob(const trace::TraceRecord& r, const trace::TraceJob& j, Context& ctx);
+  // Judges the launcher's newly reported failures of `job` on `node`.
+  void JudgeFailures(const std::string& node, const std::string& job, double t, Context& ctx);
+  // Reports the rank's exit unless the job was hung or stopped by its scheduler.
+  void ReportExit(const std::string& node, const std::string& job, std::optional<uint32_t> rank,
+                  double first_seen, double t, std::vector<std::string> evidence, Context& ctx);
+  std::optional<uint32_t> RankOfPid(const std::string& node, const std::string& job, uint32_t pid,
+                                    const Context& ctx) const;
+  std::optional<uint32_t> RankOfLocal(const std::string& node, const std::string& job,
+                                      int local_rank, const Context& ctx) const;
+  bool WasHung(const std::string& node, const std::string& job, double t, const Context& ctx) const;
 
   TaskOptions o_;
   model::HangPolicy hang_;
   double busy_util_pct_;
   std::map<std::string, double> hang_checked_;  // per node
   std::map<std::pair<std::string, std::string>, HangState> hangs_;
+  std::map<std::pair<std::string, std::string>, Deaths> deaths_;
   std::map<std::string, ProcRounds> proc_rounds_;
-  std::set<std::pair<std::string, std::string>> exited_jobs_;      // a rank_exit already reported
-  std::map<std::pair<std::string, uint32_t>, double> idle_since_;  // allocated GPUs at 0 %
+  // (node, job) whose rank exit was judged: the first death only (what follows is the teardown).
+  std::set<std::pair<std::string, std::string>> exited_;
+  std::map<std::pair<std::string, uint32_t>, double> idle_since_;  // allocated GPUs idle
+  std::map<std::pair<std::string, uint32_t>, GpuPower> power_;
+  std::map<std::pair<std::string, uint32_t>, double> oom_kills_;  // (node, pid) → when killed
 };
+
+void TaskLivenessRule::OnGpu(const trace::TraceRecord& r, const trace::TraceGpu& g, Context& ctx) {
+  if (!g.gpu || g.mig) return;
+  const auto key = std::make_pair(r.node, *g.gpu);
+  const Context::Holder* held = ctx.HolderOf(r.node, *g.gpu);
+  // Power while stepping, and over the last minute: a hang against a job at work.
+  if (g.power_w) {
+    GpuPower& p = power_[key];
+    p.recent.push_back({r.t, *g.power_w});
+    while (!p.recent.empty() && p.recent.front().first < r.t - 60) p.recent.pop_front();
+    const TaskView* tv = held ? ctx.Task(r.node, held->job) : nullptr;
+    if (tv && tv->last_step_t >= 0 && r.t - tv->last_step_t < 5 && g.util_pct &&
+        *g.util_pct >= busy_util_pct_) {
+      // A running mean of the busy samples: stable enough over minutes of steps.
+      p.stepping_w += (*g.power_w - p.stepping_w) / (++p.stepping_n);
+      if (p.stepping_n > 600) p.stepping_n = 600;
+    }
+  }
+  // gpu_idle_allocated: the GPU's idle run is kept whoever holds it, so that a job seen to
+  // hold it only from its first process record is judged from its start.
+  if (!g.util_pct || *g.util_pct >= kIdleUtilPct) {
+    idle_since_.erase(key);
+    return;
+  }
+  auto [it, fresh] = idle_since_.emplace(key, r.t);
+  if (fresh || !held) return;
+  const TaskView* tv = ctx.Task(r.node, held->job);
+  const double job_from = tv && tv->start_t >= 0 ? tv->start_t : held->since;
+  const double since = std::max(it->second, job_from);
+  if (r.t - since < o_.idle_allocated_s) return;
+  Finding f = MakeFinding(Cause::kGpuIdleAllocated, Severity::kWarning, r.node);
+  f.job = held->job;
+  f.first_seen = since + o_.idle_allocated_s;
+  f.summary = fmt::format("Job {} holds GPU {}, idle for {:.0f} min", held->job, *g.gpu,
+                          (r.t - since) / 60);
+  f.evidence = {
+      fmt::format("util_pct under {} on GPU {} since {}", Num(kIdleUtilPct), *g.gpu, Num(since))};
+  if (g.mem_used_mib) {
+    f.evidence.push_back(fmt::format("{} MiB of its memory held", Num(*g.mem_used_mib)));
+  }
+  f.action = "Ask the job's owner to release the GPUs, or end the job";
+  ctx.Report(std::move(f), r.t);
+}
+
+bool TaskLivenessRule::WorkingWithoutSteps(const std::string& node, const std::string& job,
+                                           const Context& ctx) const {
+  std::vector<double> now, stepping;
+  for (uint32_t gpu : ctx.GpusOf(node)) {
+    const Context::Holder* h = ctx.HolderOf(node, gpu);
+    auto p = power_.find({node, gpu});
+    if (!h || h->job != job || p == power_.end() || p->second.stepping_n < 10 ||
+        p->second.recent.empty()) {
+      continue;
+    }
+    std::vector<double> v;
+    for (const auto& [t, w] : p->second.recent) v.push_back(w);
+    now.push_back(Median(v));
+    stepping.push_back(p->second.stepping_w);
+  }
+  if (now.empty()) return false;
+  return Median(now) >= kWorkingPowerShare * Median(stepping);
+}
 
 void TaskLivenessRule::CheckHangs(const std::string& node, double t, Context& ctx) {
   auto& tasks = ctx.tasks();
@@ -99,7 +249,8 @@ void TaskLivenessRule::CheckHangs(const std::string& node, double t, Context& ct
     const auto& [key, ts] = *it;
     if (ts.ended || ts.last_step_t < 0 || ts.durations.size() < 5) continue;
     const double median = ts.MedianStep();
-    const double limit = model::HangLimitS(hang_, median, ts.checkpoint_since >= 0);
+    const bool in_phase = ts.checkpoint_since >= 0 || WorkingWithoutSteps(node, key.second, ctx);
+    const double limit = model::HangLimitS(hang_, median, in_phase);
     if (t - ts.last_step_t < limit) continue;
     // Which node holds the stuck rank: the live ranks spin in their collective (busy GPUs),
     // the stuck one does not. Judged once, when the hang is first seen (the job's GPUs go idle
@@ -123,6 +274,11 @@ void TaskLivenessRule::CheckHangs(const std::string& node, double t, Context& ct
     f.summary = fmt::format("Job {} has finished no step for {:.0f} s (its steps take {} s)",
                             key.second, t - ts.last_step_t, Num(median));
     f.evidence = {fmt::format("last step ended at {}; no step since", Num(ts.last_step_t))};
+    if (h.stuck_here) {
+      f.evidence.push_back(
+          "one of its GPUs here sits idle while the others spin in their collective: the stuck "
+          "rank is on this node");
+    }
     f.action =
         "Dump the ranks' stacks (py-spy dump); look for a rank stuck outside the "
         "collective or an NCCL timeout in the logs";
@@ -130,41 +286,193 @@ void TaskLivenessRule::CheckHangs(const std::string& node, double t, Context& ct
   }
 }
 
+bool TaskLivenessRule::WasHung(const std::string& node, const std::string& job, double t,
+                               const Context& ctx) const {
+  auto d = deaths_.find({node, job});
+  if (d != deaths_.end() && d->second.watchdog_t >= 0 && d->second.watchdog_t <= t) return true;
+  // Any node of the job without a step for the hang limit before `t`.
+  for (const std::string& n : ctx.NodesOf(job)) {
+    const TaskView* tv = ctx.Task(n, job);
+    if (!tv || tv->last_step_t < 0 || tv->durations.size() < 5) continue;
+    const double limit = model::HangLimitS(hang_, tv->MedianStep(), false);
+    if (t - tv->last_step_t >= limit) return true;
+  }
+  return false;
+}
+
+std::optional<uint32_t> TaskLivenessRule::RankOfPid(const std::string& node, const std::string& job,
+                                                    uint32_t pid, const Context& ctx) const {
+  auto d = deaths_.find({node, job});
+  const TaskView* tv = ctx.Task(node, job);
+  if (d == deaths_.end() || !tv) return std::nullopt;
+  auto g = d->second.pid_gpu.find(pid);
+  if (g == d->second.pid_gpu.end()) return std::nullopt;
+  for (const auto& [rank, gpu] : tv->rank_gpu) {
+    if (gpu == g->second) return rank;
+  }
+  return std::nullopt;
+}
+
+std::optional<uint32_t> TaskLivenessRule::RankOfLocal(const std::string& node,
+                                                      const std::string& job, int local_rank,
+                                                      const Context& ctx) const {
+  // Launchers number a node's workers 0..n-1 in global-rank order (torchrun: rank = group rank
+  // × local world size + local rank).
+  const TaskView* tv = ctx.Task(node, job);
+  if (!tv || local_rank < 0 || static_cast<size_t>(local_rank) >= tv->rank_gpu.size()) {
+    return std::nullopt;
+  }
+  auto it = tv->rank_gpu.begin();
+  std::advance(it, local_rank);
+  return it->first;
+}
+
+void TaskLivenessRule::ReportExit(const std::string& node, const std::string& job,
+                                  std::optional<uint32_t> rank, double first_seen, double t,
+                                  std::vector<std::string> evidence, Context& ctx) {
+  if (!exited_.insert({node, job}).second) return;
+  // The teardown of a hung job, or a job its scheduler stopped, is not a rank's death.
+  if (WasHung(node, job, first_seen, ctx)) return;
+  auto d = deaths_.find({node, job});
+  if (d != deaths_.end() && d->second.launcher.report().launcher_signalled) return;
+  std::optional<int> gpu;
+  if (const TaskView* tv = ctx.Task(node, job); tv && rank) {
+    if (auto it = tv->rank_gpu.find(*rank); it != tv->rank_gpu.end()) gpu = it->second;
+  }
+  Finding f = MakeFinding(Cause::kRankExit, Severity::kCritical, node);
+  f.job = job;
+  if (rank) f.rank = static_cast<int>(*rank);
+  f.first_seen = first_seen;
+  f.summary =
+      fmt::format("Rank {} of job {}{} died while the job ran", rank ? std::to_string(*rank) : "?",
+                  job, gpu ? fmt::format(" (GPU {})", *gpu) : "");
+  f.evidence = std::move(evidence);
+  f.action =
+      "Read the rank's last log lines (its exception, an out-of-memory, the signal); the other "
+      "ranks were torn down after it";
+  ctx.Report(std::move(f), t);
+}
+
+void TaskLivenessRule::JudgeFailures(const std::string& node, const std::string& job, double t,
+                                     Context& ctx) {
+  Deaths& d = deaths_[{node, job}];
+  const logs::LauncherReport& rep = d.launcher.report();
+  if (rep.failures.size() == d.failures_seen) return;
+  d.failures_seen = rep.failures.size();
+  // The root cause the launcher names (it lists it first), else its first failure.
+  const logs::LauncherFailure& f = rep.failures.front();
+  if (f.exitcode && *f.exitcode == 0) return;
+  std::optional<uint32_t> rank;
+  if (f.rank && *f.rank >= 0) rank = static_cast<uint32_t>(*f.rank);
+  if (!rank && f.pid) rank = RankOfPid(node, job, static_cast<uint32_t>(*f.pid), ctx);
+  if (!rank && f.local_rank) rank = RankOfLocal(node, job, *f.local_rank, ctx);
+  double first = t;
+  std::vector<std::string> evidence;
+  evidence.push_back(fmt::format("the launcher reports rank {}{} failed{}{}",
+                                 rank ? std::to_string(*rank) : "?",
+                                 f.local_rank ? fmt::format(" (local rank {})", *f.local_rank) : "",
+                                 f.exitcode ? fmt::format(" with exit code {}", *f.exitcode) : "",
+                                 f.signal ? fmt::format(" ({})", *f.signal) : ""));
+  if (rank) {
+    if (auto e = d.error_lines.find(*rank);
+        e != d.error_lines.end() && e->second >= t - kFailureLookbackS) {
+      first = std::min(first, e->second);
+      evidence.push_back(fmt::format("its own error lines from {}", Num(e->second)));
+    }
+  }
+  if (f.pid) {
+    const auto pid = static_cast<uint32_t>(*f.pid);
+    if (auto k = oom_kills_.find({node, pid});
+        k != oom_kills_.end() && k->second >= t - kFailureLookbackS) {
+      first = std::min(first, k->second);
+      evidence.push_back(
+          fmt::format("the kernel's OOM killer killed pid {} at {}", pid, Num(k->second)));
+    }
+    if (auto g = d.pid_gone.find(pid);
+        g != d.pid_gone.end() && g->second >= t - kFailureLookbackS) {
+      first = std::min(first, g->second);
+    }
+  }
+  ReportExit(node, job, rank, first, t, std::move(evidence), ctx);
+}
+
+void TaskLivenessRule::OnLog(const trace::TraceRecord& r, const trace::TraceLog& l, Context& ctx) {
+  if (!l.line) return;
+  const std::string source = l.source.value_or("");
+  if (source == "kernel") {
+    const logs::KernelLine k = logs::ParseKernelLine(*l.line);
+    if (k.kind == logs::KernelLine::Kind::kOomKill && k.pid) {
+      if (oom_kills_.size() >= 1024) {  // bounded: only recent kills date a failure
+        for (auto it = oom_kills_.begin(); it != oom_kills_.end();) {
+          it = it->second < r.t - kFailureLookbackS ? oom_kills_.erase(it) : std::next(it);
+        }
+      }
+      if (oom_kills_.size() < 65536) oom_kills_.emplace(std::make_pair(r.node, *k.pid), r.t);
+    }
+    return;
+  }
+  if (source != "job" || !l.job) return;
+  Deaths& d = deaths_[{r.node, *l.job}];
+  if (d.lines++ > 1000000) return;  // bounded: a job that logs without end
+  // A rank's own error lines: the record's rank, or PyTorch's "[rankN]:" prefix.
+  std::optional<uint32_t> rank = l.rank;
+  if (!rank) rank = RankPrefix(*l.line);
+  if (rank && d.error_lines.count(*rank) == 0) {
+    const logs::LogLineClass c = logs::ClassifyLogLine(*l.line);
+    if (c.severity >= logs::LogLineClass::Severity::kError) d.error_lines[*rank] = r.t;
+  }
+  d.launcher.Feed(*l.line, d.lines);
+  if (d.watchdog_t < 0 && !d.launcher.report().watchdog_timeouts.empty()) d.watchdog_t = r.t;
+  JudgeFailures(r.node, *l.job, r.t, ctx);
+}
+
+void TaskLivenessRule::OnJob(const trace::TraceRecord& r, const trace::TraceJob& j, Context& ctx) {
+  if (!j.job || j.state.value_or("") != "end" || !j.exit_code || *j.exit_code == 0) return;
+  // A failed job whose launcher named no rank: the rank whose own error lines came first.
+  auto it = deaths_.find({r.node, *j.job});
+  if (it == deaths_.end() || it->second.failures_seen > 0 || it->second.error_lines.empty()) {
+    return;
+  }
+  const auto& errors = it->second.error_lines;
+  auto first = std::min_element(errors.begin(), errors.end(),
+                                [](const auto& a, const auto& b) { return a.second < b.second; });
+  if (first->second < r.t - 300) return;  // old lines, not this death
+  ReportExit(
+      r.node, *j.job, first->first, first->second, r.t,
+      {fmt::format("the job ended with exit code {}", *j.exit_code),
+       fmt::format("rank {} logged its error first, at {}", first->first, Num(first->second))},
+      ctx);
+}
+
 void TaskLivenessRule::CloseProcRound(const std::string& node, ProcRounds& pr, Context& ctx) {
   for (const auto& [job, before] : pr.previous) {
-    if (exited_jobs_.count({node, job}) != 0) continue;
     const TaskView* task = ctx.Task(node, job);
     if (task && task->ended) continue;
     auto now_it = pr.current.find(job);
-    if (now_it == pr.current.end()) continue;  // the whole job left: it ended, no rank exit
-    const auto& now = now_it->second;
     std::vector<uint32_t> missing;
     for (const auto& [gpu, pid] : before) {
-      auto it = now.find(gpu);
-      if (it == now.end() || it->second != pid) missing.push_back(gpu);
+      const bool gone = now_it == pr.current.end() || now_it->second.count(gpu) == 0 ||
+                        now_it->second.at(gpu) != pid;
+      if (!gone) continue;
+      missing.push_back(gpu);
+      Deaths& d = deaths_[{node, job}];
+      if (d.pid_gone.size() < 65536) d.pid_gone.emplace(pid, pr.t);
     }
+    if (now_it == pr.current.end()) continue;  // the whole job left: its end says how
     // One or a few ranks gone while most remain: an exit. Most gone at once: the teardown.
     if (missing.empty() || missing.size() * 2 > before.size()) continue;
-    exited_jobs_.insert({node, job});
     for (uint32_t gpu : missing) {
-      std::optional<int> rank;
+      std::optional<uint32_t> rank;
       if (task) {
         for (const auto& [rk, g] : task->rank_gpu) {
-          if (g == gpu) rank = static_cast<int>(rk);
+          if (g == gpu) rank = rk;
         }
       }
-      Finding f = MakeFinding(Cause::kRankExit, Severity::kCritical, node);
-      f.job = job;
-      f.rank = rank;
-      f.first_seen = pr.t;
-      f.summary = fmt::format("Rank {} of job {} (GPU {}, pid {}) exited while the job ran",
-                              rank ? std::to_string(*rank) : "?", job, gpu, before.at(gpu));
-      f.evidence = {fmt::format("pid {} on GPU {} absent from the processes at {}", before.at(gpu),
-                                gpu, Num(pr.t))};
-      f.action =
-          "Read the rank's last log lines (OOM, exception, signal); the other ranks will "
-          "hang in their next collective until the timeout";
-      ctx.Report(std::move(f), pr.t);
+      ReportExit(node, job, rank, pr.t, pr.t,
+                 {fmt::format("pid {} on GPU {} absent from the processes at {} while most of "
+                              "the job's remain",
+                              before.at(gpu), gpu, Num(pr.t))},
+                 ctx);
     }
   }
   pr.previous = std::move(pr.current);
@@ -178,27 +486,8 @@ void TaskLivenessRule::OnProc(const trace::TraceRecord& r, const trace::TracePro
   if (pr.t >= 0 && r.t > pr.t + 0.5) CloseProcRound(r.node, pr, ctx);
   pr.t = r.t;
   pr.current[*p.job][*p.gpu] = *p.pid;
-}
-
-void TaskLivenessRule::IdleAllocated(const trace::TraceRecord& r, const trace::TraceGpu& g,
-                                     Context& ctx) {
-  if (!g.gpu || g.mig) return;
-  const auto key = std::make_pair(r.node, *g.gpu);
-  const Context::Holder* held = ctx.HolderOf(r.node, *g.gpu);
-  if (!held || !g.util_pct || *g.util_pct >= 1) {
-    idle_since_.erase(key);
-    return;
-  }
-  auto [it, fresh] = idle_since_.emplace(key, r.t);
-  if (fresh || r.t - it->second < o_.idle_allocated_s) return;
-  Finding f = MakeFinding(Cause::kGpuIdleAllocated, Severity::kWarning, r.node);
-  f.job = held->job;
-  f.first_seen = it->second + o_.idle_allocated_s;
-  f.summary = fmt::format("Job {} holds GPU {}, idle for {:.0f} min", held->job, *g.gpu,
-                          (r.t - it->second) / 60);
-  f.evidence = {fmt::format("util_pct 0 on GPU {} since {}", *g.gpu, Num(it->second))};
-  f.action = "Ask the job's owner to release the GPUs, or end the job";
-  ctx.Report(std::move(f), r.t);
+  Deaths& d = deaths_[{r.node, *p.job}];
+  if (d.pid_gpu.size() < 65536) d.pid_gpu[*p.pid] = *p.gpu;
 }
 
 }  // namespace

@@ -16,6 +16,7 @@
 #include <deque>
 #include <map>
 
+#include "analyze/rules/learned_median.h"
 #include "analyze/rules/rules.h"
 #include "common/stats.h"
 
@@ -91,19 +92,18 @@ class TaskStepsRule : public Rule {
  private:
   struct StallState {  // per (node, job)
     double first_t = -1;
-    std::vector<double> baseline;                  // shares learned after warm-up
-    std::optional<double> baseline_share;          // their median, once learned
+    std::optional<LearnedMedian> baseline;         // the share learned after warm-up
     std::deque<std::pair<double, double>> recent;  // (t, share) within the rolling window
     double above_since = -1;                       // rolling median above the line since
     double first_above_step = -1;                  // first step of that run above the line
   };
   struct StepState {                    // per (node, job)
     std::vector<double> checkpoints_s;  // blocking time of each checkpoint so far
-    // Per rank: its recent exposed-comm times (t, comm_s).
-    std::map<uint32_t, std::deque<std::pair<double, double>>> comm;
+    // Per rank: its recent exposed-comm and data-wait times (t, seconds).
+    std::map<uint32_t, std::deque<std::pair<double, double>>> comm, data;
     double straggle_since = -1;
-    std::optional<double> base_step_s;  // median step after warm-up
-    std::vector<double> base_steps;
+    std::optional<LearnedMedian> base_step;              // median step after warm-up
+    std::optional<LearnedMedian> comm_base;              // the lead rank's exposed-comm share
     std::deque<std::pair<double, double>> recent_steps;  // (t, duration) in the window
     double slow_since = -1;
     double template_slow_since = -1;  // the same, against the template's baseline
@@ -127,20 +127,18 @@ void TaskStepsRule::DataStall(const trace::TraceRecord& r, const trace::TraceSte
   if (s.first_t < 0) s.first_t = r.t;
   if (r.t - s.first_t < o_.warmup_s) return;
   const double share = std::clamp(*st.data_wait_s / *st.duration_s, 0.0, 1.0);
-  if (!s.baseline_share) {
-    s.baseline.push_back(share);
-    if (s.baseline.size() >= o_.baseline_steps) {
-      s.baseline_share = Median(s.baseline);
-      s.baseline.clear();
-      s.baseline.shrink_to_fit();
-    }
+  if (!s.baseline)
+    s.baseline.emplace(o_.baseline_steps, o_.baseline_window_s, o_.baseline_min_steps * 2);
+  if (!s.baseline->value()) {
+    s.baseline->Add(r.t, share);
     return;
   }
+  const double base_share = *s.baseline->value();
   s.recent.push_back({r.t, share});
   while (!s.recent.empty() && s.recent.front().first < r.t - o_.stall_window_s) {
     s.recent.pop_front();
   }
-  const double line = std::max(o_.stall_floor_share, o_.stall_baseline_factor * *s.baseline_share);
+  const double line = std::max(o_.stall_floor_share, o_.stall_baseline_factor * base_share);
   std::vector<double> shares;
   for (const auto& [t, sh] : s.recent) shares.push_back(sh);
   const double rolling = Median(shares);
@@ -164,9 +162,9 @@ void TaskStepsRule::DataStall(const trace::TraceRecord& r, const trace::TraceSte
   f.job = *st.job;
   f.first_seen = s.first_above_step;
   f.summary = fmt::format("Job {} waits for input data {:.0f}% of each step (baseline {:.0f}%)",
-                          *st.job, rolling * 100, *s.baseline_share * 100);
+                          *st.job, rolling * 100, base_share * 100);
   f.evidence = {fmt::format("data_wait share median {:.2f} over the last {} s vs baseline {:.3f}",
-                            rolling, Num(o_.stall_window_s), *s.baseline_share)};
+                            rolling, Num(o_.stall_window_s), base_share)};
   f.action =
       "Check the input pipeline: data loader workers, the file system or object store "
       "it reads from (iowait), and prefetching";
@@ -211,11 +209,12 @@ void TaskStepsRule::Steps(const trace::TraceRecord& r, const trace::TraceStep& s
 
   // Stragglers: synchronous ranks wait in communication for the slowest one, so the slow
   // GPU's rank shows the least exposed comm and the others the most.
-  if (st.rank && st.comm_s) {
-    auto& q = ss.comm[*st.rank];
-    q.push_back({r.t, *st.comm_s});
+  auto window = [&](auto& q, double v) {
+    q.push_back({r.t, v});
     while (!q.empty() && q.front().first < r.t - o_.straggler_window_s) q.pop_front();
-  }
+  };
+  if (st.rank && st.comm_s) window(ss.comm[*st.rank], *st.comm_s);
+  if (st.rank && st.data_wait_s) window(ss.data[*st.rank], *st.data_wait_s);
   if (lead && ss.comm.size() >= 3) {
     std::vector<std::pair<double, uint32_t>> medians;
     for (const auto& [rank, q] : ss.comm) {
@@ -232,9 +231,24 @@ void TaskStepsRule::Steps(const trace::TraceRecord& r, const trace::TraceStep& s
       // The straggler's comm is an outlier below the others': by a share of the step that
       // costs time, well outside the others' spread (robust: median absolute deviation).
       const double gap = rest - medians[0].first;
+      // A rank late because it waits longer for its own input is starved by its data loader
+      // (one rank's shard on a slow disk), not slowed by its GPU: the others wait for it just
+      // the same, so its own data wait is what tells them apart.
+      auto median_of = [](const std::deque<std::pair<double, double>>& q) {
+        std::vector<double> v;
+        for (const auto& [t, x] : q) v.push_back(x);
+        return v.empty() ? 0.0 : Median(v);
+      };
+      std::vector<double> others_data;
+      for (const auto& [rank, q] : ss.data) {
+        if (rank != medians[0].second && !q.empty()) others_data.push_back(median_of(q));
+      }
+      const double own_data =
+          ss.data.count(medians[0].second) != 0 ? median_of(ss.data.at(medians[0].second)) : 0.0;
+      const bool input_bound = !others_data.empty() && own_data - Median(others_data) >= 0.5 * gap;
       const bool straggle = rest > 0.02 && medians[0].first < o_.straggler_comm_share * rest &&
                             gap >= o_.straggler_step_share * ts.MedianStep() &&
-                            gap > o_.straggler_mad_factor * Mad(others);
+                            gap > o_.straggler_mad_factor * Mad(others) && !input_bound;
       if (!straggle) {
         ss.straggle_since = -1;
       } else {
@@ -270,10 +284,10 @@ void TaskStepsRule::Steps(const trace::TraceRecord& r, const trace::TraceStep& s
   if (!lead || r.t - ts.first_step_t < o_.warmup_s) return;
   if (st.comm_s && *st.duration_s > 0) {
     const double share = *st.comm_s / *st.duration_s;
-    if (!ts.comm_base_share) {
-      ts.comm_base.push_back(share);
-      if (ts.comm_base.size() >= o_.baseline_steps / 2) ts.comm_base_share = Median(ts.comm_base);
+    if (!ss.comm_base) {
+      ss.comm_base.emplace(o_.baseline_steps / 2, o_.baseline_window_s, o_.baseline_min_steps);
     }
+    if (ss.comm_base->Add(r.t, share)) ts.comm_base_share = ss.comm_base->value();
     ts.comm_share.push_back({r.t, share});
     while (!ts.comm_share.empty() && ts.comm_share.front().first < r.t - 60) {
       ts.comm_share.pop_front();
@@ -333,20 +347,20 @@ void TaskStepsRule::Steps(const trace::TraceRecord& r, const trace::TraceStep& s
                          tb->template_name, tb->shape));
     }
   }
-  if (!ss.base_step_s) {
-    ss.base_steps.push_back(work_s);
-    if (ss.base_steps.size() >= o_.baseline_steps / 2) {
-      ss.base_step_s = Median(ss.base_steps);
-      ss.base_steps.clear();
-    }
+  if (!ss.base_step) {
+    ss.base_step.emplace(o_.baseline_steps / 2, o_.baseline_window_s, o_.baseline_min_steps);
+  }
+  if (!ss.base_step->value()) {
+    ss.base_step->Add(r.t, work_s);
     return;
   }
-  if (slow_since(o_.regression_factor * *ss.base_step_s, ss.slow_since)) {
+  const double base_step_s = *ss.base_step->value();
+  if (slow_since(o_.regression_factor * base_step_s, ss.slow_since)) {
     report(ss.slow_since,
            fmt::format("Job {} steps take {} s, {:.0f}% over its own {} s", *st.job, Num(now),
-                       (now / *ss.base_step_s - 1) * 100, Num(*ss.base_step_s)),
+                       (now / base_step_s - 1) * 100, Num(base_step_s)),
            fmt::format("median step {} s over the last minute vs {} s after warm-up", Num(now),
-                       Num(*ss.base_step_s)));
+                       Num(base_step_s)));
   }
 }
 

@@ -1,0 +1,77 @@
+// Host and NIC rules: net_errors, net_congestion, numa_mismatch.
+// Hand-made traces read through the real trace reader (analyze/testing/diagnose.h).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <map>
+#include <string>
+
+#include "analyze/testing/diagnose.h"
+
+namespace gpuwatch::analyze {
+namespace {
+
+using testing::Diagnose;
+using testing::Gpu;
+using testing::Node;
+using testing::Step;
+using testing::StepOf;
+
+TEST(HostNicRuleTest, NumaMismatchIdleAllocatedAndNetErrors) {
+  std::string trace = Node("n1", 100);
+  // GPU 1 hangs off NUMA node 1 in this node record; its process runs on node 0's CPUs.
+  trace.replace(trace.find("{\"index\":1,"), 11, "{\"index\":1,\"numa_node\":1,");
+  trace += R"({"t":101,"type":"job","node":"n1","job":"j9","state":"start","gpus":[0]})"
+           "\n";
+  trace += R"({"t":102,"type":"proc","node":"n1","pid":7,"gpu":1,"job":"j9","cpu_numa_nodes":[0]})"
+           "\n";
+  for (int i = 0; i < 700; ++i) {
+    trace += Gpu(103 + i, 0, "\"util_pct\":0");
+    if (i % 5 == 0) {
+      const int errors = i >= 300 ? (i - 295) / 5 : 0;
+      trace += "{\"t\":" + std::to_string(103 + i) +
+               ",\"type\":\"host\",\"node\":\"n1\",\"nics\":{\"mlx5_0\":{\"link_up\":true,"
+               "\"errors\":0,\"retransmits\":" +
+               std::to_string(errors) + "}}}\n";
+    }
+  }
+  const std::vector<Finding> f = Diagnose(trace);
+  std::map<std::string, const Finding*> by;
+  for (const auto& x : f) by[x.CauseText()] = &x;
+  ASSERT_EQ(f.size(), 3u);
+  EXPECT_EQ(by.at("numa_mismatch")->gpu, 1);
+  EXPECT_DOUBLE_EQ(by.at("numa_mismatch")->first_seen, 102);
+  EXPECT_EQ(by.at("gpu_idle_allocated")->job, "j9");
+  EXPECT_DOUBLE_EQ(by.at("gpu_idle_allocated")->first_seen, 703);
+  EXPECT_EQ(by.at("net_errors")->nic, "mlx5_0");
+}
+
+TEST(HostNicRuleTest, NetCongestionNeedsASaturatedNicAndAWaitingJob) {
+  auto run = [](bool waiting) {
+    std::string trace =
+        Node("n1", 100, ",\"nics\":[{\"name\":\"mlx5_0\",\"type\":\"ib\",\"link_gbps\":400}]");
+    double t = 101;
+    for (int i = 0; i < 600; ++i, t += 1) {
+      // From t=500 the NIC carries 48 GB/s (384 of 400 Gb/s).
+      const bool hot = t >= 500;
+      trace += StepOf(t, 0, hot && waiting ? 1.5 : 1.0, hot && waiting ? 0.6 : 0.1);
+      if (i % 5 == 0) {
+        trace += "{\"t\":" + std::to_string(t) +
+                 ",\"type\":\"host\",\"node\":\"n1\",\"nics\":{\"mlx5_0\":{\"tx_mbs\":" +
+                 (hot ? "48000" : "9000") + ",\"rx_mbs\":8000,\"link_up\":true}}}\n";
+      }
+    }
+    return Diagnose(trace);
+  };
+  // A busy NIC alone (another job's traffic, a healthy all-reduce) is not congestion.
+  EXPECT_TRUE(run(false).empty());
+  const std::vector<Finding> f = run(true);
+  ASSERT_EQ(f.size(), 1u) << f[0].cause;
+  EXPECT_EQ(f[0].cause, Cause::kNetCongestion);
+  EXPECT_EQ(f[0].nic, "mlx5_0");
+  EXPECT_GE(f[0].first_seen, 500);
+  EXPECT_LE(f[0].first_seen, 500 + 120);
+}
+
+}  // namespace
+}  // namespace gpuwatch::analyze

@@ -1,0 +1,260 @@
+// Task liveness: job_hang, rank_exit, gpu_idle_allocated.
+// Hand-made traces read through the real trace reader (analyze/testing/diagnose.h).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "analyze/testing/diagnose.h"
+
+namespace gpuwatch::analyze {
+namespace {
+
+using testing::Diagnose;
+using testing::Gpu;
+using testing::Node;
+using testing::Step;
+using testing::StepOf;
+
+TEST(TaskLivenessRuleTest, JobHangFromTheLastStepAndNotWhenAGpuWasLost) {
+  std::string trace = Node("n1", 100);
+  for (int i = 0; i < 50; ++i) trace += StepOf(101 + i, 0, 1.0, 0.1);
+  // No step after t=150; the node keeps sampling for 3 minutes.
+  std::string hung = trace;
+  for (int i = 0; i < 180; ++i) hung += Gpu(151 + i, 0, "\"util_pct\":100");
+  std::vector<Finding> f = Diagnose(hung);
+  ASSERT_EQ(f.size(), 1u);
+  EXPECT_EQ(f[0].cause, Cause::kJobHang);
+  EXPECT_EQ(f[0].job, "j1");
+  EXPECT_DOUBLE_EQ(f[0].first_seen, 150);
+  // The same silence after the GPU fell off the bus is that, not a hang.
+  hung = trace +
+         R"({"t":151,"type":"event","node":"n1","gpu":0,"kind":"xid","code":79,"message":"x"})"
+         "\n";
+  for (int i = 0; i < 180; ++i) hung += Gpu(152 + i, 1, "\"util_pct\":100");
+  f = Diagnose(hung);
+  ASSERT_EQ(f.size(), 1u);
+  EXPECT_EQ(f[0].cause, Cause::kGpuLost);
+}
+
+TEST(TaskLivenessRuleTest, RankExitIsTheFirstProcessToVanish) {
+  std::string trace = Node("n1", 100);
+  trace += R"({"t":100,"type":"job","node":"n1","job":"j1","state":"start","gpus":[0,1,2,3]})"
+           "\n";
+  for (int round = 0; round < 8; ++round) {
+    const double t = 105 + 10 * round;
+    for (int rank = 0; rank < 4; ++rank) trace += StepOf(t - 1, rank, 1.0, 0.1);
+    for (int gpu = 0; gpu < 4; ++gpu) {
+      // Round 5 (t=155): rank 2's process is gone. Round 6: the launcher tears down the rest.
+      if (round >= 5 && gpu == 2) continue;
+      if (round >= 6 && gpu != 0) continue;
+      trace += "{\"t\":" + std::to_string(t) +
+               ",\"type\":\"proc\",\"node\":\"n1\",\"pid\":" + std::to_string(500 + gpu) +
+               ",\"gpu\":" + std::to_string(gpu) + ",\"job\":\"j1\"}\n";
+    }
+  }
+  trace += R"({"t":190,"type":"job","node":"n1","job":"j1","state":"end","exit_code":1})"
+           "\n";
+  const std::vector<Finding> f = Diagnose(trace);
+  ASSERT_EQ(f.size(), 1u);
+  EXPECT_EQ(f[0].cause, Cause::kRankExit);
+  EXPECT_EQ(f[0].job, "j1");
+  EXPECT_EQ(f[0].rank, 2);
+  EXPECT_DOUBLE_EQ(f[0].first_seen, 155);
+}
+
+// A four-GPU node running job j1 (ranks 0..3 on GPUs 0..3, pids `pid0`..`pid0`+3): steps every
+// second from 101 to `steps_until`, proc rounds every 10 s until `procs_until` (exclusive),
+// busy GPUs every second until `gpus_until`.
+std::string FourRankJob(double steps_until, double procs_until, double gpus_until,
+                        uint32_t pid0 = 812914) {
+  std::string t =
+      R"({"t":100,"type":"node","node":"n1","gpus":[{"index":0},{"index":1},{"index":2},{"index":3}]})"
+      "\n"
+      R"({"t":100,"type":"job","node":"n1","job":"j1","state":"start","ranks":4,"gpus":[0,1,2,3]})"
+      "\n";
+  for (double s = 101; s <= std::max({steps_until, procs_until, gpus_until}); s += 1) {
+    for (int g = 0; g < 4; ++g) {
+      if (s <= gpus_until) {
+        t += Gpu(s, g, "\"util_pct\":97,\"power_w\":600,\"sm_clock_mhz\":1980");
+      }
+      if (s <= steps_until) {
+        t += nlohmann::json{{"t", s + 0.5}, {"type", "step"}, {"node", "n1"},     {"job", "j1"},
+                            {"rank", g},    {"gpu", g},       {"duration_s", 1.0}}
+                 .dump() +
+             "\n";
+      }
+      if (s < procs_until && static_cast<int>(s) % 10 == 0) {
+        t += nlohmann::json{{"t", s},          {"type", "proc"}, {"node", "n1"},
+                            {"pid", pid0 + g}, {"gpu", g},       {"job", "j1"}}
+                 .dump() +
+             "\n";
+      }
+    }
+  }
+  return t;
+}
+
+std::string JobLog(double t, const std::string& line, std::optional<int> rank = std::nullopt) {
+  nlohmann::json j = {{"t", t},      {"type", "log"},   {"node", "n1"},
+                      {"job", "j1"}, {"source", "job"}, {"line", line}};
+  if (rank) j["rank"] = *rank;
+  return j.dump() + "\n";
+}
+
+std::string KernelLog(double t, const std::string& line) {
+  return nlohmann::json{
+             {"t", t}, {"type", "log"}, {"node", "n1"}, {"source", "kernel"}, {"line", line}}
+             .dump() +
+         "\n";
+}
+
+std::string JobEnd(double t, int exit_code) {
+  return nlohmann::json{{"t", t},      {"type", "job"},  {"node", "n1"},
+                        {"job", "j1"}, {"state", "end"}, {"exit_code", exit_code}}
+             .dump() +
+         "\n";
+}
+
+// torchrun polls its workers and, on the first failure, sends SIGTERM to the others and reports
+// "failed (exitcode: N) local_rank: L (pid: P)" (torch/distributed/elastic/multiprocessing/
+// api.py; docs/research/launchers.md): the whole job leaves one round of process records, and the
+// launcher's line names the rank. Real lines: hpcaitech/ColossalAI#3514 (a worker the host's OOM
+// killer took: exit code -9).
+TEST(TaskLivenessRuleTest, ARankTheLauncherReportsFailedIsARankExitDatedByItsDeath) {
+  std::string t = FourRankJob(249.5, 250, 256);
+  t += JobLog(249.8, "[rank3]: Traceback (most recent call last):", 3);
+  t += JobLog(249.8, "[rank3]: RuntimeError: DataLoader worker (pid 9999) is killed by signal", 3);
+  for (int pid : {812914, 812915, 812916}) {
+    t += JobLog(255, "WARNING:torch.distributed.elastic.multiprocessing.api:Sending process " +
+                         std::to_string(pid) + " closing signal SIGTERM");
+  }
+  t += JobLog(256,
+              "ERROR:torch.distributed.elastic.multiprocessing.api:failed (exitcode: -9) "
+              "local_rank: 3 (pid: 812917) of binary: /data/chenhao/anaconda3/envs/"
+              "ColossalAI-Chat/bin/python");
+  t += JobEnd(258, 1);
+  const auto f = Diagnose(t);
+  ASSERT_EQ(f.size(), 1u);
+  EXPECT_EQ(f[0].cause, Cause::kRankExit);
+  EXPECT_EQ(f[0].job, "j1");
+  EXPECT_EQ(f[0].rank, 3);
+  EXPECT_DOUBLE_EQ(f[0].first_seen, 249.8);  // its own last lines, not the launcher's report
+}
+
+// The kernel's OOM killer: "Killed process P (name) total-vm:…" (mm/oom_kill.c; docs/research/
+// xid.md) at the moment the rank died; the launcher sees exit code -9 after its next poll.
+TEST(TaskLivenessRuleTest, AnOomKillDatesTheRanksDeath) {
+  std::string t = FourRankJob(249.5, 250, 256);
+  t += KernelLog(249.6,
+                 "[18026.221140] Memory cgroup out of memory: Killed process 812917 (python3) "
+                 "total-vm:120832kB, anon-rss:15596kB, file-rss:8924kB, shmem-rss:0kB, UID:0 "
+                 "pgtables:276kB oom_score_adj:-997");
+  t += JobLog(256,
+              "ERROR:torch.distributed.elastic.multiprocessing.api:failed (exitcode: -9) "
+              "local_rank: 3 (pid: 812917) of binary: /usr/bin/python");
+  t += JobEnd(258, 1);
+  const auto f = Diagnose(t);
+  ASSERT_EQ(f.size(), 1u);
+  EXPECT_EQ(f[0].cause, Cause::kRankExit);
+  EXPECT_EQ(f[0].rank, 3);
+  EXPECT_DOUBLE_EQ(f[0].first_seen, 249.6);
+}
+
+// A hung job is torn down by ProcessGroupNCCL's watchdog ("Watchdog caught collective operation
+// timeout: WorkNCCL(…) ran for … milliseconds before timing out", pytorch/pytorch#118369): the
+// ranks abort and the launcher reports them failed, a consequence of the hang, not a rank's
+// death. Its GPUs spin in the collective at little power meanwhile (NVIDIA/nccl#968).
+TEST(TaskLivenessRuleTest, TheWatchdogsTeardownOfAHungJobIsTheHangNotARankExit) {
+  std::string t = FourRankJob(200.5, 900, 200);
+  for (double s = 201; s <= 820; s += 1) {
+    for (int g = 0; g < 4; ++g) t += Gpu(s, g, "\"util_pct\":100,\"power_w\":180");
+  }
+  t += JobLog(801,
+              "[E ProcessGroupNCCL.cpp:458] [Rank 0] Watchdog caught collective operation "
+              "timeout: WorkNCCL(SeqNum=96120, OpType=ALLREDUCE, Timeout(ms)=600000) ran for "
+              "600231 milliseconds before timing out.",
+              0);
+  t += JobLog(806,
+              "ERROR:torch.distributed.elastic.multiprocessing.api:failed (exitcode: -6) "
+              "local_rank: 0 (pid: 812914) of binary: /usr/bin/python");
+  t += JobEnd(810, 1);
+  const auto f = Diagnose(t);
+  ASSERT_EQ(f.size(), 1u);
+  EXPECT_EQ(f[0].cause, Cause::kJobHang);
+  EXPECT_DOUBLE_EQ(f[0].first_seen, 200.5);  // the end of the last step
+}
+
+// A scheduler that stops the job signals the launcher, which shuts its workers down ("Received 15
+// death signal, shutting down workers": determined-ai/determined#8915): no rank died of itself.
+TEST(TaskLivenessRuleTest, AJobItsSchedulerStoppedHasNoRankExit) {
+  std::string t = FourRankJob(249.5, 250, 256);
+  t += JobLog(250,
+              "[2024-02-27T21:35:32.106313Z] fa88a9df || WARNING: torch.distributed.elastic.agent."
+              "server.api:Received 15 death signal, shutting down workers");
+  for (int pid : {812914, 812915, 812916, 812917}) {
+    t += JobLog(250,
+                "[2024-02-27T21:35:32.106517Z] fa88a9df || WARNING: torch.distributed."
+                "elastic.multiprocessing.api:Sending process " +
+                    std::to_string(pid) + " closing signal SIGTERM");
+  }
+  t += JobEnd(254, 1);
+  EXPECT_TRUE(Diagnose(t).empty());
+}
+
+// No step for a while, with the job's GPUs drawing their stepping power: a phase at work (an
+// evaluation), judged by the in-phase limit, not a hang; ranks waiting in a collective spin at
+// little power instead (docs/research/failure-shapes.md §5).
+TEST(TaskLivenessRuleTest, AnEvaluationBetweenStepsIsNotAHang) {
+  std::string t = FourRankJob(200.5, 600, 200);
+  for (double s = 201; s <= 500; s += 1) {
+    for (int g = 0; g < 4; ++g) t += Gpu(s, g, "\"util_pct\":95,\"power_w\":560");
+  }
+  EXPECT_TRUE(Diagnose(t).empty());
+}
+
+// A GPU a job's process holds though its start record named none (a scheduler that gives no GPU
+// list), at 0 % for ten minutes; and nothing once the job's processes are gone without an end.
+TEST(TaskLivenessRuleTest, AGpuHeldByAJobsProcessAndIdleForTenMinutes) {
+  std::string t = R"({"t":100,"type":"node","node":"n1","gpus":[{"index":0},{"index":1}]})"
+                  "\n"
+                  R"({"t":100,"type":"job","node":"n1","job":"j9","state":"start"})"
+                  "\n";
+  for (double s = 101; s <= 900; s += 1) {
+    t += Gpu(s, 0, "\"util_pct\":96");
+    t += Gpu(s, 1, "\"util_pct\":0,\"mem_used_mib\":1200");
+    if (static_cast<int>(s) % 10 == 0) {
+      for (int g = 0; g < 2; ++g) {
+        t += nlohmann::json{{"t", s},         {"type", "proc"}, {"node", "n1"},
+                            {"pid", 500 + g}, {"gpu", g},       {"job", "j9"}}
+                 .dump() +
+             "\n";
+      }
+    }
+  }
+  auto f = Diagnose(t);
+  ASSERT_EQ(f.size(), 1u);
+  EXPECT_EQ(f[0].cause, Cause::kGpuIdleAllocated);
+  EXPECT_EQ(f[0].job, "j9");
+  EXPECT_DOUBLE_EQ(f[0].first_seen, 701);
+  // The same, but the job's processes leave at 200 and it never says it ended.
+  std::string gone = R"({"t":100,"type":"node","node":"n1","gpus":[{"index":0},{"index":1}]})"
+                     "\n"
+                     R"({"t":100,"type":"job","node":"n1","job":"j9","state":"start","gpus":[0,1]})"
+                     "\n";
+  for (double s = 101; s <= 900; s += 1) {
+    gone += Gpu(s, 1, "\"util_pct\":0");
+    if (s < 200 && static_cast<int>(s) % 10 == 0) {
+      gone += nlohmann::json{{"t", s},     {"type", "proc"}, {"node", "n1"},
+                             {"pid", 501}, {"gpu", 1},       {"job", "j9"}}
+                  .dump() +
+              "\n";
+    }
+  }
+  EXPECT_TRUE(Diagnose(gone).empty());
+}
+
+}  // namespace
+}  // namespace gpuwatch::analyze

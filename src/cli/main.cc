@@ -18,6 +18,7 @@
 #include "cli/config_file.h"
 #include "cli/demo_cmd.h"
 #include "cli/doctor.h"
+#include "cli/explain_cmd.h"
 #include "cli/job_view.h"
 #include "cli/link_tools.h"
 #include "cli/linkbase_cmd.h"
@@ -729,6 +730,20 @@ int Main(int argc, char** argv) {
   nccl_cmd->add_option("--topo", link_topo, "A `nvidia-smi topo -m` capture of the node");
   nccl_cmd->add_flag("--json", link_json, "Print JSON");
 
+  std::vector<std::string> explain_files;
+  bool explain_json = false;
+  std::string explain_node;
+  auto* explain_cmd = app.add_subcommand(
+      "explain",
+      "The post-mortem from the text you have: kernel logs, NCCL logs, launcher and training "
+      "logs, nvidia-smi output, topo -m, nccl-tests output (plain or .gz, any mix); what each "
+      "file holds and the findings they support together (docs/format/explain.md). Exit 0 with "
+      "no warning or critical finding, 1 with one, 2 when a file cannot be read");
+  explain_cmd->add_option("files", explain_files, "The files")->required();
+  explain_cmd->add_flag("--json", explain_json, "Print JSON");
+  explain_cmd->add_option("--node", explain_node,
+                          "The node, when the text names no host (default: unknown)");
+
   LinkbaseOptions lb;
   auto* linkbase_cmd = app.add_subcommand(
       "linkbase",
@@ -883,6 +898,8 @@ int Main(int argc, char** argv) {
   if (topo_show->parsed()) return RunTopoShow(topo_opts, topo_a, std::cout, std::cerr);
   if (topo_diff->parsed()) return RunTopoDiff(topo_opts, topo_a, topo_b, std::cout, std::cerr);
   if (topo_cmd->parsed()) return RunTopoLive(topo_opts, std::cout, std::cerr);
+  if (explain_cmd->parsed())
+    return RunExplain(explain_files, explain_json, explain_node, std::cout, std::cerr);
   if (nccl_cmd->parsed())
     return RunNcclAnalysis(link_file, link_topo, link_json, std::cout, std::cerr);
   if (lb_import->parsed()) return RunLinkbaseImport(lb, std::cout, std::cerr);

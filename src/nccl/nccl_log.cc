@@ -723,6 +723,14 @@ void Parser::Line(sv line, size_t line_no) {
     ++r_.lines_parsed;
     return;
   }
+  if (IsNcclRasBanner(line)) {
+    // The ncclras client's report (NCCL 2.24+): "NCCL version 2.26.2 compiled with CUDA 12.6".
+    const sv v = Trim(line).substr(13);
+    const sv token = v.substr(0, v.find(' '));
+    if (!fallback_version_) fallback_version_ = std::string(token);
+    ++r_.lines_parsed;
+    return;
+  }
   if (const size_t p = line.find("is using nccl=="); p != npos) {
     // vLLM: "vLLM is using nccl==2.20.5"
     const sv v = Trim(line.substr(p + 15));
@@ -1370,6 +1378,15 @@ NcclLogReport ParseNcclLog(std::string_view text) {
     start = end + 1;
   }
   return parser.Finish();
+}
+
+bool IsNcclRasBanner(std::string_view line) {
+  const sv t = Trim(line);
+  if (!StartsWith(t, "NCCL version ")) return false;
+  const sv rest = t.substr(13);
+  const size_t sp = rest.find(' ');
+  return sp != npos && IsVersionToken(rest.substr(0, sp)) &&
+         StartsWith(rest.substr(sp), " compiled with CUDA ");
 }
 
 std::optional<std::string> ParseNcclVersionLine(std::string_view line) {

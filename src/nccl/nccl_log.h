@@ -198,6 +198,10 @@ struct NcclLogReport {
   const NcclHost* FindHost(std::string_view name) const;
 };
 
+// The first line of an `ncclras` report (NCCL 2.24+'s RAS client): "NCCL version 2.26.2
+// compiled with CUDA 12.6".
+bool IsNcclRasBanner(std::string_view line);
+
 // The NCCL version from an NCCL_DEBUG=INFO banner line: "2.18.3+cuda12.2", or the bare version
 // when the build names no CUDA. Recognised forms (see ../shared/real/nccl):
 //   host:pid:tid [dev] NCCL INFO NCCL version 2.25.1+cuda12.8   (NCCL >= 2.19)

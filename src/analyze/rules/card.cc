@@ -77,8 +77,10 @@ class CardRule : public Rule {
   // falls off the bus as the driver probes it prints no XID at all (docs/research/xid.md, "How
   // an Xid reaches the host").
   void OnKernelLine(const trace::TraceRecord& r, const trace::TraceLog& l, Context& ctx);
+  // `bus`: the PCI address the driver named, for the summary when no GPU of the node has it.
   void ReportXid(const trace::TraceRecord& r, int64_t code, std::optional<int> gpu,
-                 const std::string& message, const std::string& source, Context& ctx);
+                 const std::string& message, const std::string& source, Context& ctx,
+                 const std::string& bus = "");
   // The GPU a driver line names by PCI address: the node record's bus ids, else the UUID the
   // driver printed for that address ("NVRM: GPU at PCI:…: GPU-…").
   std::optional<int> GpuOfBus(const trace::TraceRecord& r, const std::string& bus,
@@ -358,17 +360,17 @@ void CardRule::OnEvent(const trace::TraceRecord& r, const trace::TraceEvent& e, 
 }
 
 void CardRule::ReportXid(const trace::TraceRecord& r, int64_t code, std::optional<int> gpu,
-                         const std::string& message, const std::string& source, Context& ctx) {
+                         const std::string& message, const std::string& source, Context& ctx,
+                         const std::string& bus) {
   const XidMeaning meaning = MeaningOfXid(code, message);
   if (!meaning.cause) return;  // a consequence of another error
   const Cause cause = *meaning.cause;
   Finding f = MakeFinding(cause, meaning.severity, r.node, gpu);
   if (cause == Cause::kXid) f.code = code;
+  const std::string which = gpu ? std::to_string(*gpu) : bus.empty() ? "?" : "at " + bus;
   f.summary = cause == Cause::kGpuLost
-                  ? fmt::format("GPU {} stopped answering (XID {}: fell off the bus)",
-                                gpu ? std::to_string(*gpu) : "?", code)
-                  : fmt::format("XID {} on GPU {} ({}): {}", code, gpu ? std::to_string(*gpu) : "?",
-                                meaning.family, message);
+                  ? fmt::format("GPU {} stopped answering (XID {}: fell off the bus)", which, code)
+                  : fmt::format("XID {} on GPU {} ({}): {}", code, which, meaning.family, message);
   f.evidence = {fmt::format("{} {}: {}", source, code, message)};
   f.action = std::string(meaning.action);
   ctx.Report(std::move(f), r.t);
@@ -398,13 +400,13 @@ void CardRule::OnKernelLine(const trace::TraceRecord& r, const trace::TraceLog& 
       return;
     case logs::KernelLine::Kind::kXid:
       ReportXid(r, static_cast<int64_t>(k.xid->xid), GpuOfBus(r, k.xid->pci_bus_id, ctx),
-                k.xid->text, "kernel log: NVRM Xid", ctx);
+                k.xid->text, "kernel log: NVRM Xid", ctx, k.xid->pci_bus_id);
       return;
     case logs::KernelLine::Kind::kFallenOffBus: {
       const std::optional<int> gpu = GpuOfBus(r, k.pci_bus_id, ctx);
       Finding f = MakeFinding(Cause::kGpuLost, Severity::kCritical, r.node, gpu);
       f.summary = fmt::format("GPU {} ({}) fell off the bus", gpu ? std::to_string(*gpu) : "?",
-                              k.pci_bus_id);
+                              k.pci_bus_id.empty() ? "no bus id" : k.pci_bus_id);
       f.evidence = {"kernel log: " + *l.line};
       f.action = "Drain the node; reset or reseat the GPU; check its power and PCIe link";
       ctx.Report(std::move(f), r.t);

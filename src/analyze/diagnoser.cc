@@ -33,6 +33,12 @@ size_t Diagnoser::ForgetEndedJobs() {
   return jobs.size();
 }
 
+size_t Diagnoser::JobEntries() const {
+  size_t n = ctx_.JobCount() + ctx_.TaskCount();
+  for (const auto& rule : rules_) n += rule->JobEntries();
+  return n;
+}
+
 std::vector<Finding> Diagnoser::Finish(double end_t) {
   for (const auto& rule : rules_) rule->Flush(end_t, ctx_);
   ctx_.DropOldFindings();

@@ -60,6 +60,8 @@ class Diagnoser {
   size_t ForgetEndedJobs();
 
   const Context& context() const { return ctx_; }
+  // Entries of per-job state in the Context and every rule: flat as jobs come and go.
+  size_t JobEntries() const;
   const std::vector<std::unique_ptr<Rule>>& rules() const { return rules_; }
 
  private:

@@ -31,6 +31,9 @@ class Rule {
   virtual void Flush(double t, Context& ctx) {}
   // The Context forgets `job` (ended, its alerts resolved): drop what is keyed by it.
   virtual void ForgetJob(const std::string& job) {}
+  // How many entries of per-job state the rule holds now (what ForgetJob drops): for the test
+  // and the benchmark that prove it bounded as jobs come and go.
+  virtual size_t JobEntries() const { return 0; }
 };
 
 }  // namespace gpuwatch::analyze

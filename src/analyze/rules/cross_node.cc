@@ -37,6 +37,7 @@ class CrossNodeRule : public Rule {
     Versions(ctx);
     Offsets(ctx);
   }
+  size_t JobEntries() const override { return step_clock_.size() + skew_runs_.size(); }
   void ForgetJob(const std::string& job) override {
     step_clock_.erase(job);
     for (auto it = skew_runs_.begin(); it != skew_runs_.end();) {

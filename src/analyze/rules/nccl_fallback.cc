@@ -31,6 +31,7 @@ class NcclFallbackRule : public Rule {
   void Flush(double t, Context& ctx) override {
     for (auto& [key, nj] : jobs_) Analyze(key.first, nj, ctx);
   }
+  size_t JobEntries() const override { return jobs_.size(); }
   void ForgetJob(const std::string& job) override {
     for (auto it = jobs_.begin(); it != jobs_.end();) {
       it = it->first.second == job ? jobs_.erase(it) : std::next(it);

@@ -100,6 +100,11 @@ class TaskLivenessRule : public Rule {
     }
   }
 
+  size_t JobEntries() const override {
+    size_t n = hangs_.size() + deaths_.size() + exited_.size();
+    for (const auto& [node, pr] : proc_rounds_) n += pr.current.size() + pr.previous.size();
+    return n;
+  }
   void ForgetJob(const std::string& job) override {
     auto forget = [&job](auto& m) {
       for (auto it = m.begin(); it != m.end();) {

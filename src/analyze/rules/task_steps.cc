@@ -79,6 +79,7 @@ class TaskStepsRule : public Rule {
     Steps(r, *st, ctx);
   }
 
+  size_t JobEntries() const override { return stall_.size() + steps_.size(); }
   void ForgetJob(const std::string& job) override {
     auto forget = [&job](auto& m) {
       for (auto it = m.begin(); it != m.end();) {

@@ -64,6 +64,11 @@ struct TaskView {
   // minute (rules/task_steps learns them; net_congestion reads them).
   std::optional<double> comm_base_share;
   std::deque<std::pair<double, double>> comm_share;  // (t, share)
+  // The job's own step time after warm-up (rules/task_steps learns it), and each rank's median
+  // exposed comm over the straggler window: what a finding's cost is measured against, and who
+  // the others wait for (the least comm).
+  std::optional<double> base_step_s;
+  std::map<uint32_t, double> rank_comm_s;
 
   // The median of `durations`; 0 when there are none.
   double MedianStep() const;

@@ -4,6 +4,7 @@
 
 #include <cmath>
 
+#include "analyze/impact.h"
 #include "analyze/rules/rules.h"
 #include "common/time_base.h"
 
@@ -43,6 +44,7 @@ std::vector<Finding> Diagnoser::Finish(double end_t) {
   for (const auto& rule : rules_) rule->Flush(end_t, ctx_);
   ctx_.DropOldFindings();
   std::vector<Finding> out = KeepDeepest(ctx_.Findings(), ctx_);
+  DescribeImpact(out, ctx_);
   // What begins inside a maintenance window of its node (or of its GPU) is what the work does
   // — a reset GPU, a stress test's throttles, a reloaded driver — and is recorded as info, not
   // raised. Judged after KeepDeepest, so that the causes still explain one another as they are.

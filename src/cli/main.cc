@@ -13,6 +13,7 @@
 #include <iostream>
 
 #include "analyze/prometheus_rules.h"
+#include "cli/agent_flags.h"
 #include "cli/alerts_cmd.h"
 #include "cli/baseline_cmd.h"
 #include "cli/config_file.h"
@@ -45,275 +46,6 @@
 
 namespace gpuwatch::cli {
 namespace {
-
-struct AgentFlags {
-  std::string listen = "127.0.0.1:9470";
-  std::string data_dir;
-  std::string config;
-  std::string nvml_lib = collect::kDefaultNvmlLibrary;
-  std::string root_dir = "/";
-  std::string hostname;
-  std::string gpu_interval = "1s";
-  std::string host_interval = "5s";
-  std::string process_interval = "10s";
-  std::string job_env_var = "SLURM_JOB_ID";
-  std::string log_level = "info";
-  std::string model_label = "model_name";
-  std::string keep_history = "on";
-  std::string retention_raw = "7d";
-  std::string retention_1m = "90d";
-  std::string retention_1h = "365d";
-  std::string disk_budget = "5GiB";
-  std::string wal_sync = "always";
-  std::string job_socket = jobs::kDefaultJobSocket;
-  std::string job_udp, job_tcp;
-  std::string job_interval = "15s";
-  std::string job_hang_factor = "10";
-  std::string job_hang_min = "60s";
-  std::string topology_interval = "1h";
-  std::string job_hang_in_phase = "10m";
-  std::string job_raw_steps_hz = "20";
-  std::string kmsg = "/dev/kmsg";
-  std::string alert_webhook, alertmanager;
-  std::string alert_resolve_after = "2m";
-  std::string rules;
-  std::string template_rules;
-  std::string learn_baselines = "on";
-};
-
-void AddStoreFlags(CLI::App* app, AgentFlags* f) {
-  app->add_option("--retention-raw", f->retention_raw,
-                  "How long raw samples are kept (default 7d; h, d, w or y)");
-  app->add_option("--retention-1m", f->retention_1m,
-                  "How long 1-minute rollups are kept (default 90d)");
-  app->add_option("--retention-1h", f->retention_1h,
-                  "How long 1-hour rollups are kept (default 365d)");
-  app->add_option("--disk-budget", f->disk_budget,
-                  "Most disk the store may use; the oldest raw data goes first (default 5GiB)");
-  app->add_option("--wal-sync", f->wal_sync,
-                  "always (fsync each write before acknowledging it, default), interval (every "
-                  "second) or never (leave it to the OS)");
-}
-
-Result<store::StoreOptions> MakeStoreOptions(const AgentFlags& f) {
-  store::StoreOptions o;
-  const std::pair<const std::string*, int64_t*> retentions[] = {
-      {&f.retention_raw, &o.raw_retention_ms},
-      {&f.retention_1m, &o.rollup_1m_retention_ms},
-      {&f.retention_1h, &o.rollup_1h_retention_ms}};
-  for (auto [text, out] : retentions) {
-    auto ms = ParseRetentionMs(*text);
-    if (!ms.ok()) return ms.status();
-    *out = *ms;
-  }
-  auto budget = ParseByteSize(f.disk_budget);
-  if (!budget.ok()) return budget.status();
-  o.disk_budget_bytes = *budget;
-  if (f.wal_sync == "always")
-    o.head.wal.sync = store::SyncPolicy::kAlways;
-  else if (f.wal_sync == "interval")
-    o.head.wal.sync = store::SyncPolicy::kInterval;
-  else if (f.wal_sync == "never")
-    o.head.wal.sync = store::SyncPolicy::kNever;
-  else
-    return Status::InvalidArgument("bad --wal-sync '" + f.wal_sync +
-                                   "': always, interval or never");
-  return o;
-}
-
-void AddAgentFlags(CLI::App* app, AgentFlags* f) {
-  app->add_option("--listen", f->listen,
-                  "HTTP listen address host:port ([v6]:port); default 127.0.0.1:9470");
-  app->add_option("--data-dir", f->data_dir,
-                  "Directory for what the agent keeps on disk: the time-series store (wal/, "
-                  "blocks/) and events; without it nothing is kept");
-  app->add_option("--config", f->config,
-                  "Config file of 'key = value' lines (keys = these flag names)");
-  app->add_option("--nvml-lib", f->nvml_lib, "NVML library to dlopen (default libnvidia-ml.so.1)");
-  app->add_option("--root-dir", f->root_dir,
-                  "Root of procfs/sysfs to read (default /; for containers and tests)");
-  app->add_option("--hostname", f->hostname,
-                  "Node name for the Hostname label (default: gethostname)");
-  app->add_option("--gpu-interval", f->gpu_interval, "Hardware tier period (default 1s)");
-  app->add_option("--host-interval", f->host_interval, "Host tier period (default 5s)");
-  app->add_option("--process-interval", f->process_interval,
-                  "Process attribution tier period (default 10s)");
-  app->add_option("--job-env-var", f->job_env_var,
-                  "Environment variable naming a process's job (default SLURM_JOB_ID)");
-  app->add_option(
-      "--model-label", f->model_label,
-      "Label name for the GPU model: model_name (default) or dcgm-exporter's modelName");
-  app->add_option("--keep-history", f->keep_history,
-                  "on (default): keep every hardware/host tick in the store under --data-dir; "
-                  "off: the store only keeps what is pushed to /api/v1/write");
-  app->add_option("--job-socket", f->job_socket,
-                  "Unix socket jobs report to (docs/job-protocol.md; default "
-                  "/run/gpuwatch/job.sock, a user-writable path when not root; off: none)");
-  app->add_option("--job-udp", f->job_udp, "Also take job messages on UDP host:port (loopback)");
-  app->add_option("--job-tcp", f->job_tcp, "Also take job messages on TCP host:port (loopback)");
-  app->add_option("--topology-interval", f->topology_interval,
-                  "Check the node's topology against its archive this often (default 1h; also "
-                  "at start)");
-  app->add_option("--job-interval", f->job_interval,
-                  "Job tier: the window of step statistics (default 15s)");
-  app->add_option("--job-hang-factor", f->job_hang_factor,
-                  "A job is hung after no step for this many median step times (default 10)");
-  app->add_option("--job-hang-min", f->job_hang_min, "… and at least this long (default 60s)");
-  app->add_option("--job-hang-in-phase", f->job_hang_in_phase,
-                  "Hung while in a phase such as eval or checkpoint only after this long "
-                  "(default 10m)");
-  app->add_option("--job-raw-steps-hz", f->job_raw_steps_hz,
-                  "Raw steps kept per rank per second at most (default 20)");
-  app->add_option("--kmsg", f->kmsg,
-                  "Kernel log read for NVRM Xid lines, a second XID source (default /dev/kmsg; "
-                  "off)");
-  app->add_option("--alert-webhook", f->alert_webhook,
-                  "POST alert transitions here as JSON (docs/format/alerts.md; http:// only)");
-  app->add_option("--alertmanager", f->alertmanager,
-                  "Send alerts to this Prometheus Alertmanager (its v2 API), e.g. "
-                  "http://127.0.0.1:9093");
-  app->add_option("--rules", f->rules,
-                  "Your own alerting rules, PromQL over this agent's store (JSON; "
-                  "docs/format/user-rules.md; needs --data-dir)");
-  app->add_option("--template-rules", f->template_rules,
-                  "Name the template of jobs that do not give one, by user, project, GPUs "
-                  "and ranks (JSON; docs/format/baseline.md)");
-  app->add_option("--learn-baselines", f->learn_baselines,
-                  "on (default): with --data-dir, learn each job template's baseline from a "
-                  "run's first stable window when none is current (gpuwatch baseline list); off");
-  app->add_option("--alert-resolve-after", f->alert_resolve_after,
-                  "A condition's alert resolves when not seen this long (default 2m; events are "
-                  "held 1h)");
-  AddStoreFlags(app, f);
-  app->add_option("--log-level", f->log_level, "debug, info, warning or error (default info)");
-}
-
-// Every agent flag by its name without "--": the config file's keys, and the effective
-// configuration whose hash marks a config_change on the time line.
-std::map<std::string, std::string*> FlagFields(AgentFlags* f) {
-  return {{"listen", &f->listen},
-          {"data-dir", &f->data_dir},
-          {"nvml-lib", &f->nvml_lib},
-          {"root-dir", &f->root_dir},
-          {"hostname", &f->hostname},
-          {"gpu-interval", &f->gpu_interval},
-          {"host-interval", &f->host_interval},
-          {"process-interval", &f->process_interval},
-          {"job-env-var", &f->job_env_var},
-          {"model-label", &f->model_label},
-          {"keep-history", &f->keep_history},
-          {"retention-raw", &f->retention_raw},
-          {"retention-1m", &f->retention_1m},
-          {"retention-1h", &f->retention_1h},
-          {"disk-budget", &f->disk_budget},
-          {"wal-sync", &f->wal_sync},
-          {"job-socket", &f->job_socket},
-          {"job-udp", &f->job_udp},
-          {"job-tcp", &f->job_tcp},
-          {"job-interval", &f->job_interval},
-          {"topology-interval", &f->topology_interval},
-          {"job-hang-factor", &f->job_hang_factor},
-          {"job-hang-min", &f->job_hang_min},
-          {"job-hang-in-phase", &f->job_hang_in_phase},
-          {"job-raw-steps-hz", &f->job_raw_steps_hz},
-          {"kmsg", &f->kmsg},
-          {"alert-webhook", &f->alert_webhook},
-          {"alertmanager", &f->alertmanager},
-          {"alert-resolve-after", &f->alert_resolve_after},
-          {"rules", &f->rules},
-          {"template-rules", &f->template_rules},
-          {"learn-baselines", &f->learn_baselines},
-          {"log-level", &f->log_level}};
-}
-
-// Applies config-file values to flags the command line did not set.
-Status ApplyConfig(CLI::App* app, AgentFlags* f) {
-  if (f->config.empty()) return Status::Ok();
-  auto text = ReadSmallFile(f->config);
-  if (!text.ok)
-    return Status::IoError("cannot read config " + f->config + ": " + std::strerror(text.err));
-  auto kv = ParseConfig(text.data, f->config);
-  if (!kv.ok()) return kv.status();
-  std::map<std::string, std::string*> fields = FlagFields(f);
-  for (const auto& [key, value] : *kv) {
-    auto it = fields.find(key);
-    if (it == fields.end())
-      return Status::InvalidArgument(f->config + ": unknown key '" + key + "'");
-    if (app->count("--" + key) == 0) *it->second = value;
-  }
-  return Status::Ok();
-}
-
-Result<server::AgentOptions> MakeOptions(const AgentFlags& f) {
-  server::AgentOptions o;
-  o.version = GPUWATCH_VERSION;
-  o.root_dir = f.root_dir;
-  o.data_dir = f.data_dir;
-  o.job_env_var = f.job_env_var;
-  if (f.model_label != "model_name" && f.model_label != "modelName")
-    return Status::InvalidArgument("bad --model-label '" + f.model_label +
-                                   "': model_name or modelName");
-  o.model_label = f.model_label;
-  o.hostname = f.hostname;
-  if (o.hostname.empty()) {
-    char buf[256] = {};
-    if (gethostname(buf, sizeof(buf) - 1) == 0) o.hostname = buf;
-  }
-  o.notify.webhook_url = f.alert_webhook;
-  o.notify.alertmanager_url = f.alertmanager;
-  o.notify.generator_url = "http://" + f.listen + "/api/v1/alerts";
-  auto resolve = ParseDurationMs(f.alert_resolve_after);
-  if (!resolve.ok() || *resolve <= 0)
-    return Status::InvalidArgument("bad --alert-resolve-after '" + f.alert_resolve_after +
-                                   "': a duration such as 2m");
-  o.alerts.resolve_after_ms = *resolve;
-  if (f.learn_baselines != "on" && f.learn_baselines != "off")
-    return Status::InvalidArgument("bad --learn-baselines '" + f.learn_baselines + "': on or off");
-  o.learn_baselines = f.learn_baselines == "on";
-  if (!f.rules.empty()) {
-    auto rules = server::LoadUserRules(f.rules);
-    if (!rules.ok()) return rules.status();
-    o.user_rules = std::move(rules).value();
-  }
-  if (!f.template_rules.empty()) {
-    auto rules = jobs::LoadTemplateRules(f.template_rules);
-    if (!rules.ok()) return rules.status();
-    o.jobs.template_rules = std::move(rules).value();
-  }
-  const std::pair<const std::string*, std::chrono::milliseconds*> durations[] = {
-      {&f.gpu_interval, &o.gpu_interval},
-      {&f.host_interval, &o.host_interval},
-      {&f.process_interval, &o.process_interval},
-      {&f.job_interval, &o.job_interval},
-      {&f.topology_interval, &o.topology_interval}};
-  for (auto [text, out] : durations) {
-    auto ms = ParseDurationMs(*text);
-    if (!ms.ok()) return ms.status();
-    *out = std::chrono::milliseconds(*ms);
-  }
-  o.jobs.window_ms = o.job_interval.count();
-  o.jobs.job_env_var = f.job_env_var;
-  auto hang_min = ParseDurationMs(f.job_hang_min);
-  if (!hang_min.ok()) return hang_min.status();
-  o.diagnosis.hang.min_s = static_cast<double>(*hang_min) / 1000;
-  auto hang_in_phase = ParseDurationMs(f.job_hang_in_phase);
-  if (!hang_in_phase.ok()) return hang_in_phase.status();
-  o.diagnosis.hang.in_phase_s = static_cast<double>(*hang_in_phase) / 1000;
-  auto positive = [](const std::string& flag, const std::string& text) -> Result<double> {
-    char* end = nullptr;
-    double v = std::strtod(text.c_str(), &end);
-    if (text.empty() || *end != '\0' || !(v > 0) || v > 1e6)
-      return Status::InvalidArgument("bad --" + flag + " '" + text + "': a positive number");
-    return v;
-  };
-  auto factor = positive("job-hang-factor", f.job_hang_factor);
-  if (!factor.ok()) return factor.status();
-  o.diagnosis.hang.factor = *factor;
-  auto hz = positive("job-raw-steps-hz", f.job_raw_steps_hz);
-  if (!hz.ok()) return hz.status();
-  o.jobs.raw_steps_max_hz = *hz;
-  return o;
-}
 
 Status SetLevel(const std::string& level) {
   if (level == "debug")
@@ -465,7 +197,7 @@ int ServeAgent(const AgentFlags* flags, const server::AgentOptions& agent_opts,
 int RunAgent(CLI::App* app, AgentFlags* flags) {
   if (Status st = ApplyConfig(app, flags); !st.ok()) return Fail(st);
   if (Status st = SetLevel(flags->log_level); !st.ok()) return Fail(st);
-  auto opts = MakeOptions(*flags);
+  auto opts = MakeOptions(*flags, GPUWATCH_VERSION);
   if (!opts.ok()) return Fail(opts.status());
   for (const auto& [key, value] : FlagFields(flags)) opts->config_text += key + "=" + *value + "\n";
   return ServeAgent(flags, *opts, MakeGpuSource(flags->nvml_lib), nullptr);
@@ -485,7 +217,7 @@ int RunDemo(const DemoCommand& c, const std::string& listen, const std::string& 
   flags.kmsg = "off";  // the real host's XIDs are not the simulated node's
   flags.process_interval = "5s";
   if (Status st = SetLevel(flags.log_level); !st.ok()) return Fail(st);
-  auto opts = MakeOptions(flags);
+  auto opts = MakeOptions(flags, GPUWATCH_VERSION);
   if (!opts.ok()) return Fail(opts.status());
   return ServeAgent(&flags, *opts, (*demo)->TakeSource(),
                     [&demo](const server::Agent& agent, int port) {

@@ -135,6 +135,13 @@ std::string RenderFindingsText(const nlohmann::json& doc, double origin_t) {
         if (e.is_string()) out += "           - " + e.get<std::string>() + "\n";
       }
     }
+    if (f.contains("ruled_out") && f["ruled_out"].is_array() && !f["ruled_out"].empty()) {
+      std::vector<std::string> causes;
+      for (const auto& c : f["ruled_out"]) {
+        if (c.is_string()) causes.push_back(c.get<std::string>());
+      }
+      out += fmt::format("           ruled out: {}\n", fmt::join(causes, ", "));
+    }
     if (!str(f, "action").empty()) out += "           → " + str(f, "action") + "\n";
   }
   return out;

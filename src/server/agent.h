@@ -104,6 +104,10 @@ class Agent {
   // REQUIRES: before Start().
   Status StartJobListener(const jobs::JobListenerOptions& options);
   const jobs::JobRegistry& jobs() const { return jobs_; }
+  // The live diagnosis engine's settings (its hang policy is the registry's: JobOptionsOf).
+  const analyze::DiagnoserOptions& diagnosis_options() const {
+    return diagnosis_.diagnoser().context().options();
+  }
   // Reads the kernel log (/dev/kmsg) for NVRM Xid lines: a second source of XID events,
   // deduplicated against NVML's. REQUIRES: before Start().
   Status StartKernelLog(const std::string& path);

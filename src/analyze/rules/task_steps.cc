@@ -225,6 +225,8 @@ void TaskStepsRule::Steps(const trace::TraceRecord& r, const trace::TraceStep& s
       medians.push_back({Median(v), rank});
     }
     if (medians.size() >= 3) {
+      ts.rank_comm_s.clear();
+      for (const auto& [c, rank] : medians) ts.rank_comm_s[rank] = c;
       std::sort(medians.begin(), medians.end());
       std::vector<double> others;
       for (size_t i = 1; i < medians.size(); ++i) others.push_back(medians[i].first);
@@ -352,7 +354,7 @@ void TaskStepsRule::Steps(const trace::TraceRecord& r, const trace::TraceStep& s
     ss.base_step.emplace(o_.baseline_steps / 2, o_.baseline_window_s, o_.baseline_min_steps);
   }
   if (!ss.base_step->value()) {
-    ss.base_step->Add(r.t, work_s);
+    if (ss.base_step->Add(r.t, work_s)) ts.base_step_s = ss.base_step->value();
     return;
   }
   const double base_step_s = *ss.base_step->value();

@@ -1,0 +1,66 @@
+// The agent's flags (`gpuwatch up`, `agent`, `store compact`): typed in one place, read from the
+// command line or a config file, and made into the agent's and the store's options. Only `main`
+// and its command files use it.
+// Thread-safety: plain values and pure functions.
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <map>
+#include <string>
+
+#include "collect/nvml_source.h"
+#include "common/status.h"
+#include "jobs/job_listener.h"
+#include "server/agent.h"
+#include "store/store.h"
+
+namespace gpuwatch::cli {
+
+struct AgentFlags {
+  std::string listen = "127.0.0.1:9470";
+  std::string data_dir;
+  std::string config;
+  std::string nvml_lib = collect::kDefaultNvmlLibrary;
+  std::string root_dir = "/";
+  std::string hostname;
+  std::string gpu_interval = "1s";
+  std::string host_interval = "5s";
+  std::string process_interval = "10s";
+  std::string job_env_var = "SLURM_JOB_ID";
+  std::string log_level = "info";
+  std::string model_label = "model_name";
+  std::string keep_history = "on";
+  std::string retention_raw = "7d";
+  std::string retention_1m = "90d";
+  std::string retention_1h = "365d";
+  std::string disk_budget = "5GiB";
+  std::string wal_sync = "always";
+  std::string job_socket = jobs::kDefaultJobSocket;
+  std::string job_udp, job_tcp;
+  std::string job_interval = "15s";
+  std::string job_hang_factor = "10";
+  std::string job_hang_min = "60s";
+  std::string topology_interval = "1h";
+  std::string job_hang_in_phase = "10m";
+  std::string job_raw_steps_hz = "20";
+  std::string kmsg = "/dev/kmsg";
+  std::string alert_webhook, alertmanager;
+  std::string alert_resolve_after = "2m";
+  std::string rules;
+  std::string template_rules;
+  std::string learn_baselines = "on";
+};
+
+void AddStoreFlags(CLI::App* app, AgentFlags* f);
+void AddAgentFlags(CLI::App* app, AgentFlags* f);
+Result<store::StoreOptions> MakeStoreOptions(const AgentFlags& f);
+// Every agent flag by its name without "--": the config file's keys, and the effective
+// configuration whose hash marks a config_change on the time line.
+std::map<std::string, std::string*> FlagFields(AgentFlags* f);
+// Applies config-file values to flags the command line did not set.
+Status ApplyConfig(CLI::App* app, AgentFlags* f);
+// The agent's options. The --job-hang-* flags set the one hang policy the diagnosis and the
+// job registry share (AgentOptions::diagnosis.hang; model/hang_policy.h).
+Result<server::AgentOptions> MakeOptions(const AgentFlags& f, const std::string& version);
+
+}  // namespace gpuwatch::cli

@@ -1,6 +1,7 @@
 // Task rules on whether a job is alive and working.
 //
-// job_hang: no step for the hang policy's limit (model/hang_policy.h: 10× the median step, at
+// job_hang: the NCCL watchdog's timeout of a collective (dated by how long it ran), or no step
+// for the hang policy's limit (model/hang_policy.h: 10× the median step, at
 // least 60 s; 10 min inside a checkpoint) while the job's GPUs do no real work. Ranks waiting in
 // an NCCL collective spin their GPU at full utilisation on little power, and the stuck rank's
 // GPU sits idle (NVIDIA/nccl#968, #1550; docs/research/failure-shapes.md §5); a job evaluating
@@ -143,7 +144,8 @@ class TaskLivenessRule : public Rule {
     std::map<uint32_t, double> pid_gone;     // pid → the round it was first missing from
     std::map<uint32_t, uint32_t> pid_gpu;    // pid → GPU, from proc records
     double watchdog_t = -1;                  // the first NCCL watchdog timeout
-    double stepping_until = -1;              // the last step before the failure
+    size_t timeouts_seen = 0;
+    double stepping_until = -1;  // the last step before the failure
   };
   struct GpuPower {                                // per (node, GPU)
     std::deque<std::pair<double, double>> recent;  // (t, power_w) over the last minute
@@ -162,6 +164,8 @@ class TaskLivenessRule : public Rule {
   void OnJob(const trace::TraceRecord& r, const trace::TraceJob& j, Context& ctx);
   // Judges the launcher's newly reported failures of `job` on `node`.
   void JudgeFailures(const std::string& node, const std::string& job, double t, Context& ctx);
+  void WatchdogHang(const trace::TraceRecord& r, const std::string& job,
+                    const logs::WatchdogTimeout& w, Context& ctx);
   // Reports the rank's exit unless the job was hung or stopped by its scheduler.
   void ReportExit(const std::string& node, const std::string& job, std::optional<uint32_t> rank,
                   double first_seen, double t, std::vector<std::string> evidence, Context& ctx);
@@ -427,8 +431,39 @@ void TaskLivenessRule::OnLog(const trace::TraceRecord& r, const trace::TraceLog&
     if (c.severity >= logs::LogLineClass::Severity::kError) d.error_lines[*rank] = r.t;
   }
   d.launcher.Feed(*l.line, d.lines);
-  if (d.watchdog_t < 0 && !d.launcher.report().watchdog_timeouts.empty()) d.watchdog_t = r.t;
+  const auto& timeouts = d.launcher.report().watchdog_timeouts;
+  if (d.watchdog_t < 0 && !timeouts.empty()) d.watchdog_t = r.t;
+  if (timeouts.size() > d.timeouts_seen) {
+    d.timeouts_seen = timeouts.size();
+    WatchdogHang(r, *l.job, timeouts.back(), ctx);
+  }
   JudgeFailures(r.node, *l.job, r.t, ctx);
+}
+
+void TaskLivenessRule::WatchdogHang(const trace::TraceRecord& r, const std::string& job,
+                                    const logs::WatchdogTimeout& w, Context& ctx) {
+  // ProcessGroupNCCL's watchdog: "WorkNCCL(SeqNum=N, OpType=…, Timeout(ms)=600000) ran for
+  // 600123 milliseconds before timing out" (pytorch/pytorch#118369; docs/research/
+  // launchers.md). The collective it names began `ran_for` before the line, right after the
+  // last step the job finished: the hang's start, even for a job that reports no steps.
+  if (!w.ran_for_ms || *w.ran_for_ms <= 0) return;
+  const double since = r.t - static_cast<double>(*w.ran_for_ms) / 1000;
+  const TaskView* tv = ctx.Task(r.node, job);
+  // A job whose steps went on after that moment is not hung there (an old line re-logged).
+  if (tv && tv->last_step_t > since + 1) return;
+  Finding f = MakeFinding(Cause::kJobHang, Severity::kCritical, r.node);
+  f.job = job;
+  f.first_seen = tv && tv->last_step_t >= 0 && tv->last_step_t <= since ? tv->last_step_t : since;
+  f.summary = fmt::format("Job {} hung: rank {}'s {} collective ran {:.0f} s and timed out", job,
+                          w.rank ? std::to_string(*w.rank) : "?", w.op.value_or("NCCL"),
+                          static_cast<double>(*w.ran_for_ms) / 1000);
+  f.evidence = {fmt::format("NCCL watchdog: {} seq {} ran for {} ms (timeout {} ms)",
+                            w.op.value_or("?"), w.seq ? std::to_string(*w.seq) : "?", *w.ran_for_ms,
+                            w.timeout_ms ? std::to_string(*w.timeout_ms) : "?")};
+  f.action =
+      "Find the rank that never entered the collective (the one without a watchdog line); "
+      "dump its stack (py-spy dump) before the job is torn down";
+  ctx.Report(std::move(f), r.t);
 }
 
 void TaskLivenessRule::OnJob(const trace::TraceRecord& r, const trace::TraceJob& j, Context& ctx) {

@@ -256,5 +256,19 @@ TEST(TaskLivenessRuleTest, AGpuHeldByAJobsProcessAndIdleForTenMinutes) {
   EXPECT_TRUE(Diagnose(gone).empty());
 }
 
+// A job that reports no steps hangs too: the NCCL watchdog's line says how long the collective
+// ran before it timed out (pytorch/pytorch#118369's line), which dates the hang.
+TEST(TaskLivenessRuleTest, TheWatchdogsTimeoutDatesAHangOfAJobWithoutSteps) {
+  const std::string line =
+      "[E ProcessGroupNCCL.cpp:458] [Rank 0] Watchdog caught collective operation timeout: "
+      "WorkNCCL(SeqNum=96120, OpType=ALLREDUCE, Timeout(ms)=1800000) ran for 1800123 "
+      "milliseconds before timing out.";
+  const auto f = Diagnose(Node("n1", 100) + JobLog(2100, line, 0));
+  ASSERT_EQ(f.size(), 1u);
+  EXPECT_EQ(f[0].cause, Cause::kJobHang);
+  EXPECT_EQ(f[0].job, "j1");
+  EXPECT_NEAR(f[0].first_seen, 2100 - 1800.123, 1e-6);
+}
+
 }  // namespace
 }  // namespace gpuwatch::analyze

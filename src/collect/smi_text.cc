@@ -8,6 +8,7 @@
 #include <tuple>
 #include <utility>
 
+#include "common/launcher_tag.h"
 #include "common/strings.h"
 
 namespace gpuwatch::collect {
@@ -171,25 +172,6 @@ std::string BusKey(sv s) {
 
 // ---- what pasting and launchers put in front of a line ----------------------------------------
 
-// A launcher tag at s[0]: "[0]", "[1,0]", "[1,0]<stdout>:". 0 when there is none.
-size_t TagLength(sv s) {
-  if (s.empty() || s[0] != '[') return 0;
-  size_t i = 1, digits = 0;
-  while (i < s.size() && IsDigit(s[i]) && digits < 12) ++i, ++digits;
-  if (digits == 0) return 0;
-  if (i < s.size() && s[i] == ',') {
-    ++i;
-    digits = 0;
-    while (i < s.size() && IsDigit(s[i]) && digits < 12) ++i, ++digits;
-    if (digits == 0) return 0;
-  }
-  if (i >= s.size() || s[i] != ']') return 0;
-  ++i;
-  for (sv stream : {sv("<stdout>:"), sv("<stderr>:")})
-    if (StartsWithSv(s.substr(i), stream)) return i + stream.size();
-  return i;
-}
-
 // "2024-03-18T10:23:45.123Z " (kubectl logs --timestamps): its length with the blank, or 0.
 size_t IsoStampLength(sv s) {
   if (s.size() < 20) return 0;
@@ -218,7 +200,7 @@ sv StripPrefixes(sv s) {
       s = one_blank(t.substr(1));
     } else if (StartsWithSv(t, "\\#")) {
       s = t.substr(1);
-    } else if (const size_t n = TagLength(t); n > 0) {
+    } else if (const size_t n = LauncherTagLength(t); n > 0) {
       s = t.substr(n);
     } else if (const size_t n = IsoStampLength(t); n > 0) {
       s = t.substr(n);

@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include "common/launcher_tag.h"
+
 namespace gpuwatch {
 namespace {
 
@@ -43,6 +45,22 @@ TEST(StringsTest, ReadSmallFileMissing) {
   auto r = ReadSmallFile("/nonexistent/gpuwatch");
   EXPECT_FALSE(r.ok);
   EXPECT_EQ(r.err, ENOENT);
+}
+
+// mpirun --tag-output writes "[jobid,rank]<stdout>:" (Open MPI's orte/mca/iof docs); nccl-tests
+// and pasted consoles carry "[pid]" prefixes; bus ids in brackets are not tags.
+TEST(LauncherTagTest, TagsAndNotTags) {
+  EXPECT_EQ(LauncherTagLength("[1,0]<stdout>:#  size"), 14u);
+  EXPECT_EQ(LauncherTagLength("[1,3]<stderr>: x"), 14u);
+  EXPECT_EQ(LauncherTagLength("[1,0]<stddiag>:"), 15u);
+  EXPECT_EQ(LauncherTagLength("[80746] node:1:2"), 7u);
+  EXPECT_EQ(LauncherTagLength("[0] x"), 3u);
+  EXPECT_EQ(LauncherTagLength("[0x16] x"), 0u);
+  EXPECT_EQ(LauncherTagLength("[0000:04:00] x"), 0u);
+  EXPECT_EQ(LauncherTagLength("[1,] x"), 0u);
+  EXPECT_EQ(LauncherTagLength("[12"), 0u);
+  EXPECT_EQ(LauncherTagLength(""), 0u);
+  EXPECT_EQ(LauncherTagLength("x[0]"), 0u);
 }
 
 }  // namespace

@@ -6,6 +6,7 @@
 #include <map>
 #include <set>
 
+#include "common/launcher_tag.h"
 #include "common/strings.h"
 #include "nccl/nccl_log.h"
 
@@ -111,26 +112,6 @@ std::string CollapseBlanks(sv s) {
   return out;
 }
 
-// A launcher tag at s[0]: "[0]", "[80746]", "[1,0]", "[1,0]<stdout>:". 0 when there is none.
-// Bus ids ("[0x16]", "[0000:04:00]") are not tags: they are not all digits.
-size_t TagLength(sv s) {
-  if (s.empty() || s[0] != '[') return 0;
-  size_t i = 1, digits = 0;
-  while (i < s.size() && IsDigit(s[i]) && digits < 12) ++i, ++digits;
-  if (digits == 0) return 0;
-  if (i < s.size() && s[i] == ',') {
-    ++i;
-    digits = 0;
-    while (i < s.size() && IsDigit(s[i]) && digits < 12) ++i, ++digits;
-    if (digits == 0) return 0;
-  }
-  if (i >= s.size() || s[i] != ']') return 0;
-  ++i;
-  for (sv stream : {sv("<stdout>:"), sv("<stderr>:"), sv("<stddiag>:")})
-    if (StartsWithSv(s.substr(i), stream)) return i + stream.size();
-  return i;
-}
-
 // Removes what launchers and pasting put in front of a line: blanks, code fences, markdown
 // quotes ("> ", a diff's "+> "), mpirun tags, `srun -l` labels ("12: "), and turns an escaped
 // "\#" back into "#". The prefixes nest ("> [1,0]<stdout>:#"), so this repeats.
@@ -142,7 +123,7 @@ sv StripPrefixes(sv s) {
     if (StartsWithSv(s, "+>") || StartsWithSv(s, "+#")) s.remove_prefix(1);
     if (!s.empty() && s[0] == '>') s.remove_prefix(1);
     if (StartsWithSv(s, "\\#")) s.remove_prefix(1);
-    s.remove_prefix(TagLength(s));
+    s.remove_prefix(LauncherTagLength(s));
     size_t d = 0;
     while (d < s.size() && d < 7 && IsDigit(s[d])) ++d;
     if (d > 0 && d < s.size() && s[d] == ':' && (d + 1 == s.size() || IsBlank(s[d + 1])))
@@ -158,7 +139,7 @@ std::string UntagRow(sv s) {
   std::string out;
   out.reserve(s.size());
   for (size_t i = 0; i < s.size();) {
-    const size_t n = s[i] == '[' ? TagLength(s.substr(i)) : 0;
+    const size_t n = s[i] == '[' ? LauncherTagLength(s.substr(i)) : 0;
     if (n > 0) {
       out += ' ';
       i += n;

@@ -60,11 +60,9 @@ std::vector<std::string> Reasons(const SmiGpu& g) {
 
 TEST(SmiTextFixtures, EveryCaptureGivesItsExpectedSmiObject) {
   int checked = 0;
-  for (const auto& entry : fs::directory_iterator(FixtureDir())) {
-    const fs::path txt = entry.path();
-    if (txt.extension() != ".txt") continue;
-    fs::path expected_path = txt;
-    expected_path.replace_extension(".expected.json");
+  for (const testing::Capture& c : testing::CapturesIn(FixtureDir(), ".txt")) {
+    const fs::path& txt = c.input;
+    const fs::path& expected_path = c.expected;
     if (!fs::exists(expected_path)) continue;
     SCOPED_TRACE(txt.filename().string());
     const std::string text = testing::ReadFileOrEmpty(txt.string());
@@ -928,11 +926,11 @@ TEST(SmiTextRobust, CutCapturesGiveASubsetOfTheWhole) {
   const char* kFields[] = {"name",          "bus_id",         "temp_c",        "power_w",
                            "power_limit_w", "mem_used_mib",   "mem_total_mib", "util_pct",
                            "pcie_gen_max",  "pcie_width_max", "mig_devices"};  // each device
-  for (const auto& entry : fs::directory_iterator(FixtureDir())) {
-    const std::string name = entry.path().filename().string();
-    if (entry.path().extension() != ".txt" || name.find("dmon") != std::string::npos) continue;
+  for (const testing::Capture& c : testing::CapturesIn(FixtureDir(), ".txt")) {
+    const std::string name = c.input.filename().string();
+    if (name.find("dmon") != std::string::npos) continue;
     SCOPED_TRACE(name);
-    const std::string text = testing::ReadFileOrEmpty(entry.path().string());
+    const std::string text = testing::ReadFileOrEmpty(c.input.string());
     const json whole = SmiReportJson(ParseSmiText(text));
     const auto find = [&](const json& g) -> const json* {
       for (const auto& w : whole["gpus"])

@@ -10,7 +10,8 @@
 #include <fstream>
 #include <map>
 #include <set>
-#include <sstream>
+
+#include "common/testing/test_files.h"
 
 namespace gpuwatch::explain {
 namespace {
@@ -18,14 +19,9 @@ namespace {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
-const std::string kFixtures = std::string(GPUWATCH_SOURCE_DIR) + "/tests/fixtures/explain";
+const std::string kFixtures = testing::FixtureDir("explain");
 
-std::string Slurp(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
+std::string Slurp(const fs::path& p) { return testing::ReadFileOrEmpty(p.string()); }
 
 json ExplainOne(const fs::path& p) {
   return Explain({{p.string(), Slurp(p)}}, "").document["files"][0];
@@ -72,13 +68,10 @@ void ExpectTopology(const json& want, const json& got, const std::string& name) 
 TEST(ExplainTest, EveryCaptureGivesItsExpectedKindsAndValues) {
   size_t files = 0;
   for (const char* kind : {"kernel", "launcher", "smi", "nccl", "nccl_tests", "topology"}) {
-    for (const auto& entry : fs::directory_iterator(kFixtures + "/" + kind)) {
-      const fs::path p = entry.path();
-      if (p.extension() == ".json" || p.filename() == "SOURCES.md") continue;
-      fs::path expected_path = p;
-      expected_path.replace_extension(".expected.json");
-      ASSERT_TRUE(fs::exists(expected_path)) << p;
-      const json want = json::parse(Slurp(expected_path));
+    for (const testing::Capture& c : testing::CapturesIn(kFixtures + "/" + kind, "")) {
+      const fs::path& p = c.input;
+      ASSERT_TRUE(fs::exists(c.expected)) << p;
+      const json want = json::parse(Slurp(c.expected));
       const json got = ExplainOne(p);
       const std::string name = p.filename().string();
       ASSERT_EQ(got["kinds"], want["kinds"]) << name;

@@ -28,17 +28,14 @@ KernelReport ParseReal(const std::string& name) {
 // ---- every capture: the JSON equals the collectors' expected `kernel` object ----------------
 
 TEST(KernelLogFixturesTest, EveryCaptureGivesItsExpectedObject) {
-  const fs::path dir = FixtureDir("explain/kernel");
+  const std::string dir = FixtureDir("explain/kernel");
   size_t checked = 0;
-  for (const fs::directory_entry& e : fs::directory_iterator(dir)) {
-    if (e.path().extension() != ".log") continue;
-    fs::path expected_path = e.path();
-    expected_path.replace_extension(".expected.json");
-    ASSERT_TRUE(fs::exists(expected_path)) << expected_path;
-    const nlohmann::json expected = nlohmann::json::parse(ReadFileOrEmpty(expected_path));
-    ASSERT_TRUE(expected.contains("kernel")) << expected_path;
-    const nlohmann::json got = KernelReportJson(ParseKernelText(ReadFileOrEmpty(e.path())));
-    EXPECT_EQ(got, expected["kernel"]) << e.path().filename() << "\n got:      " << got.dump()
+  for (const gpuwatch::testing::Capture& c : gpuwatch::testing::CapturesIn(dir, ".log")) {
+    ASSERT_TRUE(fs::exists(c.expected)) << c.expected;
+    const nlohmann::json expected = nlohmann::json::parse(ReadFileOrEmpty(c.expected));
+    ASSERT_TRUE(expected.contains("kernel")) << c.expected;
+    const nlohmann::json got = KernelReportJson(ParseKernelText(ReadFileOrEmpty(c.input)));
+    EXPECT_EQ(got, expected["kernel"]) << c.input.filename() << "\n got:      " << got.dump()
                                        << "\n expected: " << expected["kernel"].dump();
     ++checked;
   }

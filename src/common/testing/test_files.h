@@ -5,10 +5,12 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <vector>
 
 namespace gpuwatch::testing {
 
@@ -28,6 +30,30 @@ inline std::string FixtureDir(const std::string& sub) {
 // <project>/../shared/<sub>, e.g. "real/nccl" or "scenarios".
 inline std::string SharedDir(const std::string& sub) {
   return std::string(GPUWATCH_SOURCE_DIR) + "/../shared/" + sub;
+}
+
+// A captured input in a fixture folder and the "<stem>.expected.json" beside it (a path that
+// may not exist: the caller says whether that is an error).
+struct Capture {
+  std::filesystem::path input;
+  std::filesystem::path expected;
+};
+
+// The captures in `dir` whose extension is `ext` (".log"), or, with an empty `ext`, every file
+// but the .json and .md ones; in name order, so that a failure reads the same on every machine.
+inline std::vector<Capture> CapturesIn(const std::string& dir, const std::string& ext) {
+  std::vector<Capture> out;
+  for (const auto& e : std::filesystem::directory_iterator(dir)) {
+    const std::filesystem::path& p = e.path();
+    const std::string x = p.extension().string();
+    if (!e.is_regular_file() || (ext.empty() ? x == ".json" || x == ".md" : x != ext)) continue;
+    std::filesystem::path expected = p;
+    expected.replace_extension(".expected.json");
+    out.push_back({p, expected});
+  }
+  std::sort(out.begin(), out.end(),
+            [](const Capture& a, const Capture& b) { return a.input < b.input; });
+  return out;
 }
 
 }  // namespace gpuwatch::testing

@@ -39,7 +39,8 @@ class HostNicRule : public Rule {
 
   void OnHost(const trace::TraceRecord& r, const trace::TraceHost& h, Context& ctx);
   void Numa(const trace::TraceRecord& r, const trace::TraceProc& p, Context& ctx);
-  // Whether a job on `node` waits in communication well beyond its own baseline now.
+  // Whether a job on `node` (seen there, or spanning it) waits in communication well beyond its
+  // own baseline now.
   bool CommWaitUp(const Context& ctx, const std::string& node, std::string* evidence) const;
 
   HostNicOptions o_;
@@ -48,20 +49,24 @@ class HostNicRule : public Rule {
 
 bool HostNicRule::CommWaitUp(const Context& ctx, const std::string& node,
                              std::string* evidence) const {
-  auto& tasks = ctx.tasks();
-  for (auto it = tasks.lower_bound({node, ""}); it != tasks.end() && it->first.first == node;
-       ++it) {
-    const auto& [key, ts] = *it;
+  // The jobs on this node: its own step records, or, for a job that spans nodes, the step
+  // records of its ranks elsewhere (a collective holds every rank to the slowest link, so the
+  // wait shows on every node of the job, also where this NIC is not).
+  for (const auto& [key, ts] : ctx.tasks()) {
     if (ts.ended || ts.comm_share.size() < 5) continue;
+    if (key.first != node) {
+      const JobView* job = ctx.Job(key.second);
+      if (!job || job->nodes.count(node) == 0) continue;
+    }
     std::vector<double> v;
     for (const auto& [t, sh] : ts.comm_share) v.push_back(sh);
     const double now = Median(v);
     const double base = ts.comm_base_share.value_or(now);
     if (now >= o_.comm_share_floor ||
         (ts.comm_base_share && now >= o_.comm_factor * base && now - base >= 0.05)) {
-      *evidence =
-          fmt::format("job {} spends {:.0f}% of each step in exposed comm (baseline {:.0f}%)",
-                      key.second, now * 100, base * 100);
+      *evidence = fmt::format(
+          "job {} spends {:.0f}% of each step in exposed comm (baseline {:.0f}%){}", key.second,
+          now * 100, base * 100, key.first == node ? "" : " on its ranks on " + key.first);
       return true;
     }
   }

@@ -73,5 +73,38 @@ TEST(HostNicRuleTest, NetCongestionNeedsASaturatedNicAndAWaitingJob) {
   EXPECT_LE(f[0].first_seen, 500 + 120);
 }
 
+// A job over two nodes whose ranks report steps from n1 only, and the saturated NIC on n2: a
+// collective runs at the pace of its slowest link, so the wait shows on n1's ranks (NVIDIA
+// nccl-tests doc/PERFORMANCE.md: in a ring all-reduce every rank sends and receives
+// 2(n-1)/n of the data, and the operation ends when the last rank's transfers do).
+TEST(HostNicRuleTest, NetCongestionOnANodeOfTheJobWhoseRanksReportElsewhere) {
+  auto run = [](bool job_on_n2) {
+    std::string trace =
+        Node("n1", 100) +
+        Node("n2", 100, ",\"nics\":[{\"name\":\"mlx5_0\",\"type\":\"ib\",\"link_gbps\":400}]");
+    trace.replace(trace.rfind("\"node\":\"n1\""), 11, "\"node\":\"n2\"");
+    trace += std::string(R"({"t":100,"type":"job","node":"n2","job":")") +
+             (job_on_n2 ? "j1" : "j2") + R"(","state":"start","gpus":[0,1]})" + "\n";
+    double t = 101;
+    for (int i = 0; i < 600; ++i, t += 1) {
+      const bool hot = t >= 500;
+      trace += StepOf(t, 0, hot ? 1.5 : 1.0, hot ? 0.6 : 0.1);
+      if (i % 5 == 0) {
+        trace += "{\"t\":" + std::to_string(t) +
+                 ",\"type\":\"host\",\"node\":\"n2\",\"nics\":{\"mlx5_0\":{\"tx_mbs\":" +
+                 (hot ? "48000" : "9000") + ",\"rx_mbs\":8000,\"link_up\":true}}}\n";
+      }
+    }
+    return Diagnose(trace);
+  };
+  const std::vector<Finding> f = run(true);
+  ASSERT_EQ(f.size(), 1u) << f[0].cause;
+  EXPECT_EQ(f[0].cause, Cause::kNetCongestion);
+  EXPECT_EQ(f[0].node, "n2");
+  EXPECT_EQ(f[0].nic, "mlx5_0");
+  // Another job on n2 saturates its NIC; j1's slower steps on n1 are not its doing.
+  for (const Finding& x : run(false)) EXPECT_NE(x.cause, Cause::kNetCongestion);
+}
+
 }  // namespace
 }  // namespace gpuwatch::analyze

@@ -71,6 +71,19 @@ TEST(DiagnoserTest, WhatBeginsInAMaintenanceWindowIsInfo) {
   EXPECT_EQ(f[0].severity, Severity::kInfo);
 }
 
+// Cause text at the JSON edge: findings.md's names and "user:<rule>", nothing else.
+TEST(DiagnoserTest, CauseTextParsesOnlyKnownCausesAndUserRules) {
+  ASSERT_TRUE(ParseCauseText("gpu_lost").has_value());
+  EXPECT_EQ(ParseCauseText("gpu_lost")->cause, Cause::kGpuLost);
+  const auto user = ParseCauseText("user:GpuHot");
+  ASSERT_TRUE(user.has_value());
+  EXPECT_EQ(user->cause, Cause::kUserRule);
+  EXPECT_EQ(user->rule, "GpuHot");
+  EXPECT_FALSE(ParseCauseText("nonsense").has_value());
+  EXPECT_FALSE(ParseCauseText("user:").has_value());
+  EXPECT_FALSE(ParseCauseText("").has_value());
+}
+
 TEST(DiagnoserTest, DocumentIsFindingsJson) {
   Finding f;
   f.cause = Cause::kGpuLost;

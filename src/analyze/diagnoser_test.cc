@@ -7,9 +7,8 @@
 
 #include <cmath>
 #include <map>
-#include <string>
-
 #include <nlohmann/json.hpp>
+#include <string>
 
 #include "analyze/testing/diagnose.h"
 #include "trace/trace_reader.h"
@@ -101,7 +100,6 @@ TEST(DiagnoserTest, DocumentIsFindingsJson) {
   EXPECT_EQ(doc["findings"][0]["severity"], "critical");
 }
 
-
 // STYLE: "whatever is keyed by job, pid or series is forgotten when its owner ends". A thousand
 // short jobs start, step, log and end on one node over a day and a half of records: the engine's
 // per-job state stays as small at the last job as at the hundredth.
@@ -123,37 +121,43 @@ TEST(DiagnoserTest, StateStaysBoundedAsAThousandJobsComeAndGo) {
   size_t at_100 = 0, most = 0;
   for (int j = 0; j < 1000; ++j) {
     const std::string job = "job-" + std::to_string(j);
-    std::string lines = nlohmann::json{{"t", t}, {"type", "job"}, {"node", "n1"}, {"job", job},
-                                       {"state", "start"}, {"gpus", {0, 1}}}
+    std::string lines = nlohmann::json{{"t", t},     {"type", "job"},    {"node", "n1"},
+                                       {"job", job}, {"state", "start"}, {"gpus", {0, 1}}}
                             .dump() +
                         "\n";
     for (int s = 0; s < 30; ++s) {
       t += 2;
       for (int g = 0; g < 2; ++g) {
         lines += Gpu(t, g, "\"util_pct\":95,\"power_w\":600,\"mem_used_mib\":30000");
-        lines += nlohmann::json{{"t", t},     {"type", "step"}, {"node", "n1"},     {"job", job},
-                                {"rank", g},  {"gpu", g},       {"duration_s", 2.0},
-                                {"comm_s", 0.2}, {"data_wait_s", 0.01}}
-                     .dump() +
-                 "\n";
+        lines +=
+            nlohmann::json{
+                {"t", t},   {"type", "step"},    {"node", "n1"},  {"job", job},         {"rank", g},
+                {"gpu", g}, {"duration_s", 2.0}, {"comm_s", 0.2}, {"data_wait_s", 0.01}}
+                .dump() +
+            "\n";
         if (s % 5 == 0) {
-          lines += nlohmann::json{{"t", t},        {"type", "proc"}, {"node", "n1"},
-                                  {"pid", 1000 + j * 2 + g}, {"gpu", g}, {"job", job}}
+          lines += nlohmann::json{{"t", t},       {"type", "proc"},
+                                  {"node", "n1"}, {"pid", 1000 + j * 2 + g},
+                                  {"gpu", g},     {"job", job}}
                        .dump() +
                    "\n";
         }
       }
       if (s % 10 == 0) {
-        lines += nlohmann::json{{"t", t},        {"type", "log"},  {"node", "n1"},
-                                {"job", job},    {"source", "job"}, {"rank", 0},
+        lines += nlohmann::json{{"t", t},
+                                {"type", "log"},
+                                {"node", "n1"},
+                                {"job", job},
+                                {"source", "job"},
+                                {"rank", 0},
                                 {"line", "step " + std::to_string(s) + " | loss 1.2"}}
                      .dump() +
                  "\n";
       }
     }
     t += 1;
-    lines += nlohmann::json{{"t", t},      {"type", "job"},  {"node", "n1"},
-                            {"job", job},  {"state", "end"}, {"exit_code", 0}}
+    lines += nlohmann::json{{"t", t},     {"type", "job"},  {"node", "n1"},
+                            {"job", job}, {"state", "end"}, {"exit_code", 0}}
                  .dump() +
              "\n";
     t += 10;

@@ -19,9 +19,9 @@
 #include <string>
 #include <vector>
 
+#include "cluster_sim/sim_gpu_source.h"
 #include "common/status.h"
 #include "server/agent.h"
-#include "cluster_sim/sim_gpu_source.h"
 
 namespace gpuwatch::cli {
 

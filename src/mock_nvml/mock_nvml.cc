@@ -401,7 +401,8 @@ extern "C" nvmlReturn_t nvmlShutdown(void) {
     State& s = TheState();
     std::lock_guard<std::mutex> lock(s.mu);
     if (s.refcount == 0) return NVML_ERROR_UNINITIALIZED;
-    if (auto code = gpuwatch::mock_nvml::Injected(s.scenario, Fn::nvmlShutdown, std::nullopt, s.NowS())) {
+    if (auto code =
+            gpuwatch::mock_nvml::Injected(s.scenario, Fn::nvmlShutdown, std::nullopt, s.NowS())) {
       return *code;
     }
     if (--s.refcount == 0) {
@@ -420,17 +421,17 @@ extern "C" const char* nvmlErrorString(nvmlReturn_t result) {
 }
 
 extern "C" nvmlReturn_t nvmlSystemGetDriverVersion(char* version, unsigned int length) {
-  return SystemCall(Fn::nvmlSystemGetDriverVersion, version != nullptr,
-                    [&](State& s, double) -> nvmlReturn_t {
-                      return gpuwatch::mock_nvml::CopyString(s.scenario.driver_version, version, length);
-                    });
+  return SystemCall(
+      Fn::nvmlSystemGetDriverVersion, version != nullptr, [&](State& s, double) -> nvmlReturn_t {
+        return gpuwatch::mock_nvml::CopyString(s.scenario.driver_version, version, length);
+      });
 }
 
 extern "C" nvmlReturn_t nvmlSystemGetNVMLVersion(char* version, unsigned int length) {
-  return SystemCall(Fn::nvmlSystemGetNVMLVersion, version != nullptr,
-                    [&](State& s, double) -> nvmlReturn_t {
-                      return gpuwatch::mock_nvml::CopyString(s.scenario.nvml_version, version, length);
-                    });
+  return SystemCall(
+      Fn::nvmlSystemGetNVMLVersion, version != nullptr, [&](State& s, double) -> nvmlReturn_t {
+        return gpuwatch::mock_nvml::CopyString(s.scenario.nvml_version, version, length);
+      });
 }
 
 extern "C" nvmlReturn_t nvmlSystemGetCudaDriverVersion_v2(int* cudaDriverVersion) {
@@ -460,7 +461,7 @@ extern "C" nvmlReturn_t nvmlDeviceGetHandleByIndex_v2(unsigned int index, nvmlDe
       return NVML_SUCCESS;
     };
     return gpuwatch::mock_nvml::Checked(s, Fn::nvmlDeviceGetHandleByIndex_v2,
-                                  Target{&s.scenario.gpus[index], nullptr}, body);
+                                        Target{&s.scenario.gpus[index], nullptr}, body);
   } catch (...) {
     return NVML_ERROR_UNKNOWN;
   }
@@ -481,8 +482,8 @@ extern "C" nvmlReturn_t nvmlDeviceGetName(nvmlDevice_t device, char* name, unsig
 extern "C" nvmlReturn_t nvmlDeviceGetUUID(nvmlDevice_t device, char* uuid, unsigned int length) {
   return DeviceCall(Fn::nvmlDeviceGetUUID, device, uuid != nullptr,
                     [&](State&, Target d, double) -> nvmlReturn_t {
-                      return gpuwatch::mock_nvml::CopyString(d.mig != nullptr ? d.mig->uuid : d.gpu->uuid,
-                                                       uuid, length);
+                      return gpuwatch::mock_nvml::CopyString(
+                          d.mig != nullptr ? d.mig->uuid : d.gpu->uuid, uuid, length);
                     });
 }
 
@@ -507,8 +508,8 @@ extern "C" nvmlReturn_t nvmlDeviceGetPciInfo_v3(nvmlDevice_t device, nvmlPciInfo
                     [&](State&, Target d, double) -> nvmlReturn_t {
                       const GpuSpec& g = *d.gpu;
                       gpuwatch::mock_nvml::FillPciInfo(g.pci_domain, g.pci_bus, g.pci_device,
-                                                 g.pci_function, g.pci_device_id,
-                                                 g.pci_subsystem_id, pci);
+                                                       g.pci_function, g.pci_device_id,
+                                                       g.pci_subsystem_id, pci);
                       return NVML_SUCCESS;
                     });
 }
@@ -561,7 +562,8 @@ extern "C" nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMemory_
                       double total = g.Value(Field::kMemoryTotalMib, t);
                       double reserved = std::min(g.Value(Field::kMemoryReservedMib, t), total);
                       memory->total = RoundLl(total * kMib);
-                      memory->used = RoundLl((gpuwatch::mock_nvml::UsedMib(g, t) + reserved) * kMib);
+                      memory->used =
+                          RoundLl((gpuwatch::mock_nvml::UsedMib(g, t) + reserved) * kMib);
                       memory->free = memory->total - std::min(memory->used, memory->total);
                       return NVML_SUCCESS;
                     });
@@ -867,7 +869,7 @@ extern "C" nvmlReturn_t nvmlDeviceGetNvLinkRemotePciInfo_v2(nvmlDevice_t device,
                       bool hopper = d.gpu->model == gpuwatch::mock_nvml::Model::kH100;
                       unsigned nvswitch = link % (hopper ? 4 : 6);
                       gpuwatch::mock_nvml::FillPciInfo(0, 0xC5 + nvswitch, 0, 0,
-                                                 hopper ? 0x22A310DE : 0x1AF110DE, 0, pci);
+                                                       hopper ? 0x22A310DE : 0x1AF110DE, 0, pci);
                       return NVML_SUCCESS;
                     });
 }
@@ -957,7 +959,8 @@ extern "C" nvmlReturn_t nvmlDeviceGetP2PStatus(nvmlDevice_t device1, nvmlDevice_
       p2pStatus != nullptr && p2pIndex >= NVML_P2P_CAPS_INDEX_READ &&
           p2pIndex < NVML_P2P_CAPS_INDEX_UNKNOWN,
       [&](State&, const GpuSpec& a, const GpuSpec& b, double t) -> nvmlReturn_t {
-        const bool nvlink = gpuwatch::mock_nvml::NvlinkUp(a, t) && gpuwatch::mock_nvml::NvlinkUp(b, t);
+        const bool nvlink =
+            gpuwatch::mock_nvml::NvlinkUp(a, t) && gpuwatch::mock_nvml::NvlinkUp(b, t);
         if (p2pIndex == NVML_P2P_CAPS_INDEX_NVLINK) {
           *p2pStatus = nvlink ? NVML_P2P_STATUS_OK : NVML_P2P_STATUS_NOT_SUPPORTED;
         } else if (nvlink) {
@@ -1061,14 +1064,14 @@ extern "C" nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t dev
                                                                 unsigned int* infoCount,
                                                                 nvmlProcessInfo_t* infos) {
   return gpuwatch::mock_nvml::RunningProcesses(Fn::nvmlDeviceGetComputeRunningProcesses_v3, device,
-                                         infoCount, infos);
+                                               infoCount, infos);
 }
 
 extern "C" nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v2(nvmlDevice_t device,
                                                                 unsigned int* infoCount,
                                                                 nvmlProcessInfo_t* infos) {
   return gpuwatch::mock_nvml::RunningProcesses(Fn::nvmlDeviceGetComputeRunningProcesses_v2, device,
-                                         infoCount, infos);
+                                               infoCount, infos);
 }
 
 extern "C" nvmlReturn_t nvmlDeviceGetMigMode(nvmlDevice_t device, unsigned int* currentMode,
@@ -1104,7 +1107,8 @@ extern "C" nvmlReturn_t nvmlDeviceGetMigDeviceHandleByIndex(nvmlDevice_t device,
                       if (!d.gpu->mig_enabled || index >= d.gpu->mig.size()) {
                         return NVML_ERROR_NOT_FOUND;
                       }
-                      *migDevice = gpuwatch::mock_nvml::HandleOf(d.gpu->index, static_cast<int>(index));
+                      *migDevice =
+                          gpuwatch::mock_nvml::HandleOf(d.gpu->index, static_cast<int>(index));
                       return NVML_SUCCESS;
                     });
 }

@@ -1,5 +1,5 @@
-// Test-only: an NvmlSource on the project's mock NVML (src/mock_nvml), loaded through the production
-// dlopen path with the scenario given (a shape such as "8xH100" or a scenario JSON path;
+// Test-only: an NvmlSource on the project's mock NVML (src/mock_nvml), loaded through the
+// production dlopen path with the scenario given (a shape such as "8xH100" or a scenario JSON path;
 // docs/format/mock-nvml-scenario.md). Header-only; include from *_test.cc files only.
 #pragma once
 

@@ -37,13 +37,15 @@ void Context::Observe(const trace::TraceRecord& r) {
   if (const auto* st = r.as<trace::TraceStep>()) OnStep(r, *st);
   if (const auto* e = r.as<trace::TraceEvent>()) OnEvent(r, *e);
   if (const auto* p = r.as<trace::TraceProc>()) OnProc(r, *p);
-  if (const auto* l = r.as<trace::TraceLog>(); l && l->job) Touch(r.node, *l->job, r.t);
+  if (const auto* l = r.as<trace::TraceLog>(); l && l->job && !l->job->empty()) {
+    TouchTask(r.node, *l->job, r.t);
+  }
 }
 
-void Context::Touch(const std::string& node, const std::string& job, double t) {
-  if (job.empty()) return;
+TaskView& Context::TouchTask(const std::string& node, const std::string& job, double t) {
   TaskView& tv = tasks_[{node, job}];
-  tv.last_t = std::max(tv.last_t, t);
+  if (!job.empty()) tv.last_t = std::max(tv.last_t, t);
+  return tv;
 }
 
 void Context::OnNode(const trace::TraceRecord& r, const trace::TraceNode& n) {
@@ -54,8 +56,7 @@ void Context::OnNode(const trace::TraceRecord& r, const trace::TraceNode& n) {
 
 void Context::OnJob(const trace::TraceRecord& r, const trace::TraceJob& j) {
   if (!j.job || !j.state) return;
-  Touch(r.node, *j.job, r.t);
-  TaskView& tv = tasks_[{r.node, *j.job}];
+  TaskView& tv = TouchTask(r.node, *j.job, r.t);
   if (*j.state == "start") {
     JobView& info = jobs_[*j.job];
     if (j.template_name && !j.template_name->empty()) info.template_name = *j.template_name;
@@ -71,11 +72,9 @@ void Context::OnJob(const trace::TraceRecord& r, const trace::TraceJob& j) {
     tv.proc_rounds = 0;
     tv.ended = false;
     tv.end_t = -1;
-    tv.exit_code.reset();
   } else if (*j.state == "end") {
     tv.ended = true;
     tv.end_t = r.t;
-    tv.exit_code = j.exit_code;
     for (auto it = holders_.begin(); it != holders_.end();) {
       it = it->first.first == r.node && it->second.job == *j.job ? holders_.erase(it)
                                                                  : std::next(it);
@@ -85,8 +84,7 @@ void Context::OnJob(const trace::TraceRecord& r, const trace::TraceJob& j) {
 
 void Context::OnStep(const trace::TraceRecord& r, const trace::TraceStep& st) {
   if (!st.job || !st.duration_s) return;
-  Touch(r.node, *st.job, r.t);
-  TaskView& tv = tasks_[{r.node, *st.job}];
+  TaskView& tv = TouchTask(r.node, *st.job, r.t);
   if (tv.first_step_t < 0) tv.first_step_t = r.t;
   tv.last_step_t = std::max(tv.last_step_t, r.t);
   if (st.rank) tv.lead_rank = std::min(tv.lead_rank, *st.rank);
@@ -108,8 +106,7 @@ void Context::OnEvent(const trace::TraceRecord& r, const trace::TraceEvent& e) {
       if (std::isinf(w.end) && (!e.gpu || w.gpu == e.gpu)) w.end = r.t;
     }
   } else if ((*e.kind == "checkpoint_start" || *e.kind == "checkpoint_end") && e.job) {
-    Touch(r.node, *e.job, r.t);
-    TaskView& tv = tasks_[{r.node, *e.job}];
+    TaskView& tv = TouchTask(r.node, *e.job, r.t);
     tv.checkpoint_since = *e.kind == "checkpoint_start" ? r.t : -1;
     if (*e.kind == "checkpoint_start") tv.last_checkpoint_start = r.t;
     // The job was busy until the write ended: its next step ends a moment later, and no hang
@@ -122,8 +119,7 @@ void Context::OnEvent(const trace::TraceRecord& r, const trace::TraceEvent& e) {
 
 void Context::OnProc(const trace::TraceRecord& r, const trace::TraceProc& p) {
   if (!p.job) return;
-  Touch(r.node, *p.job, r.t);
-  TaskView& tv = tasks_[{r.node, *p.job}];
+  TaskView& tv = TouchTask(r.node, *p.job, r.t);
   if (r.t > tv.last_proc_t + 0.5) {  // a new round
     if (tv.last_proc_t >= 0) tv.proc_every_s = r.t - tv.last_proc_t;
     ++tv.proc_rounds;
@@ -370,9 +366,7 @@ void Context::ForgetJob(const std::string& job) {
     }
   }
   jobs_.erase(job);
-  for (auto it = tasks_.begin(); it != tasks_.end();) {
-    it = it->first.second == job ? tasks_.erase(it) : std::next(it);
-  }
+  EraseJob(tasks_, job);
   for (auto it = holders_.begin(); it != holders_.end();) {
     it = it->second.job == job ? holders_.erase(it) : std::next(it);
   }

@@ -32,6 +32,13 @@ namespace gpuwatch::analyze {
 // Formats a number as findings' evidence does ("0.5", "1980").
 std::string Num(double v);
 
+// Drops a job's entries from a map keyed by (node, job) or (anything, job): what forgetting a
+// job means for the Context's and every rule's per-job state.
+template <typename Map>
+void EraseJob(Map& m, const std::string& job) {
+  std::erase_if(m, [&job](const auto& kv) { return kv.first.second == job; });
+}
+
 struct NodeView {
   std::optional<trace::TraceNode> node;  // the latest node record
   double first_t = -1;                   // the node's first record
@@ -51,7 +58,6 @@ struct TaskView {
   double last_checkpoint_start = -1;  // the latest checkpoint_start
   bool ended = false;
   double end_t = -1;
-  std::optional<int64_t> exit_code;
   double last_t = -1;       // the latest record of the job here (step, proc, log, event, job)
   double last_proc_t = -1;  // the latest proc record of one of its processes here
   int proc_rounds = 0;      // rounds of proc records (distinct times) that named it here
@@ -76,7 +82,7 @@ struct TaskView {
 
 struct JobView {
   std::string template_name;
-  std::set<std::string> nodes;  // from start records and from the job's own records
+  std::set<std::string> nodes;  // from its start records
   size_t gpus_per_node = 0;
   double start_t = -1;  // the earliest start record
 };
@@ -148,7 +154,6 @@ class Context {
   void ForgetJob(const std::string& job);
   size_t JobCount() const { return jobs_.size(); }
   size_t TaskCount() const { return tasks_.size(); }
-  size_t FindingCount() const { return findings_.size(); }
   // The nodes of a forgotten job that findings still name (KeepDeepest needs them); bounded by
   // the findings kept.
   const std::set<std::string>* ForgottenJobNodes(const std::string& job) const;
@@ -159,7 +164,8 @@ class Context {
   void OnStep(const trace::TraceRecord& r, const trace::TraceStep& st);
   void OnEvent(const trace::TraceRecord& r, const trace::TraceEvent& e);
   void OnProc(const trace::TraceRecord& r, const trace::TraceProc& p);
-  void Touch(const std::string& node, const std::string& job, double t);
+  // The job's task on the node (made when new), its last_t moved to `t` (not for an empty id).
+  TaskView& TouchTask(const std::string& node, const std::string& job, double t);
 
   DiagnoserOptions o_;
   double now_ = 0;

@@ -18,6 +18,16 @@ inline double Median(std::vector<double> v) {
   return (*std::max_element(v.begin(), v.begin() + n / 2) + upper) / 2;
 }
 
+// The median of the values of (key, value) pairs, such as a time window's (t, sample).
+// REQUIRES: !pairs.empty().
+template <typename Pairs>
+double MedianOfValues(const Pairs& pairs) {
+  std::vector<double> v;
+  v.reserve(pairs.size());
+  for (const auto& p : pairs) v.push_back(p.second);
+  return Median(std::move(v));
+}
+
 // Median absolute deviation, scaled to a normal distribution's standard deviation.
 // REQUIRES: !v.empty().
 inline double Mad(const std::vector<double>& v) {

@@ -32,6 +32,8 @@ struct TopoHint {
   std::vector<std::vector<std::string>> gpu_links;
   std::vector<std::string> nics;  // "mlx5_0", …
   bool ib_present = false;        // an IB/RoCE (RDMA) NIC is present
+
+  bool operator==(const TopoHint&) const = default;
 };
 
 // One finding in the form of findings.md (offline: no first_seen / last_seen).

@@ -65,9 +65,9 @@ class CardRule : public Rule {
   };
 
   void OnGpu(const trace::TraceRecord& r, const TraceGpu& g, Context& ctx);
-  // The SM clock clearly below the GPU's maximum, or below its busy peers' median.
-  bool ClockedDown(const trace::TraceRecord& r, const TraceGpu& g, const trace::TraceNodeGpu* info,
-                   const Context& ctx) const;
+  // The SM clock clearly below the GPU's maximum, or below its busy peers' median `peer_clock`.
+  bool ClockedDown(const TraceGpu& g, const trace::TraceNodeGpu* info,
+                   std::optional<double> peer_clock) const;
   // Busy peers' median SM clock on the node, when any.
   std::optional<double> PeerClock(const trace::TraceRecord& r, uint32_t gpu,
                                   const Context& ctx) const;
@@ -98,6 +98,8 @@ void CardRule::OnGpu(const trace::TraceRecord& r, const TraceGpu& g, Context& ct
   GpuState& s = gpus_[{r.node, index}];
   const trace::TraceNodeGpu* info = ctx.NodeGpu(r.node, index);
   const bool busy = g.util_pct && *g.util_pct >= o_.busy_util_pct;
+  // The busy peers' median SM clock: what a busy GPU's clock is compared with (once a sample).
+  const std::optional<double> peer_clock = busy ? PeerClock(r, index, ctx) : std::nullopt;
   const double t = r.t;
 
   // Runs of a reason held on a busy GPU: `start` is the run's first sample.
@@ -156,7 +158,7 @@ void CardRule::OnGpu(const trace::TraceRecord& r, const TraceGpu& g, Context& ct
   // its busy peers' (clock-reasons.md §3).
   const bool setting = busy && (Has(g.throttle, "app_clocks") || Has(g.throttle, "sync_boost")) &&
                        !hw_thermal && !sw_thermal && !brake && !Has(g.throttle, "hw_slowdown") &&
-                       ClockedDown(r, g, info, ctx);
+                       ClockedDown(g, info, peer_clock);
   if (run(setting, &s.setting_run, &s.setting_start)) {
     Finding f = MakeFinding(Cause::kClockSlowdown, Severity::kWarning, r.node, gpu);
     f.first_seen = s.setting_start;
@@ -187,8 +189,7 @@ void CardRule::OnGpu(const trace::TraceRecord& r, const TraceGpu& g, Context& ct
   // of a window while the clock stays below its maximum by a clear margin, or below its peers'
   // (the same job on the other GPUs of the node runs faster).
   if (busy) {
-    const std::optional<double> peer_clock = PeerClock(r, index, ctx);
-    const bool slow = ClockedDown(r, g, info, ctx);
+    const bool slow = ClockedDown(g, info, peer_clock);
     s.power.push_back({t, Has(g.throttle, "sw_power_cap") && slow});
     while (!s.power.empty() && s.power.front().first < t - o_.power_window_s) s.power.pop_front();
     size_t capped = 0;
@@ -315,15 +316,14 @@ std::optional<double> CardRule::PeerClock(const trace::TraceRecord& r, uint32_t 
   return peers[peers.size() / 2];
 }
 
-bool CardRule::ClockedDown(const trace::TraceRecord& r, const TraceGpu& g,
-                           const trace::TraceNodeGpu* info, const Context& ctx) const {
+bool CardRule::ClockedDown(const TraceGpu& g, const trace::TraceNodeGpu* info,
+                           std::optional<double> peer_clock) const {
   if (!g.sm_clock_mhz || !g.gpu) return false;
   if (info && info->max_sm_clock_mhz &&
       *g.sm_clock_mhz < o_.power_clock_ratio * *info->max_sm_clock_mhz) {
     return true;
   }
-  const std::optional<double> peer = PeerClock(r, *g.gpu, ctx);
-  return peer && *g.sm_clock_mhz < o_.power_peer_clock_ratio * *peer;
+  return peer_clock && *g.sm_clock_mhz < o_.power_peer_clock_ratio * *peer_clock;
 }
 
 void CardRule::OnEvent(const trace::TraceRecord& r, const trace::TraceEvent& e, Context& ctx) {

@@ -40,9 +40,7 @@ class CrossNodeRule : public Rule {
   size_t JobEntries() const override { return step_clock_.size() + skew_runs_.size(); }
   void ForgetJob(const std::string& job) override {
     step_clock_.erase(job);
-    for (auto it = skew_runs_.begin(); it != skew_runs_.end();) {
-      it = it->first.second == job ? skew_runs_.erase(it) : std::next(it);
-    }
+    EraseJob(skew_runs_, job);
   }
 
  private:

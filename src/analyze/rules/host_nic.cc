@@ -49,18 +49,13 @@ class HostNicRule : public Rule {
 
 bool HostNicRule::CommWaitUp(const Context& ctx, const std::string& node,
                              std::string* evidence) const {
-  // The jobs on this node: its own step records, or, for a job that spans nodes, the step
-  // records of its ranks elsewhere (a collective holds every rank to the slowest link, so the
-  // wait shows on every node of the job, also where this NIC is not).
+  // The jobs on this node (any record of theirs here: start, proc, log, step): their steps here,
+  // or, for a job that spans nodes, the steps of its ranks elsewhere (a collective holds every rank
+  // to the slowest link, so the wait shows on every node of the job, also where this NIC is not).
   for (const auto& [key, ts] : ctx.tasks()) {
     if (ts.ended || ts.comm_share.size() < 5) continue;
-    if (key.first != node) {
-      const JobView* job = ctx.Job(key.second);
-      if (!job || job->nodes.count(node) == 0) continue;
-    }
-    std::vector<double> v;
-    for (const auto& [t, sh] : ts.comm_share) v.push_back(sh);
-    const double now = Median(v);
+    if (key.first != node && ctx.Task(node, key.second) == nullptr) continue;
+    const double now = MedianOfValues(ts.comm_share);
     const double base = ts.comm_base_share.value_or(now);
     if (now >= o_.comm_share_floor ||
         (ts.comm_base_share && now >= o_.comm_factor * base && now - base >= 0.05)) {

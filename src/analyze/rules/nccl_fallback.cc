@@ -32,11 +32,7 @@ class NcclFallbackRule : public Rule {
     for (auto& [key, nj] : jobs_) Analyze(key.first, nj, ctx);
   }
   size_t JobEntries() const override { return jobs_.size(); }
-  void ForgetJob(const std::string& job) override {
-    for (auto it = jobs_.begin(); it != jobs_.end();) {
-      it = it->first.second == job ? jobs_.erase(it) : std::next(it);
-    }
-  }
+  void ForgetJob(const std::string& job) override { EraseJob(jobs_, job); }
 
  private:
   struct NcclJob {
@@ -44,6 +40,10 @@ class NcclFallbackRule : public Rule {
     std::vector<double> line_t;
     std::optional<double> start_t;
     bool analyzed_connected = false;
+    // What the last analysis read: the same lines against the same topology give the same
+    // findings, so a live flush every few seconds re-parses a log only when it grew.
+    size_t analyzed_lines = 0;
+    std::optional<nccl::TopoHint> analyzed_hint;
   };
 
   void OnLog(const trace::TraceRecord& r, const trace::TraceLog& l, Context& ctx);
@@ -88,7 +88,6 @@ void NcclFallbackRule::OnLog(const trace::TraceRecord& r, const trace::TraceLog&
 
 void NcclFallbackRule::Analyze(const std::string& node, NcclJob& nj, Context& ctx) {
   if (nj.text.empty()) return;
-  const nccl::NcclLogReport report = nccl::ParseNcclLog(nj.text);
   nccl::TopoHint hint;
   bool have_hint = false;
   if (const trace::TraceNode* n = ctx.Node(node)) {
@@ -107,6 +106,11 @@ void NcclFallbackRule::Analyze(const std::string& node, NcclJob& nj, Context& ct
       have_hint = true;
     }
   }
+  std::optional<nccl::TopoHint> used = have_hint ? std::optional(hint) : std::nullopt;
+  if (nj.analyzed_lines == nj.line_t.size() && nj.analyzed_hint == used) return;
+  nj.analyzed_lines = nj.line_t.size();
+  nj.analyzed_hint = std::move(used);
+  const nccl::NcclLogReport report = nccl::ParseNcclLog(nj.text);
   for (const nccl::Finding& nf : nccl::AnalyzeNccl(report, have_hint ? &hint : nullptr)) {
     // version_mismatch is judged across the nodes' records (rules/cross_node), where every
     // node's versions are known; one node's log sees only its own ranks.

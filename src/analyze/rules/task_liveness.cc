@@ -107,13 +107,8 @@ class TaskLivenessRule : public Rule {
     return n;
   }
   void ForgetJob(const std::string& job) override {
-    auto forget = [&job](auto& m) {
-      for (auto it = m.begin(); it != m.end();) {
-        it = it->first.second == job ? m.erase(it) : std::next(it);
-      }
-    };
-    forget(hangs_);
-    forget(deaths_);
+    EraseJob(hangs_, job);
+    EraseJob(deaths_, job);
     for (auto& [node, pr] : proc_rounds_) {
       pr.current.erase(job);
       pr.previous.erase(job);
@@ -145,7 +140,6 @@ class TaskLivenessRule : public Rule {
     std::map<uint32_t, uint32_t> pid_gpu;    // pid → GPU, from proc records
     double watchdog_t = -1;                  // the first NCCL watchdog timeout
     size_t timeouts_seen = 0;
-    double stepping_until = -1;  // the last step before the failure
   };
   struct GpuPower {                                // per (node, GPU)
     std::deque<std::pair<double, double>> recent;  // (t, power_w) over the last minute
@@ -242,9 +236,7 @@ bool TaskLivenessRule::WorkingWithoutSteps(const std::string& node, const std::s
         p->second.recent.empty()) {
       continue;
     }
-    std::vector<double> v;
-    for (const auto& [t, w] : p->second.recent) v.push_back(w);
-    now.push_back(Median(v));
+    now.push_back(MedianOfValues(p->second.recent));
     stepping.push_back(p->second.stepping_w);
   }
   if (now.empty()) return false;
@@ -258,9 +250,11 @@ void TaskLivenessRule::CheckHangs(const std::string& node, double t, Context& ct
     const auto& [key, ts] = *it;
     if (ts.ended || ts.last_step_t < 0 || ts.durations.size() < 5) continue;
     const double median = ts.MedianStep();
+    // The in-phase limit is never the shorter: a job within the plain one is not hung, and the
+    // power scan of WorkingWithoutSteps is left for the jobs that went quiet.
+    if (t - ts.last_step_t < model::HangLimitS(hang_, median, false)) continue;
     const bool in_phase = ts.checkpoint_since >= 0 || WorkingWithoutSteps(node, key.second, ctx);
-    const double limit = model::HangLimitS(hang_, median, in_phase);
-    if (t - ts.last_step_t < limit) continue;
+    if (t - ts.last_step_t < model::HangLimitS(hang_, median, in_phase)) continue;
     // Which node holds the stuck rank: the live ranks spin in their collective (busy GPUs),
     // the stuck one does not. Judged once, when the hang is first seen (the job's GPUs go idle
     // one by one later, when it is torn down).
@@ -271,7 +265,7 @@ void TaskLivenessRule::CheckHangs(const std::string& node, double t, Context& ct
         const Context::Holder* holder = ctx.HolderOf(node, gpu);
         const trace::TraceGpu* g = ctx.LastGpu(node, gpu);
         if (!holder || holder->job != key.second || !g || !g->util_pct) continue;
-        idle += *g->util_pct < 5 ? 1 : 0;
+        idle += *g->util_pct < kIdleUtilPct ? 1 : 0;
         spinning += *g->util_pct >= busy_util_pct_ ? 1 : 0;
       }
       h.judged = true;

@@ -81,13 +81,8 @@ class TaskStepsRule : public Rule {
 
   size_t JobEntries() const override { return stall_.size() + steps_.size(); }
   void ForgetJob(const std::string& job) override {
-    auto forget = [&job](auto& m) {
-      for (auto it = m.begin(); it != m.end();) {
-        it = it->first.second == job ? m.erase(it) : std::next(it);
-      }
-    };
-    forget(stall_);
-    forget(steps_);
+    EraseJob(stall_, job);
+    EraseJob(steps_, job);
   }
 
  private:
@@ -140,9 +135,7 @@ void TaskStepsRule::DataStall(const trace::TraceRecord& r, const trace::TraceSte
     s.recent.pop_front();
   }
   const double line = std::max(o_.stall_floor_share, o_.stall_baseline_factor * base_share);
-  std::vector<double> shares;
-  for (const auto& [t, sh] : s.recent) shares.push_back(sh);
-  const double rolling = Median(shares);
+  const double rolling = MedianOfValues(s.recent);
   if (rolling < line) {
     s.above_since = -1;
     return;
@@ -220,9 +213,7 @@ void TaskStepsRule::Steps(const trace::TraceRecord& r, const trace::TraceStep& s
     std::vector<std::pair<double, uint32_t>> medians;
     for (const auto& [rank, q] : ss.comm) {
       if (q.size() < 5) continue;
-      std::vector<double> v;
-      for (const auto& [t, c] : q) v.push_back(c);
-      medians.push_back({Median(v), rank});
+      medians.push_back({MedianOfValues(q), rank});
     }
     if (medians.size() >= 3) {
       ts.rank_comm_s.clear();
@@ -238,9 +229,7 @@ void TaskStepsRule::Steps(const trace::TraceRecord& r, const trace::TraceStep& s
       // (one rank's shard on a slow disk), not slowed by its GPU: the others wait for it just
       // the same, so its own data wait is what tells them apart.
       auto median_of = [](const std::deque<std::pair<double, double>>& q) {
-        std::vector<double> v;
-        for (const auto& [t, x] : q) v.push_back(x);
-        return v.empty() ? 0.0 : Median(v);
+        return q.empty() ? 0.0 : MedianOfValues(q);
       };
       std::vector<double> others_data;
       for (const auto& [rank, q] : ss.data) {
@@ -304,14 +293,12 @@ void TaskStepsRule::Steps(const trace::TraceRecord& r, const trace::TraceStep& s
   while (ss.recent_steps.size() > 5 && ss.recent_steps.front().first < r.t - 60) {
     ss.recent_steps.pop_front();
   }
-  std::vector<double> v;
-  for (const auto& [t, d] : ss.recent_steps) v.push_back(d);
-  const double now = Median(v);
+  const double now = MedianOfValues(ss.recent_steps);
   // Slow against `limit` since when: a median of a handful of steps is one step's noise, so a
   // window of several is judged; the regression began with the trailing run of slow steps (the
   // window's median crossed the line only once half of it was slow).
   auto slow_since = [&](double limit, double& since) {
-    if (v.size() < 5 || now < limit) {
+    if (ss.recent_steps.size() < 5 || now < limit) {
       since = -1;
       return false;
     }

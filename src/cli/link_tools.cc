@@ -6,6 +6,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "explain/explain.h"
 #include "nccl/nccl_analysis.h"
 #include "nccl/nccl_log.h"
 #include "topo/topo_text.h"
@@ -36,17 +37,6 @@ std::string Dump(const nlohmann::json& j) {
   return j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
-nccl::TopoHint HintFrom(const topo::Topology& t) {
-  nccl::TopoHint h;
-  h.gpu_links = t.gpu_links;
-  h.nics = t.nic_names;
-  for (const auto& n : t.nic_names)
-    if (n.rfind("mlx", 0) == 0 || n.rfind("ib", 0) == 0 || n.rfind("bnxt_re", 0) == 0 ||
-        n.rfind("irdma", 0) == 0 || n.rfind("efa", 0) == 0)
-      h.ib_present = true;
-  return h;
-}
-
 }  // namespace
 
 int RunTopoImport(const std::string& file, bool json, std::ostream& out, std::ostream& err) {
@@ -75,7 +65,7 @@ int RunNcclAnalysis(const std::string& file, const std::string& topo_file, bool 
       err << "gpuwatch: " << topo_file << ": " << t.status().message() << "\n";
       return 2;
     }
-    hint = HintFrom(*t);
+    hint = explain::TopoHintOf(*t);
   }
   const nccl::NcclLogReport report = nccl::ParseNcclLog(text);
   const std::vector<nccl::Finding> findings = nccl::AnalyzeNccl(report, hint ? &*hint : nullptr);

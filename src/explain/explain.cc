@@ -4,12 +4,9 @@
 #include <zlib.h>
 
 #include <algorithm>
-#include <cerrno>
 #include <cstring>
-#include <fstream>
 #include <map>
 #include <set>
-#include <sstream>
 
 #include "analyze/diagnoser.h"
 #include "collect/smi_text.h"
@@ -98,7 +95,6 @@ std::vector<std::string_view> Lines(std::string_view text) {
   return out;
 }
 
-json OrNull(const std::optional<double>& v) { return v ? json(*v) : json(nullptr); }
 template <typename T>
 json OrNull(const std::optional<T>& v) {
   return v ? json(*v) : json(nullptr);
@@ -119,23 +115,12 @@ json NcclTestsJson(const nccl::PerfReport& r) {
           {"nccl_version", OrNull(r.nccl_version)}};
 }
 
-nccl::TopoHint HintFrom(const topo::Topology& t) {
-  nccl::TopoHint h;
-  h.gpu_links = t.gpu_links;
-  h.nics = t.nic_names;
-  for (const auto& n : t.nic_names) {
-    if (n.rfind("mlx", 0) == 0 || n.rfind("ib", 0) == 0 || n.rfind("bnxt_re", 0) == 0 ||
-        n.rfind("irdma", 0) == 0 || n.rfind("efa", 0) == 0) {
-      h.ib_present = true;
-    }
-  }
-  return h;
-}
-
 // What one file is made of, for the findings across files.
 struct Parsed {
   std::string stem;  // the file's name without directories and extensions: the job it logs
   std::vector<std::string_view> lines;
+  // Per line: one the kernel wrote (an NVRM line or one ParseKernelLine knows), one of NCCL's.
+  std::vector<bool> kernel_line, nccl_line;
   std::vector<Kind> kinds;
   std::optional<collect::SmiReport> smi;
   std::optional<topo::Topology> topology;
@@ -155,21 +140,37 @@ std::string StemOf(const std::string& path) {
 
 }  // namespace
 
-Result<std::string> ReadInput(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return Status::NotFound(fmt::format("cannot read {}: {}", path, std::strerror(errno)));
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  if (in.bad()) return Status::IoError(fmt::format("cannot read {}", path));
-  std::string data = ss.str();
-  if (data.size() >= 2 && static_cast<unsigned char>(data[0]) == 0x1f &&
-      static_cast<unsigned char>(data[1]) == 0x8b) {
-    return Gunzip(path, data);
+nccl::TopoHint TopoHintOf(const topo::Topology& t) {
+  nccl::TopoHint h;
+  h.gpu_links = t.gpu_links;
+  h.nics = t.nic_names;
+  for (const auto& n : t.nic_names) {
+    if (n.rfind("mlx", 0) == 0 || n.rfind("ib", 0) == 0 || n.rfind("bnxt_re", 0) == 0 ||
+        n.rfind("irdma", 0) == 0 || n.rfind("efa", 0) == 0) {
+      h.ib_present = true;
+    }
   }
-  if (data.size() > kMaxFileBytes) {
+  return h;
+}
+
+Result<std::string> ReadInput(const std::string& path) {
+  // Read no more than can hold kMaxFileBytes of text: gzip never makes a text much larger
+  // (stored blocks add a few bytes in 64 KiB), so a file over twice the limit is too large
+  // whatever it holds.
+  FileReadResult in = ReadSmallFile(path, 2 * kMaxFileBytes + 1);
+  if (!in.ok)
+    return Status::NotFound(fmt::format("cannot read {}: {}", path, std::strerror(in.err)));
+  if (in.data.size() > 2 * kMaxFileBytes) {
     return Status::ResourceExhausted(path + ": more than 256 MiB of text");
   }
-  return data;
+  if (in.data.size() >= 2 && static_cast<unsigned char>(in.data[0]) == 0x1f &&
+      static_cast<unsigned char>(in.data[1]) == 0x8b) {
+    return Gunzip(path, in.data);
+  }
+  if (in.data.size() > kMaxFileBytes) {
+    return Status::ResourceExhausted(path + ": more than 256 MiB of text");
+  }
+  return std::move(in.data);
 }
 
 namespace {
@@ -179,26 +180,27 @@ json ReadOne(const InputFile& in, Parsed* p) {
   p->stem = StemOf(in.path);
   p->lines = Lines(in.text);
   json file = {{"path", in.path}, {"kinds", json::array()}, {"warnings", json::array()}};
-  json objects = json::object();
-  // kernel
+  // The kinds in docs/format/explain.md's order (Kind's), each with its object.
   bool kernel = false, nccl = false, launcher = false;
+  p->kernel_line.reserve(p->lines.size());
+  p->nccl_line.reserve(p->lines.size());
   for (std::string_view l : p->lines) {
-    if (!kernel && (l.find("NVRM:") != std::string_view::npos ||
-                    logs::ParseKernelLine(l).kind != logs::KernelLine::Kind::kNone)) {
-      kernel = true;
-    }
-    if (!nccl && (logs::ClassifyLogLine(l).nccl || nccl::IsNcclRasBanner(l))) nccl = true;
+    p->kernel_line.push_back(l.find("NVRM:") != std::string_view::npos ||
+                             logs::ParseKernelLine(l).kind != logs::KernelLine::Kind::kNone);
+    p->nccl_line.push_back(logs::ClassifyLogLine(l).nccl);
+    kernel = kernel || p->kernel_line.back();
+    nccl = nccl || p->nccl_line.back() || nccl::IsNcclRasBanner(l);
     if (!launcher && logs::LooksLikeLauncherLine(l)) launcher = true;
   }
   if (kernel) {
     const logs::KernelReport k = logs::ParseKernelText(in.text);
-    objects["kernel"] = logs::KernelReportJson(k);
+    file["kernel"] = logs::KernelReportJson(k);
     p->hosts.insert(p->hosts.end(), k.hosts.begin(), k.hosts.end());
     p->kinds.push_back(Kind::kKernel);
   }
   if (nccl) {
     const nccl::NcclLogReport report = nccl::ParseNcclLog(in.text);
-    objects["nccl"] = nccl::NcclReportJson(report, nccl::AnalyzeNccl(report, nullptr));
+    file["nccl"] = nccl::NcclReportJson(report, nccl::AnalyzeNccl(report, nullptr));
     for (const auto& h : report.hosts) {
       if (!h.name.empty()) p->hosts.push_back(h.name);
     }
@@ -207,7 +209,7 @@ json ReadOne(const InputFile& in, Parsed* p) {
   if (launcher) {
     logs::LauncherLogParser parser;
     for (size_t i = 0; i < p->lines.size(); ++i) parser.Feed(p->lines[i], i + 1);
-    objects["launcher"] = logs::LauncherReportJson(parser.report());
+    file["launcher"] = logs::LauncherReportJson(parser.report());
     for (const auto& f : parser.report().failures) {
       if (f.host && !f.host->empty()) p->hosts.push_back(*f.host);
     }
@@ -216,28 +218,24 @@ json ReadOne(const InputFile& in, Parsed* p) {
   if (collect::LooksLikeSmi(in.text)) {
     collect::SmiReport smi = collect::ParseSmiText(in.text);
     if (!smi.gpus.empty() || !smi.processes.empty() || smi.driver_version) {
-      objects["smi"] = collect::SmiReportJson(smi);
+      file["smi"] = collect::SmiReportJson(smi);
       for (const auto& w : smi.warnings) file["warnings"].push_back("smi: " + w);
       p->smi = std::move(smi);
       p->kinds.push_back(Kind::kSmi);
     }
   }
   if (auto t = topo::ParseTopoMatrix(in.text); t.ok() && !t->gpu_links.empty()) {
-    objects["topology"] = topo::TopoImportJson(*t);
+    file["topology"] = topo::TopoImportJson(*t);
     for (const auto& w : t->warnings) file["warnings"].push_back("topology: " + w);
     p->topology = std::move(*t);
     p->kinds.push_back(Kind::kTopology);
   }
   if (auto perf = nccl::ParseNcclTestsOutput(in.text); perf.ok()) {
-    objects["nccl_tests"] = NcclTestsJson(*perf);
+    file["nccl_tests"] = NcclTestsJson(*perf);
     for (const auto& w : perf->warnings) file["warnings"].push_back("nccl_tests: " + w);
     p->kinds.push_back(Kind::kNcclTests);
   }
-  std::sort(p->kinds.begin(), p->kinds.end());
-  for (Kind k : p->kinds) {
-    file["kinds"].push_back(KindName(k));
-    file[std::string(KindName(k))] = objects[std::string(KindName(k))];
-  }
+  for (Kind k : p->kinds) file["kinds"].push_back(KindName(k));
   if (p->kinds.empty()) {
     file["warnings"].push_back(
         "nothing recognised: not a kernel log, NCCL log, launcher log, nvidia-smi output, "
@@ -347,10 +345,11 @@ Explanation Explain(const std::vector<InputFile>& files, const std::string& node
     if (p.topology && !desc.topology) {
       desc.topology = trace::TraceTopology{p.topology->gpu_links};
       std::vector<trace::TraceNodeNic> nics;
+      const bool rdma = TopoHintOf(*p.topology).ib_present;
       for (const std::string& name : p.topology->nic_names) {
         trace::TraceNodeNic nic;
         nic.name = name;
-        if (HintFrom(*p.topology).ib_present) nic.type = "ib";
+        if (rdma) nic.type = "ib";
         nics.push_back(std::move(nic));
       }
       desc.nics = std::move(nics);
@@ -377,12 +376,11 @@ Explanation Explain(const std::vector<InputFile>& files, const std::string& node
   std::vector<analyze::Finding> snapshot_findings;
   for (const Parsed& p : parsed) {
     const bool launcher = Has(p.kinds, Kind::kLauncher);
-    for (std::string_view line : p.lines) {
+    for (size_t i = 0; i < p.lines.size(); ++i) {
+      const std::string_view line = p.lines[i];
       t += 0.01;
-      const bool nccl = logs::ClassifyLogLine(line).nccl;
-      const bool kernel = Has(p.kinds, Kind::kKernel) &&
-                          (line.find("NVRM:") != std::string_view::npos ||
-                           logs::ParseKernelLine(line).kind != logs::KernelLine::Kind::kNone);
+      const bool nccl = p.nccl_line[i];
+      const bool kernel = p.kernel_line[i];
       if (!kernel && !nccl && !launcher) continue;
       trace::TraceLog log;
       log.line = std::string(line);

@@ -17,6 +17,8 @@
 
 #include "analyze/finding.h"
 #include "common/status.h"
+#include "nccl/nccl_analysis.h"
+#include "topo/topo_text.h"
 
 namespace gpuwatch::explain {
 
@@ -43,6 +45,10 @@ struct Explanation {
 // What the files say, each on its own and all together. `node`: the host when the text names
 // none ("" for "unknown").
 Explanation Explain(const std::vector<InputFile>& files, const std::string& node);
+
+// What NCCL's analysis is told of a node by its `nvidia-smi topo -m` matrix: the GPU links, the
+// NICs, and whether one is an RDMA NIC by its name (`gpuwatch nccl --topo` and explain).
+nccl::TopoHint TopoHintOf(const topo::Topology& t);
 
 // The text form: what each file holds, then the findings as `gpuwatch diagnose` prints them.
 std::string RenderExplanation(const Explanation& e);

@@ -38,6 +38,13 @@ Result<store::StoreOptions> MakeStoreOptions(const AgentFlags& f) {
   }
   auto budget = ParseByteSize(f.disk_budget);
   if (!budget.ok()) return budget.status();
+  // A budget a few blocks cannot fit in deletes all history at the first retention pass
+  // (issue 17, D14: "--disk-budget 5" meant 5 bytes).
+  constexpr unsigned long long kMinDiskBudgetBytes = 64ull << 20;
+  if (*budget < kMinDiskBudgetBytes)
+    return Status::InvalidArgument("--disk-budget " + f.disk_budget + " is " +
+                                   std::to_string(*budget) +
+                                   " bytes, below the minimum of 64MiB (units: MiB, GiB, TiB)");
   o.disk_budget_bytes = *budget;
   if (f.wal_sync == "always")
     o.head.wal.sync = store::SyncPolicy::kAlways;
@@ -114,6 +121,24 @@ void AddAgentFlags(CLI::App* app, AgentFlags* f) {
   app->add_option("--alert-resolve-after", f->alert_resolve_after,
                   "A condition's alert resolves when not seen this long (default 2m; events are "
                   "held 1h)");
+  app->add_option("--query-timeout", f->query_timeout,
+                  "A query is stopped after this long (default 30s)");
+  app->add_option("--query-max-concurrency", f->query_max_concurrency,
+                  "Queries evaluated at once; more get 503 with Retry-After (default 4)");
+  app->add_option("--http-workers", f->http_workers, "Threads that run HTTP handlers (default 8)");
+  app->add_option("--http-max-connections", f->http_max_connections,
+                  "Open HTTP connections at most (default 1024)");
+  app->add_option("--http-max-connections-per-source", f->http_max_connections_per_source,
+                  "Open HTTP connections from one address at most (default 64)");
+  app->add_option("--http-header-timeout", f->http_header_timeout,
+                  "A request's head must arrive within this (default 10s)");
+  app->add_option("--http-body-timeout", f->http_body_timeout,
+                  "A request's body must arrive within this after its head (default 60s)");
+  app->add_option("--http-idle-timeout", f->http_idle_timeout,
+                  "A kept-alive connection is closed after this long without a request "
+                  "(default 60s)");
+  app->add_option("--write-max-body", f->write_max_body,
+                  "Largest remote-write request body, compressed (default 32MiB)");
   AddStoreFlags(app, f);
   app->add_option("--log-level", f->log_level, "debug, info, warning or error (default info)");
 }
@@ -153,6 +178,15 @@ std::map<std::string, std::string*> FlagFields(AgentFlags* f) {
           {"rules", &f->rules},
           {"template-rules", &f->template_rules},
           {"learn-baselines", &f->learn_baselines},
+          {"query-timeout", &f->query_timeout},
+          {"query-max-concurrency", &f->query_max_concurrency},
+          {"http-workers", &f->http_workers},
+          {"http-max-connections", &f->http_max_connections},
+          {"http-max-connections-per-source", &f->http_max_connections_per_source},
+          {"http-header-timeout", &f->http_header_timeout},
+          {"http-body-timeout", &f->http_body_timeout},
+          {"http-idle-timeout", &f->http_idle_timeout},
+          {"write-max-body", &f->write_max_body},
           {"log-level", &f->log_level}};
 }
 
@@ -242,6 +276,45 @@ Result<server::AgentOptions> MakeOptions(const AgentFlags& f, const std::string&
   auto hz = positive("job-raw-steps-hz", f.job_raw_steps_hz);
   if (!hz.ok()) return hz.status();
   o.jobs.raw_steps_max_hz = *hz;
+  return o;
+}
+
+Result<server::HttpOptions> MakeHttpOptions(const AgentFlags& f) {
+  server::HttpOptions o;
+  auto duration = [](const char* flag, const std::string& text,
+                     std::chrono::milliseconds* out) -> Status {
+    auto ms = ParseDurationMs(text);
+    if (!ms.ok() || *ms <= 0)
+      return Status::InvalidArgument(std::string("bad --") + flag + " '" + text +
+                                     "': a positive duration such as 30s");
+    *out = std::chrono::milliseconds(*ms);
+    return Status::Ok();
+  };
+  auto count = [](const char* flag, const std::string& text, size_t* out) -> Status {
+    auto n = ParseInt<int64_t>(text);
+    if (!n || *n < 1 || *n > 1'000'000)
+      return Status::InvalidArgument(std::string("bad --") + flag + " '" + text +
+                                     "': a whole number from 1 to 1000000");
+    *out = static_cast<size_t>(*n);
+    return Status::Ok();
+  };
+  GW_RETURN_IF_ERROR(duration("query-timeout", f.query_timeout, &o.query_timeout));
+  GW_RETURN_IF_ERROR(
+      count("query-max-concurrency", f.query_max_concurrency, &o.max_concurrent_queries));
+  GW_RETURN_IF_ERROR(count("http-workers", f.http_workers, &o.limits.workers));
+  GW_RETURN_IF_ERROR(
+      count("http-max-connections", f.http_max_connections, &o.limits.max_connections));
+  GW_RETURN_IF_ERROR(count("http-max-connections-per-source", f.http_max_connections_per_source,
+                           &o.limits.max_connections_per_source));
+  GW_RETURN_IF_ERROR(
+      duration("http-header-timeout", f.http_header_timeout, &o.limits.header_timeout));
+  GW_RETURN_IF_ERROR(duration("http-body-timeout", f.http_body_timeout, &o.limits.body_timeout));
+  GW_RETURN_IF_ERROR(duration("http-idle-timeout", f.http_idle_timeout, &o.limits.idle_timeout));
+  auto body = ParseByteSize(f.write_max_body);
+  if (!body.ok() || *body < 1024 || *body > (1ull << 30))
+    return Status::InvalidArgument("bad --write-max-body '" + f.write_max_body +
+                                   "': from 1KiB to 1GiB");
+  o.max_write_body_bytes = static_cast<size_t>(*body);
   return o;
 }
 

@@ -12,6 +12,7 @@
 #include "common/status.h"
 #include "jobs/job_listener.h"
 #include "server/agent.h"
+#include "server/http_server.h"
 #include "store/store.h"
 
 namespace gpuwatch::cli {
@@ -49,6 +50,16 @@ struct AgentFlags {
   std::string rules;
   std::string template_rules;
   std::string learn_baselines = "on";
+  // HTTP and query limits (docs/limits.md).
+  std::string query_timeout = "30s";
+  std::string query_max_concurrency = "4";
+  std::string http_workers = "8";
+  std::string http_max_connections = "1024";
+  std::string http_max_connections_per_source = "64";
+  std::string http_header_timeout = "10s";
+  std::string http_body_timeout = "60s";
+  std::string http_idle_timeout = "60s";
+  std::string write_max_body = "32MiB";
 };
 
 void AddStoreFlags(CLI::App* app, AgentFlags* f);
@@ -62,5 +73,6 @@ Status ApplyConfig(CLI::App* app, AgentFlags* f);
 // The agent's options. The --job-hang-* flags set the one hang policy the diagnosis and the
 // job registry share (AgentOptions::diagnosis.hang; model/hang_policy.h).
 Result<server::AgentOptions> MakeOptions(const AgentFlags& f, const std::string& version);
+Result<server::HttpOptions> MakeHttpOptions(const AgentFlags& f);
 
 }  // namespace gpuwatch::cli

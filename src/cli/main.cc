@@ -94,6 +94,8 @@ int ServeAgent(const AgentFlags* flags, const server::AgentOptions& agent_opts,
 
   auto store_opts = MakeStoreOptions(*flags);
   if (!store_opts.ok()) return Fail(store_opts.status());
+  auto http_opts = MakeHttpOptions(*flags);
+  if (!http_opts.ok()) return Fail(http_opts.status());
   if (flags->keep_history != "on" && flags->keep_history != "off")
     return Fail(
         Status::InvalidArgument("bad --keep-history '" + flags->keep_history + "': on or off"));
@@ -168,10 +170,13 @@ int ServeAgent(const AgentFlags* flags, const server::AgentOptions& agent_opts,
   }
   // The agent first: its snapshot manager exists before any HTTP thread can ask for it.
   agent.Start();
-  server::HttpServer http(&agent, db.get(), events.get());
+  server::HttpServer http(&agent, db.get(), events.get(), *http_opts);
   if (Status st = http.Start(*addr); !st.ok()) return Fail(st);
+  // An IPv6 host goes in brackets, or the URL reads "http://:::9470".
+  const std::string url_host =
+      addr->host.find(':') != std::string::npos ? "[" + addr->host + "]" : addr->host;
   GW_LOG_INFO("gpuwatch {} agent on {} serving http://{}:{}/metrics", GPUWATCH_VERSION,
-              opts->hostname, addr->host, http.port());
+              opts->hostname, url_host, http.port());
   if (!agent.job_socket_path().empty()) GW_LOG_INFO("jobs report to {}", agent.job_socket_path());
   int sig = 0;
   const timespec second{1, 0};

@@ -1,7 +1,6 @@
 #include "cli/replay_cmd.h"
 
 #include <fmt/format.h>
-#include <httplib.h>
 #include <pthread.h>
 #include <signal.h>
 
@@ -20,6 +19,7 @@
 #include "common/strings.h"
 #include "common/time_base.h"
 #include "eval/scoring.h"
+#include "http/server.h"
 #include "server/listen_address.h"
 #include "trace/trace_file.h"
 #include "trace/trace_reader.h"
@@ -212,37 +212,33 @@ Status ServeFindings(const std::string& listen, const nlohmann::json& doc, const
   sigaddset(&stop, SIGINT);
   sigaddset(&stop, SIGTERM);
   pthread_sigmask(SIG_BLOCK, &stop, nullptr);
-  httplib::Server srv;
+  http::Server srv;
   const std::string body = doc.dump();
-  srv.Get("/api/v1/findings", [&](const httplib::Request& req, httplib::Response& res) {
-    const std::string job = req.has_param("job") ? req.get_param_value("job") : "";
-    const std::string node = req.has_param("node") ? req.get_param_value("node") : "";
+  srv.Route("GET", "/api/v1/findings", [&](const http::Request& req, http::Response& res) {
+    const std::string job = req.Param("job");
+    const std::string node = req.Param("node");
     if (job.empty() && node.empty()) {
-      res.set_content(body, "application/json");
+      res.Set(body, "application/json");
       return;
     }
     const nlohmann::json filtered = KeepFindings(doc, [&](const nlohmann::json& f) {
       return (job.empty() || f.value("job", "") == job) &&
              (node.empty() || f.value("node", "") == node);
     });
-    res.set_content(filtered.dump(), "application/json");
+    res.Set(filtered.dump(), "application/json");
   });
-  srv.Get("/healthz", [](const httplib::Request&, httplib::Response& res) {
-    res.set_content("ok\n", "text/plain");
+  srv.Route("GET", "/healthz",
+            [](const http::Request&, http::Response& res) { res.Set("ok\n", "text/plain"); },
+            {.inline_handler = true});
+  srv.Route("GET", "/", [&](const http::Request&, http::Response& res) {
+    res.Set("gpuwatch " + what + "\n/api/v1/findings\n/healthz\n", "text/plain");
   });
-  srv.Get("/", [&](const httplib::Request&, httplib::Response& res) {
-    res.set_content("gpuwatch " + what + "\n/api/v1/findings\n/healthz\n", "text/plain");
-  });
-  if (!srv.bind_to_port(addr->host, addr->port)) {
-    return Status::IoError("cannot listen on " + listen);
-  }
+  if (Status st = srv.Start(addr->host, addr->port); !st.ok()) return st;
   err << "gpuwatch: serving the " << what << " on http://" << listen
       << "/api/v1/findings until SIGINT or SIGTERM\n";
-  std::thread listener([&] { srv.listen_after_bind(); });
   int sig = 0;
   sigwait(&stop, &sig);
-  srv.stop();
-  listener.join();
+  srv.Stop();
   return Status::Ok();
 }
 

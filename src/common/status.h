@@ -26,6 +26,8 @@ enum class StatusCode {
   kPermissionDenied,
   kInternal,
   kGpuLost,
+  kDeadlineExceeded,  // a bounded operation ran out of time (query timeout)
+  kCancelled,         // the caller gave up (the client left, the agent stops)
 };
 
 std::string_view StatusCodeName(StatusCode code);
@@ -52,6 +54,10 @@ class [[nodiscard]] Status {
   }
   static Status Internal(std::string m) { return {StatusCode::kInternal, std::move(m)}; }
   static Status GpuLost(std::string m) { return {StatusCode::kGpuLost, std::move(m)}; }
+  static Status DeadlineExceeded(std::string m) {
+    return {StatusCode::kDeadlineExceeded, std::move(m)};
+  }
+  static Status Cancelled(std::string m) { return {StatusCode::kCancelled, std::move(m)}; }
 
   bool ok() const { return code_ == StatusCode::kOk; }
   StatusCode code() const { return code_; }

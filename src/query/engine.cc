@@ -508,6 +508,27 @@ class Evaluator {
   }
 
   const std::vector<Tier>& tiers() const { return tiers_; }
+  // Deadline and cancellation.
+  Status CheckTime() const {
+    if (o_.cancelled && o_.cancelled->load(std::memory_order_relaxed))
+      return Status::Cancelled("query cancelled: the client went away or the agent is stopping");
+    if (o_.deadline && std::chrono::steady_clock::now() >= *o_.deadline)
+      return Status::DeadlineExceeded(
+          "query timed out; narrow the time range or the selectors, or raise --query-timeout");
+    return Status::Ok();
+  }
+  Status AddWork(int64_t n) {
+    work_ += n;
+    if (work_ > o_.max_work)
+      return Exhausted("query would visit more than " + std::to_string(o_.max_work) +
+                       " samples over all its steps; narrow the range windows, the time range "
+                       "or the selectors, or use a larger step");
+    if (work_ >= next_check_) {
+      next_check_ = work_ + kWorkCheckInterval;
+      return CheckTime();
+    }
+    return Status::Ok();
+  }
   Status AddSamples(int64_t n) {
     samples_ += n;
     if (samples_ > o_.max_samples)
@@ -606,6 +627,7 @@ class Evaluator {
   }
 
   Status LoadSelector(const Expr& e, const Expr* parent) {
+    GW_RETURN_IF_ERROR(CheckTime());
     const bool matrix = e.kind == Expr::Kind::kMatrixSelector;
     const bool prefers_raw =
         parent && parent->kind == Expr::Kind::kCall && PrefersRaw(parent->func);
@@ -677,6 +699,7 @@ class Evaluator {
   Result<Value> InstantSelector(const Expr& e, int64_t t) {
     const Loaded& d = Data(e);
     const int64_t ts = t - e.offset_ms;
+    GW_RETURN_IF_ERROR(AddWork(static_cast<int64_t>(d.series.size())));
     Value out;
     out.type = ValueType::kVector;
     out.vec.reserve(d.series.size());
@@ -729,6 +752,7 @@ class Evaluator {
       s.metric = ls.labels;
       for (size_t i = 0; i < w.n; ++i) s.points.push_back({w.s[i].t_ms, w.s[i].value});
       GW_RETURN_IF_ERROR(AddSamples(static_cast<int64_t>(w.n)));
+      GW_RETURN_IF_ERROR(AddWork(static_cast<int64_t>(w.n)));
       out.mat.push_back(std::move(s));
     }
     return out;
@@ -757,6 +781,7 @@ class Evaluator {
       const Loaded& d = Data(sel);
       for (const auto& ls : d.series) {
         const Window w = WindowAt(d, ls, t - sel.offset_ms, sel.range_ms);
+        GW_RETURN_IF_ERROR(AddWork(static_cast<int64_t>(w.n) + 1));
         auto v = OverTime(f, w, param);
         if (!v) continue;
         out.vec.push_back({f == Func::kLastOverTime ? ls.labels : ls.nameless, *v, t});
@@ -1244,6 +1269,8 @@ class Evaluator {
   std::unordered_map<const Expr*, std::unique_ptr<re2::RE2>> regex_cache_;
   std::vector<Tier> tiers_;
   int64_t samples_ = 0;
+  int64_t work_ = 0;
+  int64_t next_check_ = kWorkCheckInterval;
   int64_t series_ = 0;
 };
 
@@ -1325,6 +1352,7 @@ Result<QueryResult> RangeQuery(const store::Querier& querier, const EngineOption
   std::unordered_map<std::string, size_t> index;
   const int64_t steps = (end_ms - start_ms) / step_ms;  // bounded by ValidateRange
   for (int64_t i = 0; i <= steps; ++i) {
+    GW_RETURN_IF_ERROR(ev.CheckTime());
     const int64_t t = start_ms + i * step_ms;
     auto v = ev.Eval(expr, t);
     if (!v.ok()) return v.status();

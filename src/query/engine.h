@@ -7,12 +7,14 @@
 // selector reads one tier: raw, 1m or 1h rollups, the coarsest the step allows that reaches
 // back far enough (docs/promql.md, "Tiers"). The limits in EngineOptions bound what one query
 // can cost, since the API is open to anyone who can reach the agent; exceeding one is a
-// ResourceExhausted error, bad parameters are InvalidArgument.
+// ResourceExhausted error, bad parameters are InvalidArgument, running out of time is
+// DeadlineExceeded and a cancelled query is Cancelled.
 //
 // Thread-safety: the functions are reentrant; concurrent queries share nothing but the
 // Querier, which is thread-safe by contract.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <initializer_list>
@@ -51,7 +53,17 @@ struct EngineOptions {
   // Reads this tier for every selector, bypassing the choice (tests, debugging).
   std::optional<store::Tier> force_tier;
   ParseOptions parse;
+  // Work: samples visited by selectors and range functions, summed over every step.
+  // max_samples counts what is loaded, once; a [10y] window that every one of 11,000 steps
+  // scans again costs steps × samples, and only this limit sees that (issue 17, D4).
+  int64_t max_work = 4'000'000'000;
+  // Per query, set by the caller: evaluation stops with DeadlineExceeded once `deadline` has
+  // passed, or with Cancelled once *cancelled is true (the client left, the agent stops).
+  // Checked at every step and every kWorkCheckInterval samples of work.
+  std::optional<std::chrono::steady_clock::time_point> deadline;
+  const std::atomic<bool>* cancelled = nullptr;
 };
+inline constexpr int64_t kWorkCheckInterval = 1 << 20;
 
 // A label set shared by every step's sample of one series: selectors hand out the loaded
 // series' labels without allocating, and the first change copies them (copy-on-write). A

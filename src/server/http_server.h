@@ -1,8 +1,9 @@
 // HttpServer: the agent's HTTP endpoint — /metrics (Prometheus text), /api/v1/gpus,
 // /api/v1/processes, /api/v1/capabilities, /api/v1/events, /api/v1/host, /healthz, and with a
 // store: remote-write (/api/v1/write) and the Prometheus query API (query_api.h).
-// A thin layer over cpp-httplib; the bodies come from exposition.h, api.h and query_api.h.
-// Thread-safety: Start/Stop from one thread; requests are served on httplib's pool.
+// Routes over http::Server (src/http/server.h), which bounds every connection, head, body and
+// worker; the bodies come from exposition.h, api.h and query_api.h. Limits: docs/limits.md.
+// Thread-safety: Start/Stop from one thread; requests are served on the server's workers.
 #pragma once
 
 #include <atomic>
@@ -11,40 +12,49 @@
 #include <thread>
 
 #include "common/status.h"
+#include "http/server.h"
 #include "query/engine.h"
 #include "server/agent.h"
 #include "server/listen_address.h"
 #include "store/event_store.h"
 #include "store/store.h"
 
-namespace httplib {
-class Server;
-}
-
 namespace gpuwatch::server {
+
+struct HttpOptions {
+  http::ServerLimits limits;
+  // Per-route body limits (the server's default, 1 MiB, serves the rest).
+  size_t max_write_body_bytes = 32 << 20;  // a remote-write request, snappy-compressed
+  // A query's deadline (Prometheus: --query.timeout, default 2 min; ours is shorter because a
+  // node's agent shares its 2 cores with the job) and how many run at once.
+  std::chrono::milliseconds query_timeout = std::chrono::seconds(30);
+  size_t max_concurrent_queries = 4;
+  query::EngineOptions query;
+};
 
 class HttpServer {
  public:
   // `store` may be null: no history, no /api/v1/write, no query API.
   // `events` may be null: /api/v1/events then serves the agent's recent events from memory.
-  HttpServer(const Agent* agent, store::Store* store = nullptr,
-             store::EventStore* events = nullptr);
+  HttpServer(const Agent* agent, store::Store* store = nullptr, store::EventStore* events = nullptr,
+             HttpOptions options = {});
   ~HttpServer();
   // Binds (port 0 picks a free one) and serves on a background thread.
   Status Start(const ListenAddress& addr);
   void Stop();
-  int port() const { return port_; }
+  int port() const { return server_.port(); }
+  http::ServerStats Stats() const { return server_.Stats(); }
 
  private:
+  void AddRoutes();
+  void AddQueryRoutes();
   const Agent* agent_;
   store::Store* store_;
   store::EventStore* events_;
-  query::EngineOptions query_options_;
-  std::unique_ptr<httplib::Server> server_;
-  std::thread thread_;
-  std::atomic<bool> listening_done_{false};
+  HttpOptions options_;
+  http::Server server_;
   std::atomic<size_t> metrics_size_hint_{64 * 1024};
-  int port_ = 0;
+  std::atomic<size_t> queries_running_{0};
 };
 
 }  // namespace gpuwatch::server

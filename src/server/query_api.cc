@@ -46,6 +46,12 @@ ApiResponse ExecutionError(const Status& s) {
   switch (s.code()) {
     case StatusCode::kUnavailable:
       return Error(503, "unavailable", s.message());
+    // Prometheus answers both with 503 and these errorTypes (web/api/v1: errorTimeout,
+    // errorCanceled).
+    case StatusCode::kDeadlineExceeded:
+      return Error(503, "timeout", s.message());
+    case StatusCode::kCancelled:
+      return Error(503, "canceled", s.message());
     case StatusCode::kInvalidArgument:
     case StatusCode::kResourceExhausted:
     case StatusCode::kNotSupported:

@@ -61,6 +61,10 @@ GPUWATCH_MOCK_NVML="$FIXTURES/mock/lost_and_xid.json" "$GPUWATCH" up --job-socke
 AGENT=$!
 PIDS+=($AGENT)
 wait_http "$URL/healthz" 20 || { cat "$TMP/agent.log"; fail "agent did not start"; }
+# Changing state takes the admin token the agent made at first start (docs/limits.md, "Tokens").
+[ "$(stat -c %a "$TMP/data/admin.token")" = 600 ] || fail "admin.token is not mode 600"
+AUTH="Authorization: Bearer $(cat "$TMP/data/admin.token")"
+export GPUWATCH_TOKEN_FILE="$TMP/data/admin.token"
 
 # Alertmanager hears of the lost GPU (diagnosis runs every 5 s, 5 s behind).
 for ((i = 0; i < 400; i++)); do
@@ -120,11 +124,11 @@ grep -q '^gpuwatch_alert_notifications_total{Hostname="alertnode",receiver="webh
   || fail "no webhook post counted: $(grep gpuwatch_alert "$TMP/m.txt")"
 
 # Silences: bad ones are refused, a good one hides the XID alert and can be ended.
-code=$(curl -s -o "$TMP/bad.json" -w '%{http_code}' -X POST "$URL/api/v1/silences" -d '{"node":"alertnode","bogus":1,"duration_s":60}')
+code=$(curl -s -o "$TMP/bad.json" -w '%{http_code}' -H "$AUTH" -X POST "$URL/api/v1/silences" -d '{"node":"alertnode","bogus":1,"duration_s":60}')
 [ "$code" = 400 ] && grep -q "unknown silence field 'bogus'" "$TMP/bad.json" || fail "bad silence: $code $(cat "$TMP/bad.json")"
-code=$(curl -s -o "$TMP/bad.json" -w '%{http_code}' -X POST "$URL/api/v1/silences" -d '{"duration_s":60}')
+code=$(curl -s -o "$TMP/bad.json" -w '%{http_code}' -H "$AUTH" -X POST "$URL/api/v1/silences" -d '{"duration_s":60}')
 [ "$code" = 400 ] && grep -q "needs a node, gpu, job or cause" "$TMP/bad.json" || fail "matcherless silence: $code"
-code=$(curl -s -o "$TMP/s.json" -w '%{http_code}' -X POST "$URL/api/v1/silences" \
+code=$(curl -s -o "$TMP/s.json" -w '%{http_code}' -H "$AUTH" -X POST "$URL/api/v1/silences" \
   -d '{"node":"alertnode","cause":"xid","duration_s":600,"comment":"known XID 31","created_by":"test"}')
 [ "$code" = 201 ] || fail "silence not created: $code $(cat "$TMP/s.json")"
 SID=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["id"])' "$TMP/s.json")
@@ -140,9 +144,24 @@ by = {a["cause"]: a for a in d["alerts"]}
 assert by["xid"]["suppressed_by"] == f"silence {sid}", by["xid"]
 assert by["gpu_lost"]["suppressed_by"] == "" and by["gpu_lost"]["status"] == "firing", by["gpu_lost"]
 assert [s["id"] for s in d["silences"]] == [sid] and d["silences"][0]["comment"] == "known XID 31"
+# D2 (issue 17): the author is the token that authenticated, not the "test" the client wrote,
+# and ids are random, not s1, s2, ...
+assert d["silences"][0]["created_by"] == "admin", d["silences"][0]
+import re
+assert re.fullmatch(r"s[0-9a-f]{16}", sid), sid
 PY
-curl -fsS -X DELETE "$URL/api/v1/silences/$SID" >/dev/null || fail "silence not expired"
-code=$(curl -s -o /dev/null -w '%{http_code}' -X DELETE "$URL/api/v1/silences/$SID")
+# D2: without the token, or with a wrong one, nothing changes state; reads stay open.
+code=$(curl -s -o "$TMP/noauth.json" -w '%{http_code}' -X POST "$URL/api/v1/silences" \
+  -d '{"node":"alertnode","duration_s":3153600000,"created_by":"ops"}')
+[ "$code" = 401 ] && grep -q 'needs Authorization: Bearer' "$TMP/noauth.json" \
+  && grep -q "$TMP/data/admin.token" "$TMP/noauth.json" || fail "silence without a token: $code $(cat "$TMP/noauth.json")"
+code=$(curl -s -o /dev/null -w '%{http_code}' -H 'Authorization: Bearer 0123456789abcdef0123' -X DELETE "$URL/api/v1/silences/$SID")
+[ "$code" = 401 ] || fail "expire with a wrong token answered $code"
+code=$(curl -s -o /dev/null -w '%{http_code}' -X POST "$URL/api/v1/events" -d '[{"kind":"xid","text":"FAKE"}]')
+[ "$code" = 401 ] || fail "event post without a token answered $code"
+curl -fsS "$URL/api/v1/alerts" >/dev/null || fail "reads need no token"
+curl -fsS -H "$AUTH" -X DELETE "$URL/api/v1/silences/$SID" >/dev/null || fail "silence not expired"
+code=$(curl -s -o /dev/null -w '%{http_code}' -H "$AUTH" -X DELETE "$URL/api/v1/silences/$SID")
 [ "$code" = 404 ] || fail "expiring twice answered $code"
 
 # The same from the command line: alerts (exit 1 while any fires), silence add/list/expire.

@@ -47,6 +47,20 @@ curl -fsS "http://127.0.0.1:$PORT/metrics" >"$TMP/nonvml.prom"
 grep -q '^gpuwatch_host_memory_total_bytes' "$TMP/nonvml.prom" || fail "no host metrics without NVML"
 [ "$(grep -c 'no GPU metrics' "$TMP/nonvml.log")" = 1 ] || fail "expected exactly one no-GPU log line"
 
+# D2 (issue 17): beyond loopback with no token the agent refuses to start, unless
+# --insecure-listen, which it logs loudly. D7: a second agent on the same port fails.
+PORT=$(free_port)
+rc=0; out=$("$GPUWATCH" up --job-socket off --listen "0.0.0.0:$PORT" --nvml-lib /nonexistent 2>&1) || rc=$?
+[ "$rc" = 2 ] && grep -q 'serves beyond loopback, and no token is configured' <<<"$out" || fail "open listener without a token: rc $rc $out"
+"$GPUWATCH" up --job-socket off --listen "0.0.0.0:$PORT" --insecure-listen --nvml-lib /nonexistent >"$TMP/insecure.log" 2>&1 &
+INSECURE=$!
+PIDS+=($INSECURE)
+wait_http "http://127.0.0.1:$PORT/healthz" 20 || fail "agent with --insecure-listen did not start"
+grep -q 'INSECURE: --listen 0.0.0.0:' "$TMP/insecure.log" || fail "no warning for --insecure-listen"
+rc=0; out=$(timeout 20 "$GPUWATCH" up --job-socket off --listen "127.0.0.1:$PORT" --nvml-lib /nonexistent 2>&1) || rc=$?
+[ "$rc" = 2 ] && grep -q 'address in use' <<<"$out" || fail "second agent on a taken port: rc $rc $out"
+kill -TERM "$INSECURE"; wait "$INSECURE" || true
+
 # A GPU lost mid-run, XIDs as events, kept in the data dir.
 PORT=$(free_port)
 GPUWATCH_MOCK_NVML="$FIXTURES/mock/lost_and_xid.json" "$GPUWATCH" up --job-socket off --listen "127.0.0.1:$PORT" --nvml-lib "$MOCK" \
@@ -118,11 +132,16 @@ PORT=$(free_port)
 "$GPUWATCH" up --job-socket off --listen "127.0.0.1:$PORT" --nvml-lib /nonexistent --data-dir "$TMP/store" >"$TMP/rw1.log" 2>&1 &
 RW_PID=$!
 wait_http "http://127.0.0.1:$PORT/healthz" 20 || fail "agent with a data dir did not start"
+AUTH="Authorization: Bearer $(cat "$TMP/store/admin.token")"
 code=$(curl -s -o "$TMP/rw.out" -w '%{http_code}' -H 'Content-Encoding: snappy' \
   -H 'Content-Type: application/x-protobuf' --data-binary @"$FIXTURES/remote_write/two_series.snappy" \
   "http://127.0.0.1:$PORT/api/v1/write")
+[ "$code" = 401 ] || fail "remote-write without a token answered $code: $(cat "$TMP/rw.out")"
+code=$(curl -s -o "$TMP/rw.out" -w '%{http_code}' -H 'Content-Encoding: snappy' -H "$AUTH" \
+  -H 'Content-Type: application/x-protobuf' --data-binary @"$FIXTURES/remote_write/two_series.snappy" \
+  "http://127.0.0.1:$PORT/api/v1/write")
 [ "$code" = 204 ] || fail "remote-write answered $code: $(cat "$TMP/rw.out")"
-code=$(curl -s -o "$TMP/rw.out" -w '%{http_code}' -H 'Content-Encoding: snappy' --data-binary 'not snappy' \
+code=$(curl -s -o "$TMP/rw.out" -w '%{http_code}' -H 'Content-Encoding: snappy' -H "$AUTH" --data-binary 'not snappy' \
   "http://127.0.0.1:$PORT/api/v1/write")
 [ "$code" = 400 ] && grep -q 'remote-write' "$TMP/rw.out" || fail "bad remote-write body: $code $(cat "$TMP/rw.out")"
 kill -TERM "$RW_PID"

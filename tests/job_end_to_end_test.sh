@@ -201,7 +201,8 @@ PY
 curl -fsS "$URL/healthz" >/dev/null || fail "agent down after hostile input"
 
 # 8. gpuwatch annotate and gpuwatch record.
-"$GPUWATCH" annotate "switched to TP=4" --job toy-ok --agent "$URL" || fail "gpuwatch annotate"
+"$GPUWATCH" annotate "switched to TP=4" --job toy-ok --agent "$URL" --token-file "$TMP/data/admin.token" \
+  || fail "gpuwatch annotate"
 curl -fsS "$URL/api/v1/events?kind=annotation" | grep -q 'switched to TP=4' || fail "annotation not on the time line"
 "$GPUWATCH" record --duration 2s --out "$TMP/rec.jsonl.gz" --agent "$URL" >"$TMP/rec.txt" || fail "gpuwatch record"
 gzip -dc "$TMP/rec.jsonl.gz" | python3 -c '

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "common/random.h"
 #include "common/strings.h"
 #include "common/time_base.h"
 
@@ -173,7 +174,6 @@ nlohmann::json AlertBook::State(int64_t now_ms) const {
   }
   return {{"format", "gpuwatch-alert-state"},
           {"version", 1},
-          {"next_silence", next_silence_},
           {"alerts", alerts},
           {"silences", silences}};
 }
@@ -221,7 +221,6 @@ Status AlertBook::Restore(const nlohmann::json& state, int64_t now_ms) {
     ++i;
   }
   std::map<std::string, Silence> silences;
-  uint64_t next = 1;
   if (!state.contains("silences") || !state["silences"].is_array())
     return Status::InvalidArgument("'silences' must be an array");
   i = 0;
@@ -254,17 +253,11 @@ Status AlertBook::Restore(const nlohmann::json& state, int64_t now_ms) {
     if (sl.node.empty() && sl.job.empty() && sl.cause.empty() && !sl.gpu)
       return where("it matches nothing (no node, gpu, job or cause)");
     if (sl.ends_ms <= sl.starts_ms) return where("it ends before it starts");
-    // Ids are "s<n>" or "m<n>": new ones continue after the highest kept.
-    if (auto n = ParseInt<uint64_t>(std::string_view(sl.id).substr(1)))
-      next = std::max(next, *n + 1);
     if (sl.ends_ms > now_ms) silences[sl.id] = std::move(sl);
     ++i;
   }
-  if (state.contains("next_silence") && state["next_silence"].is_number_unsigned())
-    next = std::max(next, state["next_silence"].get<uint64_t>());
   alerts_ = std::move(alerts);
   silences_ = std::move(silences);
-  next_silence_ = next;
   return Status::Ok();
 }
 
@@ -280,7 +273,12 @@ Result<std::string> AlertBook::AddSilence(Silence s, int64_t now_ms) {
     return Status::InvalidArgument("a silence must end after it starts, and in the future");
   if (silences_.size() >= o_.max_silences)
     return Status::ResourceExhausted(fmt::format("{} silences already", silences_.size()));
-  s.id = fmt::format("{}{}", s.maintenance ? "m" : "s", next_silence_++);
+  // Random, not sequential: an id is what DELETE takes, so it must not be guessable from one's
+  // own (issue 17, D2). "s" or "m" still tells a silence from a maintenance window.
+  auto rnd = RandomHex(8);
+  if (!rnd.ok()) return rnd.status();
+  s.id = (s.maintenance ? "m" : "s") + *rnd;
+  if (silences_.count(s.id)) return Status::Internal("silence id collision; retry");
   const std::string id = s.id;
   silences_[id] = std::move(s);
   return id;

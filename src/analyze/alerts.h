@@ -117,7 +117,6 @@ class AlertBook {
   AlertOptions o_;
   std::map<std::string, Alert> alerts_;
   std::map<std::string, Silence> silences_;
-  uint64_t next_silence_ = 1;
 };
 
 // JSON forms (docs/format/alerts.md): an alert is its finding (findings.md) plus fingerprint,

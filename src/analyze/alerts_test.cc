@@ -3,6 +3,8 @@
 
 #include <gtest/gtest.h>
 
+#include <regex>
+
 namespace gpuwatch::analyze {
 namespace {
 
@@ -280,5 +282,25 @@ TEST(AlertBookTest, BadSilencesAndStaleFindingsAreRefused) {
   EXPECT_TRUE(book.Alerts().empty());
 }
 
+}  // namespace
+}  // namespace gpuwatch::analyze
+
+namespace gpuwatch::analyze {
+namespace {
+// D2 (issue 17): an id is what DELETE takes, so it is random, not the next of a sequence.
+TEST(SilenceIds, AreRandomAndKeepTheirKindPrefix) {
+  AlertBook book;
+  Silence s;
+  s.node = "n1";
+  s.ends_ms = 2'000'000'000'000;
+  auto a = book.AddSilence(s, 1'700'000'000'000);
+  auto b = book.AddSilence(s, 1'700'000'000'000);
+  s.maintenance = true;
+  auto m = book.AddSilence(s, 1'700'000'000'000);
+  ASSERT_TRUE(a.ok() && b.ok() && m.ok());
+  EXPECT_NE(*a, *b);
+  EXPECT_TRUE(std::regex_match(*a, std::regex("s[0-9a-f]{16}"))) << *a;
+  EXPECT_TRUE(std::regex_match(*m, std::regex("m[0-9a-f]{16}"))) << *m;
+}
 }  // namespace
 }  // namespace gpuwatch::analyze

@@ -4,9 +4,12 @@
 
 #include "cli/config_file.h"
 #include "common/file_io.h"
+#include "common/log.h"
 #include "common/strings.h"
 #include "common/time_base.h"
 #include "jobs/template_rules.h"
+#include "server/auth.h"
+#include "server/listen_address.h"
 #include "server/user_rules.h"
 
 namespace gpuwatch::cli {
@@ -139,6 +142,14 @@ void AddAgentFlags(CLI::App* app, AgentFlags* f) {
                   "(default 60s)");
   app->add_option("--write-max-body", f->write_max_body,
                   "Largest remote-write request body, compressed (default 32MiB)");
+  app->add_option("--admin-token-file", f->admin_token_file,
+                  "The token every state-changing route needs (default DATA_DIR/admin.token, "
+                  "made at first start with mode 0600)");
+  app->add_option("--write-token-file", f->write_token_file,
+                  "A second token that may only send data (remote-write, events)");
+  app->add_flag("--insecure-listen", f->insecure_listen,
+                "Serve beyond loopback with no token configured (reads open to the network, "
+                "every write refused); logged as a warning");
   AddStoreFlags(app, f);
   app->add_option("--log-level", f->log_level, "debug, info, warning or error (default info)");
 }
@@ -187,6 +198,8 @@ std::map<std::string, std::string*> FlagFields(AgentFlags* f) {
           {"http-body-timeout", &f->http_body_timeout},
           {"http-idle-timeout", &f->http_idle_timeout},
           {"write-max-body", &f->write_max_body},
+          {"admin-token-file", &f->admin_token_file},
+          {"write-token-file", &f->write_token_file},
           {"log-level", &f->log_level}};
 }
 
@@ -315,6 +328,36 @@ Result<server::HttpOptions> MakeHttpOptions(const AgentFlags& f) {
     return Status::InvalidArgument("bad --write-max-body '" + f.write_max_body +
                                    "': from 1KiB to 1GiB");
   o.max_write_body_bytes = static_cast<size_t>(*body);
+
+  std::string admin_path = f.admin_token_file;
+  if (admin_path.empty() && !f.data_dir.empty())
+    admin_path = f.data_dir + "/" + server::kAdminTokenFile;
+  if (!admin_path.empty()) {
+    auto token = server::LoadOrCreateAdminToken(admin_path);
+    if (!token.ok()) return token.status();
+    o.auth.admin_token = *token;
+    o.auth.admin_token_path = admin_path;
+  }
+  if (!f.write_token_file.empty()) {
+    auto token = server::ReadTokenFile(f.write_token_file);
+    if (!token.ok()) return token.status();
+    o.auth.write_token = *token;
+  }
+  auto addr = server::ParseListenAddress(f.listen);
+  if (!addr.ok()) return addr.status();
+  if (!server::IsLoopbackHost(addr->host) && o.auth.admin_token.empty() &&
+      o.auth.write_token.empty()) {
+    if (!f.insecure_listen)
+      return Status::InvalidArgument(
+          "--listen " + f.listen +
+          " serves beyond loopback, and no token is configured: give --data-dir (its "
+          "admin.token) or --admin-token-file, or --insecure-listen to serve reads to the "
+          "network anyway");
+    GW_LOG_WARN(
+        "INSECURE: --listen {} serves beyond loopback with no token: anyone who reaches it reads "
+        "every job's logs and metrics (writes stay refused)",
+        f.listen);
+  }
   return o;
 }
 

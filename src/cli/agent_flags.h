@@ -60,6 +60,10 @@ struct AgentFlags {
   std::string http_body_timeout = "60s";
   std::string http_idle_timeout = "60s";
   std::string write_max_body = "32MiB";
+  // Tokens (server/auth.h).
+  std::string admin_token_file;  // default <data-dir>/admin.token
+  std::string write_token_file;
+  bool insecure_listen = false;
 };
 
 void AddStoreFlags(CLI::App* app, AgentFlags* f);
@@ -73,6 +77,8 @@ Status ApplyConfig(CLI::App* app, AgentFlags* f);
 // The agent's options. The --job-hang-* flags set the one hang policy the diagnosis and the
 // job registry share (AgentOptions::diagnosis.hang; model/hang_policy.h).
 Result<server::AgentOptions> MakeOptions(const AgentFlags& f, const std::string& version);
+// The HTTP limits and the tokens: reads or creates the admin token, reads the write token, and
+// refuses a listener beyond loopback with no token unless --insecure-listen.
 Result<server::HttpOptions> MakeHttpOptions(const AgentFlags& f);
 
 }  // namespace gpuwatch::cli

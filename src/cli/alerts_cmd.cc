@@ -75,14 +75,15 @@ int RunSilenceAdd(const SilenceCommand& c, std::ostream& out, std::ostream& err)
   if (!c.job.empty()) body["job"] = c.job;
   if (!c.cause.empty()) body["cause"] = c.cause;
   if (c.gpu) body["gpu"] = *c.gpu;
-  if (!c.comment.empty()) body["comment"] = c.comment;
+  // The agent records who authenticated (the token's principal) as created_by; who typed the
+  // command is the user's word, so it goes into the comment.
   std::string by = c.created_by;
   if (by.empty()) {
     const char* user = std::getenv("USER");
     by = user && *user ? user : std::to_string(getuid());
   }
-  body["created_by"] = by;
-  auto r = AgentSendJson(c.agent, "POST", "/api/v1/silences", body.dump());
+  body["comment"] = c.comment.empty() ? "by " + by : c.comment + " (by " + by + ")";
+  auto r = AgentSendJson(c.agent, "POST", "/api/v1/silences", body.dump(), c.token_file);
   if (!r.ok()) return Error(err, "silence add", r.status());
   out << Str(*r, "id") << "\n";
   return 0;
@@ -113,7 +114,7 @@ int RunSilenceList(const SilenceCommand& c, std::ostream& out, std::ostream& err
 }
 
 int RunSilenceExpire(const SilenceCommand& c, std::ostream& out, std::ostream& err) {
-  auto r = AgentSendJson(c.agent, "DELETE", "/api/v1/silences/" + c.id);
+  auto r = AgentSendJson(c.agent, "DELETE", "/api/v1/silences/" + c.id, "", c.token_file);
   if (!r.ok()) return Error(err, "silence expire", r.status());
   out << "expired " << c.id << "\n";
   return 0;

@@ -15,6 +15,7 @@ struct SilenceCommand {
   std::optional<int> gpu;
   std::string duration = "2h";
   std::string comment, created_by;
+  std::string token_file;  // --token-file (cli/job_view.h FindAgentToken)
   bool maintenance = false;
   std::string id;  // expire
   bool json = false;

@@ -2,8 +2,12 @@
 
 #include <fmt/format.h>
 #include <httplib.h>
+#include <unistd.h>
 
 #include <cstdlib>
+#include <vector>
+
+#include "server/auth.h"
 
 namespace gpuwatch::cli {
 namespace {
@@ -165,12 +169,43 @@ Result<json> AgentGetJson(const std::string& agent_url, const std::string& path)
   return j;
 }
 
+Result<std::string> FindAgentToken(const std::string& token_file) {
+  if (!token_file.empty()) return server::ReadTokenFile(token_file);
+  if (const char* env = std::getenv("GPUWATCH_TOKEN_FILE"); env && *env)
+    return server::ReadTokenFile(env);
+  std::vector<std::string> dirs = {"/var/lib/gpuwatch"};
+  if (const char* xdg = std::getenv("XDG_STATE_HOME"); xdg && *xdg)
+    dirs.push_back(std::string(xdg) + "/gpuwatch");
+  else if (const char* home = std::getenv("HOME"); home && *home)
+    dirs.push_back(std::string(home) + "/.local/state/gpuwatch");
+  for (const auto& d : dirs) {
+    const std::string path = d + "/" + server::kAdminTokenFile;
+    if (::access(path.c_str(), R_OK) != 0) continue;
+    if (auto t = server::ReadTokenFile(path); t.ok()) return t;
+  }
+  return std::string();
+}
+
+namespace {
+Result<httplib::Headers> AuthHeaders(const std::string& token_file) {
+  auto token = FindAgentToken(token_file);
+  if (!token.ok()) return token.status();
+  httplib::Headers h;
+  if (!token->empty()) h.emplace("Authorization", "Bearer " + *token);
+  return h;
+}
+}  // namespace
+
 Result<json> AgentSendJson(const std::string& agent_url, const std::string& method,
-                           const std::string& path, const std::string& body) {
+                           const std::string& path, const std::string& body,
+                           const std::string& token_file) {
+  auto headers = AuthHeaders(token_file);
+  if (!headers.ok()) return headers.status();
   httplib::Client c(agent_url);
   c.set_connection_timeout(3);
   c.set_read_timeout(30);
-  auto res = method == "DELETE" ? c.Delete(path) : c.Post(path, body, "application/json");
+  auto res = method == "DELETE" ? c.Delete(path, *headers)
+                                : c.Post(path, *headers, body, "application/json");
   if (!res)
     return Status::Unavailable("no agent answers at " + agent_url + " (" +
                                httplib::to_string(res.error()) +
@@ -188,14 +223,16 @@ Result<json> AgentSendJson(const std::string& agent_url, const std::string& meth
   return j;
 }
 
-Status AgentAnnotate(const std::string& agent_url, const std::string& text,
-                     const std::string& job) {
+Status AgentAnnotate(const std::string& agent_url, const std::string& text, const std::string& job,
+                     const std::string& token_file) {
   if (text.empty()) return Status::InvalidArgument("annotate: empty text");
+  auto headers = AuthHeaders(token_file);
+  if (!headers.ok()) return headers.status();
   json e = {{"kind", "annotation"}, {"severity", "info"}, {"text", text}};
   if (!job.empty()) e["job"] = job;
   httplib::Client c(agent_url);
   c.set_connection_timeout(3);
-  auto res = c.Post("/api/v1/events",
+  auto res = c.Post("/api/v1/events", *headers,
                     json::array({e}).dump(-1, ' ', false, json::error_handler_t::replace),
                     "application/json");
   if (!res)

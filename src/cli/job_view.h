@@ -27,9 +27,18 @@ Result<std::string> AgentGet(const std::string& agent_url, const std::string& pa
 // GET `path`; the body parsed as JSON. Unavailable when no agent answers, NotFound on 404.
 Result<nlohmann::json> AgentGetJson(const std::string& agent_url, const std::string& path);
 // POST (with a JSON body) or DELETE; the reply's JSON. A refusal carries the agent's "error".
+// The token for routes that change the agent's state (server/auth.h): `token_file` when given,
+// else $GPUWATCH_TOKEN_FILE, else the first readable admin.token of the default data dirs
+// (/var/lib/gpuwatch, $XDG_STATE_HOME/gpuwatch or ~/.local/state/gpuwatch). Empty when none
+// is found: the agent's 401 then says where its token is. A named file that cannot be read is
+// an error.
+Result<std::string> FindAgentToken(const std::string& token_file);
+
 Result<nlohmann::json> AgentSendJson(const std::string& agent_url, const std::string& method,
-                                     const std::string& path, const std::string& body = "");
+                                     const std::string& path, const std::string& body,
+                                     const std::string& token_file);
 // POST one annotation event (kind "annotation"), optionally about one job.
-Status AgentAnnotate(const std::string& agent_url, const std::string& text, const std::string& job);
+Status AgentAnnotate(const std::string& agent_url, const std::string& text, const std::string& job,
+                     const std::string& token_file);
 
 }  // namespace gpuwatch::cli

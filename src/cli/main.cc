@@ -328,12 +328,15 @@ int Main(int argc, char** argv) {
   job_cmd->add_option("id", job_id, "Job id")->required();
   job_cmd->add_option("--agent", agent_url, "The agent's URL");
   job_cmd->add_flag("--json", jobs_json, "Print the agent's JSON");
-  std::string annotate_text, annotate_job;
+  std::string annotate_text, annotate_job, annotate_token_file;
   auto* annotate_cmd = app.add_subcommand(
       "annotate", "Put a note on the time line (R21), e.g. gpuwatch annotate \"switched to TP=4\"");
   annotate_cmd->add_option("text", annotate_text, "What changed")->required();
   annotate_cmd->add_option("--job", annotate_job, "The job it concerns");
   annotate_cmd->add_option("--agent", agent_url, "The agent's URL");
+  annotate_cmd->add_option("--token-file", annotate_token_file,
+                           "A token of the agent (default $GPUWATCH_TOKEN_FILE, else admin.token "
+                           "in the default data dir)");
 
   RecordOptions rec;
   rec.agent_url = agent_url;
@@ -537,7 +540,9 @@ int Main(int argc, char** argv) {
   sil_add->add_option("--cause", sil.cause, "Match this cause (findings.md, or user:RULE)");
   sil_add->add_option("--for", sil.duration, "How long (default 2h)");
   sil_add->add_option("--comment", sil.comment, "Why");
-  sil_add->add_option("--created-by", sil.created_by, "Who (default $USER)");
+  sil_add->add_option("--created-by", sil.created_by,
+                      "Who, added to the comment (default $USER); the agent records the token "
+                      "that authenticated as created_by");
   sil_add->add_flag("--maintenance", sil.maintenance, "A maintenance window, not a silence");
   auto* sil_list = silence_cmd->add_subcommand("list", "Active and pending silences");
   sil_list->add_flag("--json", sil.json, "Print JSON");
@@ -545,6 +550,10 @@ int Main(int argc, char** argv) {
   sil_expire->add_option("ID", sil.id, "The silence's id")->required();
   for (auto* c : {sil_add, sil_list, sil_expire})
     c->add_option("--agent", sil.agent, "The agent's URL");
+  for (auto* c : {sil_add, sil_expire})
+    c->add_option("--token-file", sil.token_file,
+                  "The agent's admin token (default $GPUWATCH_TOKEN_FILE, else admin.token in "
+                  "the default data dir)");
 
   BaselineCommand bl;
   auto* baseline_cmd = app.add_subcommand(
@@ -649,7 +658,8 @@ int Main(int argc, char** argv) {
     return RunRecord(rec, std::cout, std::cerr);
   }
   if (annotate_cmd->parsed()) {
-    if (Status st = AgentAnnotate(agent_url, annotate_text, annotate_job); !st.ok())
+    if (Status st = AgentAnnotate(agent_url, annotate_text, annotate_job, annotate_token_file);
+        !st.ok())
       return Fail(st);
     return 0;
   }

@@ -135,6 +135,8 @@ void HttpServer::AddRoutes() {
                 return;
               }
               auto s = analyze::SilenceFromJson(body, WallClockMs());
+              // The author is who authenticated, never what the client wrote (issue 17, D2).
+              if (s.ok()) s->created_by = req.principal;
               Result<std::string> id =
                   s.ok() ? agent->AddSilence(*s) : Result<std::string>(s.status());
               if (!id.ok()) {
@@ -348,6 +350,7 @@ void HttpServer::AddQueryRoutes() {
 
 Status HttpServer::Start(const ListenAddress& addr) {
   AddRoutes();
+  server_.SetAuthorizer(MakeAuthorizer(options_.auth));
   return server_.Start(addr.host, addr.port);
 }
 

@@ -15,6 +15,7 @@
 #include "http/server.h"
 #include "query/engine.h"
 #include "server/agent.h"
+#include "server/auth.h"
 #include "server/listen_address.h"
 #include "store/event_store.h"
 #include "store/store.h"
@@ -30,6 +31,7 @@ struct HttpOptions {
   std::chrono::milliseconds query_timeout = std::chrono::seconds(30);
   size_t max_concurrent_queries = 4;
   query::EngineOptions query;
+  AuthConfig auth;  // who may change state (server/auth.h)
 };
 
 class HttpServer {

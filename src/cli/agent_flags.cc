@@ -142,6 +142,12 @@ void AddAgentFlags(CLI::App* app, AgentFlags* f) {
                   "(default 60s)");
   app->add_option("--write-max-body", f->write_max_body,
                   "Largest remote-write request body, compressed (default 32MiB)");
+  app->add_option("--max-series", f->max_series,
+                  "New series remote-write may create, all senders together (default 1000000); "
+                  "samples of further new series get 400");
+  app->add_option("--max-series-per-sender", f->max_series_per_sender,
+                  "New series one remote-write sender (token and address) may create (default "
+                  "200000)");
   app->add_option("--admin-token-file", f->admin_token_file,
                   "The token every state-changing route needs (default DATA_DIR/admin.token, "
                   "made at first start with mode 0600)");
@@ -198,6 +204,8 @@ std::map<std::string, std::string*> FlagFields(AgentFlags* f) {
           {"http-body-timeout", &f->http_body_timeout},
           {"http-idle-timeout", &f->http_idle_timeout},
           {"write-max-body", &f->write_max_body},
+          {"max-series", &f->max_series},
+          {"max-series-per-sender", &f->max_series_per_sender},
           {"admin-token-file", &f->admin_token_file},
           {"write-token-file", &f->write_token_file},
           {"log-level", &f->log_level}};
@@ -305,9 +313,9 @@ Result<server::HttpOptions> MakeHttpOptions(const AgentFlags& f) {
   };
   auto count = [](const char* flag, const std::string& text, size_t* out) -> Status {
     auto n = ParseInt<int64_t>(text);
-    if (!n || *n < 1 || *n > 1'000'000)
+    if (!n || *n < 1 || *n > 100'000'000)
       return Status::InvalidArgument(std::string("bad --") + flag + " '" + text +
-                                     "': a whole number from 1 to 1000000");
+                                     "': a whole number from 1 to 100000000");
     *out = static_cast<size_t>(*n);
     return Status::Ok();
   };
@@ -328,6 +336,11 @@ Result<server::HttpOptions> MakeHttpOptions(const AgentFlags& f) {
     return Status::InvalidArgument("bad --write-max-body '" + f.write_max_body +
                                    "': from 1KiB to 1GiB");
   o.max_write_body_bytes = static_cast<size_t>(*body);
+  size_t series = 0, per_sender = 0;
+  GW_RETURN_IF_ERROR(count("max-series", f.max_series, &series));
+  GW_RETURN_IF_ERROR(count("max-series-per-sender", f.max_series_per_sender, &per_sender));
+  o.remote_write.max_series = series;
+  o.remote_write.max_series_per_sender = per_sender;
 
   std::string admin_path = f.admin_token_file;
   if (admin_path.empty() && !f.data_dir.empty())

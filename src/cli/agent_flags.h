@@ -60,6 +60,8 @@ struct AgentFlags {
   std::string http_body_timeout = "60s";
   std::string http_idle_timeout = "60s";
   std::string write_max_body = "32MiB";
+  std::string max_series = "1000000";
+  std::string max_series_per_sender = "200000";
   // Tokens (server/auth.h).
   std::string admin_token_file;  // default <data-dir>/admin.token
   std::string write_token_file;

@@ -702,5 +702,9 @@ int main(int argc, char** argv) {
   mallopt(M_ARENA_MAX, 1);
   mallopt(M_MMAP_THRESHOLD, 64 << 20);
   mallopt(M_TRIM_THRESHOLD, 64 << 20);
+  // Under a file-size limit (systemd's LimitFSIZE, ulimit -f) a write past it raises SIGXFSZ,
+  // whose default action kills the process without a word. Ignored, the write fails with
+  // EFBIG and the store reports it like a full disk (issue 17, D11).
+  signal(SIGXFSZ, SIG_IGN);
   return gpuwatch::cli::Main(argc, argv);
 }

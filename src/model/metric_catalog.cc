@@ -64,7 +64,7 @@ constexpr std::array<GpuMetricDesc, kNumGpuMetrics> kGpu = {{
 }};
 
 constexpr MetricType kI = MetricType::kInfo;
-constexpr std::array<OtherMetricDesc, 78> kOther = {{
+constexpr std::array<OtherMetricDesc, 85> kOther = {{
   // GPU, beyond scalars.
   {"gpuwatch_gpu_info", kI, "serial, vbios_version, minor_number, mig_mode", "Static facts of a GPU; value 1."},
   {"gpuwatch_gpu_up", kG, "", "1 while the GPU answers NVML, 0 after it was lost (XID 79, GPU_IS_LOST)."},
@@ -148,6 +148,14 @@ constexpr std::array<OtherMetricDesc, 78> kOther = {{
   {"gpuwatch_agent_tick_seconds", kG, "Hostname, tier", "Wall time of the last collection tick of each tier."},
   {"gpuwatch_alerts_firing", kG, "Hostname, severity, state", "Alerts firing now (docs/format/alerts.md), by severity, notified or suppressed (silenced, in maintenance or inhibited)."},
   {"gpuwatch_alert_notifications_total", kC, "Hostname, receiver, result", "Alert posts to the webhook or Alertmanager: sent, failed (retried) or dropped (webhook queue full)."},
+  // Limits (docs/limits.md): what the agent refused to keep itself and its data safe.
+  {"gpuwatch_http_requests_total", kC, "Hostname", "HTTP requests read in full and routed."},
+  {"gpuwatch_http_connections", kG, "Hostname", "HTTP connections open now."},
+  {"gpuwatch_http_refused_total", kC, "Hostname, reason", "HTTP connections or requests refused by a limit: bad_request, head_too_large, body_too_large, head_timeout, body_timeout, write_timeout, too_many_connections, too_many_per_source, queue_full, body_budget, unauthorized."},
+  {"gpuwatch_queries_refused_total", kC, "Hostname, reason", "PromQL queries stopped or refused: concurrency (over --query-max-concurrency), timeout (--query-timeout), cancelled (the client left), limit (samples, series or work)."},
+  {"gpuwatch_remote_write_series", kG, "Hostname", "Series created by remote-write senders since the agent started (bounded by --max-series)."},
+  {"gpuwatch_remote_write_refused_samples_total", kC, "Hostname, reason", "Remote-write samples refused: series_limit (a new series over --max-series or --max-series-per-sender), out_of_bounds (timestamp before 1970 or after 2262)."},
+  {"gpuwatch_remote_write_refused_requests_total", kC, "Hostname, reason", "Remote-write requests refused whole: too_large (inflated size, series, samples or labels over the per-request limits, 413)."},
   {"gpuwatch_agent_tier_cpu_seconds_total", kC, "Hostname, tier", "CPU time each tier of the agent's collection thread used since start (topology, gpu, host, processes, jobs, drain, diagnosis): the agent's own cost."},
 }};
 // clang-format on

@@ -528,4 +528,29 @@ void RenderPrometheus(const AgentState& s, std::string* out) {
   RenderJobPoints(JobMetricPoints(s.hostname, s.jobs, s.job_counters), b);
 }
 
+void RenderLimitCounters(std::string_view hostname, const LimitCounters& c, std::string* out) {
+  Buf& b = *out;
+  const std::string host = "Hostname=\"" + EscapeLabelValue(hostname) + "\"";
+  auto one = [&](std::string_view name, double v) {
+    HeaderOther(b, name);
+    Line(b, name, host, "", v);
+  };
+  auto by_reason = [&](std::string_view name,
+                       const std::vector<std::pair<std::string_view, uint64_t>>& counts) {
+    HeaderOther(b, name);
+    for (const auto& [reason, n] : counts)
+      Line(b, name, host, fmt::format("reason=\"{}\"", reason), static_cast<double>(n));
+  };
+  one("gpuwatch_http_requests_total", static_cast<double>(c.http_requests));
+  one("gpuwatch_http_connections", static_cast<double>(c.http_connections));
+  by_reason("gpuwatch_http_refused_total", c.http_refused);
+  by_reason("gpuwatch_queries_refused_total", c.queries_refused);
+  one("gpuwatch_remote_write_series", static_cast<double>(c.remote_write_series));
+  by_reason("gpuwatch_remote_write_refused_samples_total",
+            {{"series_limit", c.remote_write_refused_series_limit},
+             {"out_of_bounds", c.remote_write_refused_out_of_bounds}});
+  by_reason("gpuwatch_remote_write_refused_requests_total",
+            {{"too_large", c.remote_write_refused_too_large}});
+}
+
 }  // namespace gpuwatch::server

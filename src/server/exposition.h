@@ -1,7 +1,11 @@
 // Prometheus text exposition (format 0.0.4) of an AgentState. Pure function; thread-safe.
 #pragma once
 
+#include <cstdint>
 #include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
 
 #include "server/agent_state.h"
 
@@ -10,5 +14,19 @@ namespace gpuwatch::server {
 // Escapes a label value per the exposition format (\\, \", \n).
 std::string EscapeLabelValue(std::string_view v);
 void RenderPrometheus(const AgentState& state, std::string* out);
+
+// What the HTTP server, the query API and remote-write refused (docs/limits.md): counters the
+// agent state does not hold, appended to /metrics by the HTTP layer.
+struct LimitCounters {
+  uint64_t http_requests = 0;
+  uint64_t http_connections = 0;
+  std::vector<std::pair<std::string_view, uint64_t>> http_refused;     // by reason
+  std::vector<std::pair<std::string_view, uint64_t>> queries_refused;  // by reason
+  uint64_t remote_write_series = 0;
+  uint64_t remote_write_refused_series_limit = 0;
+  uint64_t remote_write_refused_out_of_bounds = 0;
+  uint64_t remote_write_refused_too_large = 0;
+};
+void RenderLimitCounters(std::string_view hostname, const LimitCounters& c, std::string* out);
 
 }  // namespace gpuwatch::server

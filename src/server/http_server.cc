@@ -1,5 +1,7 @@
 #include "server/http_server.h"
 
+#include <malloc.h>
+
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -31,7 +33,8 @@ HttpServer::HttpServer(const Agent* agent, store::Store* store, store::EventStor
       store_(store),
       events_(events),
       options_(std::move(options)),
-      server_(options_.limits) {}
+      server_(options_.limits),
+      remote_write_(options_.remote_write) {}
 
 HttpServer::~HttpServer() { Stop(); }
 
@@ -48,6 +51,8 @@ void HttpServer::AddRoutes() {
       RenderPrometheus(s, &body);
       return 0;
     });
+    RenderLimitCounters(agent->WithState([](const AgentState& s) { return s.hostname; }),
+                        Counters(), &body);
     metrics_size_hint_.store(body.size() + body.size() / 8, std::memory_order_relaxed);
     if (AcceptsGzip(req.Header("Accept-Encoding"))) {
       if (auto z = GzipCompress(body); z.ok()) {
@@ -307,10 +312,15 @@ void HttpServer::AddQueryRoutes() {
   auto& srv = server_;
   srv.Route("POST", "/api/v1/write",
             [this](const Request& req, Response& res) {
+              // Series are counted per sender: the token's principal and the address it came from.
               const HttpReply r =
-                  HandleRemoteWrite(store_, req.body, req.Header("Content-Encoding"));
+                  remote_write_.Handle(store_, req.body, req.Header("Content-Encoding"),
+                                       req.principal + "@" + req.remote_address);
               res.status = r.status;
               if (!r.body.empty()) res.Set(r.body, "text/plain");
+              // A large request's peak (the decoded batch) is returned to the OS now, not held as
+              // RSS until the heap top happens to be free (issue 17, D3).
+              if (req.body.size() > (4u << 20)) malloc_trim(0);
             },
             {.access = Access::kWrite, .max_body_bytes = options_.max_write_body_bytes});
   // The Prometheus query API (GET and form POST, as Grafana sends both).
@@ -319,6 +329,7 @@ void HttpServer::AddQueryRoutes() {
     // queries can never take every worker from /metrics and the write path.
     if (queries_running_.fetch_add(1) >= options_.max_concurrent_queries) {
       queries_running_.fetch_sub(1);
+      queries_refused_[0].fetch_add(1);
       res.status = 503;
       res.SetHeader("Retry-After", "1");
       res.Set(
@@ -338,6 +349,13 @@ void HttpServer::AddQueryRoutes() {
     o.deadline = std::chrono::steady_clock::now() + options_.query_timeout;
     o.cancelled = req.cancelled.get();
     const ApiResponse r = HandleQueryApi(*store_, o, api);
+    if (r.http_status == 503 && r.body.find(R"("errorType":"timeout")") != std::string::npos)
+      queries_refused_[1].fetch_add(1);
+    else if (r.http_status == 503 && r.body.find(R"("errorType":"canceled")") != std::string::npos)
+      queries_refused_[2].fetch_add(1);
+    else if (r.http_status == 422 && (r.body.find("too many") != std::string::npos ||
+                                      r.body.find("would visit more") != std::string::npos))
+      queries_refused_[3].fetch_add(1);
     res.status = r.http_status;
     res.Set(r.body, "application/json");
   };
@@ -355,5 +373,24 @@ Status HttpServer::Start(const ListenAddress& addr) {
 }
 
 void HttpServer::Stop() { server_.Stop(); }
+
+LimitCounters HttpServer::Counters() const {
+  LimitCounters c;
+  const http::ServerStats st = server_.Stats();
+  c.http_requests = st.requests;
+  c.http_connections = st.connections_open;
+  for (size_t i = 0; i < st.refused.size(); ++i)
+    c.http_refused.emplace_back(http::RefusalName(static_cast<http::Refusal>(i)), st.refused[i]);
+  static constexpr std::string_view kQueryReasons[] = {"concurrency", "timeout", "cancelled",
+                                                       "limit"};
+  for (size_t i = 0; i < 4; ++i)
+    c.queries_refused.emplace_back(kQueryReasons[i], queries_refused_[i].load());
+  const RemoteWriteGate::Counts rw = remote_write_.counts();
+  c.remote_write_series = rw.series_created;
+  c.remote_write_refused_series_limit = rw.samples_refused_series_limit;
+  c.remote_write_refused_out_of_bounds = rw.samples_refused_out_of_bounds;
+  c.remote_write_refused_too_large = rw.requests_refused_too_large;
+  return c;
+}
 
 }  // namespace gpuwatch::server

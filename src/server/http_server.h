@@ -16,7 +16,9 @@
 #include "query/engine.h"
 #include "server/agent.h"
 #include "server/auth.h"
+#include "server/exposition.h"
 #include "server/listen_address.h"
+#include "server/remote_write_handler.h"
 #include "store/event_store.h"
 #include "store/store.h"
 
@@ -32,6 +34,7 @@ struct HttpOptions {
   size_t max_concurrent_queries = 4;
   query::EngineOptions query;
   AuthConfig auth;  // who may change state (server/auth.h)
+  RemoteWriteOptions remote_write;
 };
 
 class HttpServer {
@@ -46,6 +49,7 @@ class HttpServer {
   void Stop();
   int port() const { return server_.port(); }
   http::ServerStats Stats() const { return server_.Stats(); }
+  RemoteWriteGate::Counts RemoteWriteCounts() const { return remote_write_.counts(); }
 
  private:
   void AddRoutes();
@@ -57,6 +61,10 @@ class HttpServer {
   http::Server server_;
   std::atomic<size_t> metrics_size_hint_{64 * 1024};
   std::atomic<size_t> queries_running_{0};
+  // Queries refused or stopped, by reason: concurrency, timeout, cancelled, limit.
+  std::atomic<uint64_t> queries_refused_[4] = {};
+  LimitCounters Counters() const;
+  RemoteWriteGate remote_write_;
 };
 
 }  // namespace gpuwatch::server

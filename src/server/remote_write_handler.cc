@@ -1,18 +1,26 @@
 #include "server/remote_write_handler.h"
 
+#include <algorithm>
+
 #include "common/log.h"
 #include "common/strings.h"
-#include "store/remote_write.h"
 
 namespace gpuwatch::server {
 
-HttpReply HandleRemoteWrite(store::Store* store, std::string_view body,
-                            std::string_view content_encoding) {
+HttpReply RemoteWriteGate::Handle(store::Store* store, std::string_view body,
+                                  std::string_view content_encoding, const std::string& sender) {
   if (!content_encoding.empty() && ToLower(content_encoding) != "snappy")
     return {400, "remote-write: Content-Encoding must be snappy, not '" +
                      std::string(content_encoding) + "'\n"};
-  auto decoded = store::DecodeRemoteWrite(body);
-  if (!decoded.ok()) return {400, decoded.status().message() + "\n"};
+  auto decoded = store::DecodeRemoteWrite(body, options_.decode);
+  if (!decoded.ok()) {
+    if (decoded.status().code() == StatusCode::kResourceExhausted) {
+      std::lock_guard<std::mutex> lock(mu_);
+      ++counts_.requests_refused_too_large;
+      return {413, decoded.status().message() + "\n"};
+    }
+    return {400, decoded.status().message() + "\n"};
+  }
   std::vector<store::Head::Input> batch;
   batch.reserve(decoded->size());
   for (auto& s : *decoded) {
@@ -22,16 +30,46 @@ HttpReply HandleRemoteWrite(store::Store* store, std::string_view body,
     for (const auto& x : s.samples) in.samples.push_back({x.timestamp_ms, x.value});
     batch.push_back(std::move(in));
   }
-  auto r = store->Append(batch);
+  decoded->clear();
+
+  std::lock_guard<std::mutex> lock(mu_);
+  uint64_t& mine = created_by_sender_[sender];
+  store::AppendLimits limits;
+  limits.max_new_series =
+      std::min(options_.max_series_per_sender - std::min(mine, options_.max_series_per_sender),
+               options_.max_series - std::min(counts_.series_created, options_.max_series));
+  auto r = store->Append(batch, limits);
   if (!r.ok()) {
     GW_LOG_ERROR("remote-write: store write failed: {}", r.status().ToString());
     return {500, "store write failed: " + r.status().message() + "\n"};
   }
-  if (r->out_of_order > 0 || r->invalid > 0) {
-    return {400, fmt::format("{} samples stored, {} out of order, {} with invalid labels: {}\n",
-                             r->accepted, r->out_of_order, r->invalid, r->first_error)};
+  mine += r->new_series;
+  counts_.series_created += r->new_series;
+  counts_.samples_refused_series_limit += r->series_limited;
+  counts_.samples_refused_out_of_bounds += r->out_of_bounds;
+  if (r->rejected() > 0) {
+    std::string why = fmt::format("{} samples stored", r->accepted);
+    if (r->out_of_order) why += fmt::format(", {} out of order", r->out_of_order);
+    if (r->invalid) why += fmt::format(", {} with invalid labels or too far ahead", r->invalid);
+    if (r->out_of_bounds)
+      why += fmt::format(", {} with timestamps out of bounds", r->out_of_bounds);
+    if (r->series_limited)
+      why += fmt::format(", {} of new series over the series limit ({} per sender, {} in all)",
+                         r->series_limited, options_.max_series_per_sender, options_.max_series);
+    return {400, why + ": " + r->first_error + "\n"};
   }
   return {204, ""};
+}
+
+RemoteWriteGate::Counts RemoteWriteGate::counts() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return counts_;
+}
+
+HttpReply HandleRemoteWrite(store::Store* store, std::string_view body,
+                            std::string_view content_encoding) {
+  RemoteWriteGate gate;
+  return gate.Handle(store, body, content_encoding, "");
 }
 
 }  // namespace gpuwatch::server

@@ -2,14 +2,25 @@
 // layer passes the body and headers in and sends the reply out).
 //
 // Replies as Prometheus's own receiver does: 204 when everything was stored; 400 with the
-// reason for a body that does not decode or samples that were rejected (out of order, bad
-// labels — the rest of the request is stored; senders do not retry a 400); 500 when the store
-// could not write (disk full: senders retry). Thread-safe (the store serializes appends).
+// reason for a body that does not decode or samples that were rejected (out of order, out of
+// bounds, bad labels, over a series limit — the rest of the request is stored; senders do not
+// retry a 400); 413 for a body that would inflate past the limit; 500 when the store could not
+// write (disk full: senders retry).
+//
+// Limits (docs/limits.md): the decoded request is bounded before it is inflated or allocated
+// (RemoteWriteLimits), and new series are bounded per sender and for all remote writers
+// together, so junk cardinality can neither exhaust memory nor push the real history out
+// through the disk budget (issue 17, D2/D3/D6). Existing series are never refused.
+// Thread-safe: requests pass the gate one at a time (the store serializes appends anyway).
 #pragma once
 
+#include <cstdint>
+#include <map>
+#include <mutex>
 #include <string>
 #include <string_view>
 
+#include "store/remote_write.h"
 #include "store/store.h"
 
 namespace gpuwatch::server {
@@ -19,6 +30,38 @@ struct HttpReply {
   std::string body;
 };
 
+struct RemoteWriteOptions {
+  store::RemoteWriteLimits decode{.max_uncompressed_bytes = 64u << 20,
+                                  .max_series = 200'000,
+                                  .max_samples = 2'000'000,
+                                  .max_labels = 2'000'000};
+  uint64_t max_series_per_sender = 200'000;
+  uint64_t max_series = 1'000'000;  // created by all remote writers together
+};
+
+// Counts the series each sender created, and what is refused.
+class RemoteWriteGate {
+ public:
+  explicit RemoteWriteGate(RemoteWriteOptions options = {}) : options_(options) {}
+  HttpReply Handle(store::Store* store, std::string_view body, std::string_view content_encoding,
+                   const std::string& sender);
+  const RemoteWriteOptions& options() const { return options_; }
+  struct Counts {
+    uint64_t series_created = 0;
+    uint64_t samples_refused_series_limit = 0;
+    uint64_t samples_refused_out_of_bounds = 0;
+    uint64_t requests_refused_too_large = 0;
+  };
+  Counts counts() const;
+
+ private:
+  RemoteWriteOptions options_;
+  mutable std::mutex mu_;
+  std::map<std::string, uint64_t> created_by_sender_;
+  Counts counts_;
+};
+
+// One request with default options and no per-sender accounting (tests, tools).
 HttpReply HandleRemoteWrite(store::Store* store, std::string_view body,
                             std::string_view content_encoding);
 

@@ -41,6 +41,91 @@ TEST(RemoteWriteHandlerTest, StoresAndReplies) {
   head->reset();
   std::filesystem::remove_all(dir);
 }
+class GateTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = ::testing::TempDir() + "/rw_gate_" + std::to_string(getpid());
+    std::filesystem::remove_all(dir_);
+    store::StoreOptions o;
+    o.background = false;
+    auto s = store::Store::Open(dir_, o);
+    ASSERT_TRUE(s.ok()) << s.status().ToString();
+    store_ = std::move(s).value();
+  }
+  void TearDown() override {
+    store_.reset();
+    std::filesystem::remove_all(dir_);
+  }
+  static std::string Series(int from, int to, int64_t t) {
+    std::vector<store::RemoteSeries> v;
+    for (int i = from; i < to; ++i) {
+      store::RemoteSeries s;
+      s.labels = {{"__name__", "junk"}, {"id", std::to_string(i)}};
+      s.samples = {{t, 1}};
+      v.push_back(std::move(s));
+    }
+    return store::EncodeRemoteWrite(v);
+  }
+  std::string dir_;
+  std::unique_ptr<store::Store> store_;
+};
+
+constexpr int64_t kNowMs = 1'700'000'000'000;
+
+// D1 (issue 17): a timestamp near INT64_MIN gets a 400 that names it, and the rest is stored.
+TEST_F(GateTest, D1_TimestampNearInt64MinIsRefusedByName) {
+  store::RemoteSeries s;
+  s.labels = {{"__name__", "x"}};
+  s.samples = {{INT64_MIN, 1}, {kNowMs, 1}};
+  RemoteWriteGate gate;
+  const HttpReply r = gate.Handle(store_.get(), store::EncodeRemoteWrite({s}), "snappy", "a");
+  EXPECT_EQ(r.status, 400);
+  EXPECT_NE(r.body.find("1 samples stored, 1 with timestamps out of bounds"), std::string::npos)
+      << r.body;
+  EXPECT_TRUE(store_->Flush().ok());
+}
+
+// D6 (issue 17): new series are bounded per sender and in all; the first one over the limit is
+// refused with the reason, existing series keep being accepted, and another sender has its own.
+TEST_F(GateTest, D6_SeriesLimitsPerSenderAndInAll) {
+  RemoteWriteOptions o;
+  o.max_series_per_sender = 3;
+  o.max_series = 5;
+  RemoteWriteGate gate(o);
+  EXPECT_EQ(gate.Handle(store_.get(), Series(0, 3, kNowMs), "snappy", "a").status, 204);
+  HttpReply r = gate.Handle(store_.get(), Series(3, 4, kNowMs), "snappy", "a");
+  EXPECT_EQ(r.status, 400);
+  EXPECT_NE(r.body.find("over the series limit (3 per sender, 5 in all)"), std::string::npos)
+      << r.body;
+  // Its existing series are still taken.
+  EXPECT_EQ(gate.Handle(store_.get(), Series(0, 3, kNowMs + 1000), "snappy", "a").status, 204);
+  // Sender b may create 2 more (5 in all), not 3.
+  r = gate.Handle(store_.get(), Series(10, 13, kNowMs), "snappy", "b");
+  EXPECT_EQ(r.status, 400);
+  EXPECT_NE(r.body.find("2 samples stored"), std::string::npos) << r.body;
+  EXPECT_EQ(gate.counts().series_created, 5u);
+  EXPECT_EQ(gate.counts().samples_refused_series_limit, 2u);
+  auto values = store_->LabelValues("id", {});
+  ASSERT_TRUE(values.ok());
+  EXPECT_EQ(values->size(), 5u);  // no phantom series from the refused ones
+}
+
+// D3 (issue 17): a 3 MB body that inflates to 64 MiB of empty labels is refused with 413 before
+// it is decoded into gigabytes.
+TEST_F(GateTest, D3_DecompressionBombIsRefused413) {
+  store::RemoteSeries s;
+  s.labels.assign(60, {"", ""});
+  s.samples = {{kNowMs, 1}};
+  std::vector<store::RemoteSeries> many(40'000, s);
+  const std::string body = store::EncodeRemoteWrite(many);
+  RemoteWriteOptions o;
+  o.decode.max_labels = 1'000'000;
+  RemoteWriteGate gate(o);
+  const HttpReply r = gate.Handle(store_.get(), body, "snappy", "a");
+  EXPECT_EQ(r.status, 413) << r.body;
+  EXPECT_NE(r.body.find("labels in one request"), std::string::npos) << r.body;
+  EXPECT_EQ(gate.counts().requests_refused_too_large, 1u);
+}
 
 }  // namespace
 }  // namespace gpuwatch::server

@@ -37,6 +37,9 @@ Result<std::unique_ptr<Head>> Head::Open(const std::string& dir, HeadOptions opt
   if (head->replay_bad_records_ > 0)
     GW_LOG_WARN("store: {} WAL records with a valid CRC could not be decoded and were skipped",
                 head->replay_bad_records_);
+  if (head->replay_out_of_bounds_ > 0)
+    GW_LOG_WARN("store: {} WAL samples with timestamps before 1970 or after 2262 were dropped",
+                head->replay_out_of_bounds_);
   return head;
 }
 
@@ -223,6 +226,12 @@ void Head::Replay(uint8_t type, std::string_view payload) {
       c.ok = false;
       break;
     }
+    // A store written before timestamps were bounded may hold a sample near INT64_MIN, which
+    // would stop every flush (issue 17, D1): such samples are dropped on replay.
+    if (t < kMinSampleTimeMs || t > kMaxSampleTimeMs) {
+      ++replay_out_of_bounds_;
+      continue;
+    }
     MemSeries& s = SeriesFor(replay_refs_[logged_ref]);
     std::lock_guard<std::mutex> lock(s.mu);
     if (!s.has_last || t > s.last_t_ms) {
@@ -233,18 +242,26 @@ void Head::Replay(uint8_t type, std::string_view payload) {
   if (!c.ok) ++replay_bad_records_;
 }
 
-Result<AppendResult> Head::Append(const std::vector<Input>& batch) {
+Result<AppendResult> Head::Append(const std::vector<Input>& batch, const AppendLimits& limits) {
   AppendResult result;
   std::lock_guard<std::mutex> lock(append_mu_);
+  if (!wal_) return Status::Unavailable("the store is open read-only");
   struct Pending {
     MemSeries* series;
     int64_t t_ms;
     double value;
   };
+  // One WAL record's worth: split at half the record limit so a record never exceeds it (a
+  // series definition or a sample is far smaller than the other half).
+  constexpr size_t kSplitBytes = kMaxWalRecordBytes / 2;
   std::vector<Pending> pending;
   std::vector<MemSeries*> newly_logged;
   std::string series_part, samples_part;
   uint64_t new_series = 0, n_samples = 0;
+  // Refs created since the last record written: the ones a failed write takes back. Appends
+  // are serialized by append_mu_, so they are the newest refs of the index.
+  SeriesRef first_unlogged_ref = static_cast<SeriesRef>(index_.size());
+  uint64_t created = 0;
   // Each series' newest sample as this batch goes on (the head's, then the batch's accepted
   // ones). A hash map: remote-write batches carry thousands of series.
   struct Newest {
@@ -254,6 +271,40 @@ Result<AppendResult> Head::Append(const std::vector<Input>& batch) {
   };
   std::unordered_map<MemSeries*, Newest> newest;
 
+  auto write_record = [&]() -> Status {
+    if (n_samples == 0 && new_series == 0) return Status::Ok();
+    std::string record;
+    PutVarint(&record, new_series);
+    record += series_part;
+    PutVarint(&record, n_samples);
+    record += samples_part;
+    if (Status st = wal_->Append(kBatchRecord, record); !st.ok()) {
+      // Nothing of this record is applied; its new series leave no trace in the index.
+      index_.RemoveFrom(first_unlogged_ref);
+      std::lock_guard<std::mutex> sl(series_mu_);
+      if (series_.size() > first_unlogged_ref) series_.resize(first_unlogged_ref);
+      return st;
+    }
+    for (MemSeries* m : newly_logged) m->logged = true;
+    int64_t lo = INT64_MAX, hi = INT64_MIN;
+    for (const auto& p : pending) {
+      std::lock_guard<std::mutex> sl(p.series->mu);
+      ApplySample(*p.series, p.t_ms, p.value);
+      lo = std::min(lo, p.t_ms);
+      hi = std::max(hi, p.t_ms);
+    }
+    if (!pending.empty()) NoteUnflushed(lo, hi);
+    result.accepted += n_samples;
+    result.new_series += new_series;
+    pending.clear();
+    newly_logged.clear();
+    series_part.clear();
+    samples_part.clear();
+    new_series = n_samples = 0;
+    first_unlogged_ref = static_cast<SeriesRef>(index_.size());
+    return Status::Ok();
+  };
+
   for (const auto& in : batch) {
     auto labels = MakeLabels(in.labels);
     if (!labels.ok()) {
@@ -261,29 +312,50 @@ Result<AppendResult> Head::Append(const std::vector<Input>& batch) {
       if (result.first_error.empty()) result.first_error = labels.status().message();
       continue;
     }
-    const SeriesRef ref = index_.GetOrCreate(*labels);
+    bool is_new = false;
+    SeriesRef ref;
+    if (auto found = index_.Find(*labels)) {
+      ref = *found;
+    } else {
+      if (created >= limits.max_new_series) {
+        result.series_limited += in.samples.size();
+        if (result.first_error.empty())
+          result.first_error = "series limit reached: " + LabelsToString(*labels) +
+                               " is a new series and this sender may create no more";
+        continue;
+      }
+      ref = index_.GetOrCreate(*labels, &is_new);
+      if (is_new) ++created;
+    }
     MemSeries& s = SeriesFor(ref);
     auto [it, first_in_batch] = newest.try_emplace(&s);
     Newest& last = it->second;
     if (first_in_batch) {
-      {
-        std::lock_guard<std::mutex> sl(s.mu);
-        last = {s.has_last, s.last_t_ms, s.last_value};
-      }
-      if (!s.logged) {
-        newly_logged.push_back(&s);
-        ++new_series;
-        PutVarint(&series_part, ref);
-        PutVarint(&series_part, labels->size());
-        for (const auto& l : *labels) {
-          PutVarint(&series_part, l.name.size());
-          series_part += l.name;
-          PutVarint(&series_part, l.value.size());
-          series_part += l.value;
-        }
+      std::lock_guard<std::mutex> sl(s.mu);
+      last = {s.has_last, s.last_t_ms, s.last_value};
+    }
+    if (!s.logged &&
+        std::find(newly_logged.begin(), newly_logged.end(), &s) == newly_logged.end()) {
+      newly_logged.push_back(&s);
+      ++new_series;
+      PutVarint(&series_part, ref);
+      PutVarint(&series_part, labels->size());
+      for (const auto& l : *labels) {
+        PutVarint(&series_part, l.name.size());
+        series_part += l.name;
+        PutVarint(&series_part, l.value.size());
+        series_part += l.value;
       }
     }
     for (const auto& x : in.samples) {
+      if (x.t_ms < kMinSampleTimeMs || x.t_ms > kMaxSampleTimeMs) {
+        ++result.out_of_bounds;
+        if (result.first_error.empty())
+          result.first_error = "sample timestamp " + std::to_string(x.t_ms) + " ms for " +
+                               LabelsToString(*labels) +
+                               " is out of bounds (1970-01-01 to 2262-04-11)";
+        continue;
+      }
       if (last.has && x.t_ms == last.t_ms && SameBits(x.value, last.value)) {
         ++result.duplicates;
         continue;
@@ -309,30 +381,12 @@ Result<AppendResult> Head::Append(const std::vector<Input>& batch) {
       PutVarint(&samples_part, ZigZag(x.t_ms));
       PutDouble(&samples_part, x.value);
       ++n_samples;
+      if (series_part.size() + samples_part.size() >= kSplitBytes)
+        GW_RETURN_IF_ERROR(write_record());
     }
+    if (series_part.size() + samples_part.size() >= kSplitBytes) GW_RETURN_IF_ERROR(write_record());
   }
-  if (n_samples == 0 && new_series == 0) return result;
-
-  std::string record;
-  PutVarint(&record, new_series);
-  record += series_part;
-  PutVarint(&record, n_samples);
-  record += samples_part;
-  if (record.size() > kMaxWalRecordBytes)
-    return Status::InvalidArgument("batch too large for one WAL record (" +
-                                   std::to_string(record.size()) + " bytes): send smaller batches");
-  if (!wal_) return Status::Unavailable("the store is open read-only");
-  GW_RETURN_IF_ERROR(wal_->Append(kBatchRecord, record));
-  for (MemSeries* s : newly_logged) s->logged = true;
-  int64_t lo = INT64_MAX, hi = INT64_MIN;
-  for (const auto& p : pending) {
-    std::lock_guard<std::mutex> sl(p.series->mu);
-    ApplySample(*p.series, p.t_ms, p.value);
-    lo = std::min(lo, p.t_ms);
-    hi = std::max(hi, p.t_ms);
-  }
-  if (!pending.empty()) NoteUnflushed(lo, hi);
-  result.accepted = n_samples;
+  GW_RETURN_IF_ERROR(write_record());
   return result;
 }
 

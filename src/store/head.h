@@ -26,6 +26,12 @@
 
 namespace gpuwatch::store {
 
+// Sample timestamps the store takes: the Unix epoch up to the end of int64 nanoseconds
+// (2262-04-11), the range the query API accepts. A sample near INT64_MIN once overflowed the
+// rollup buckets and stopped every flush (issue 17, D1).
+inline constexpr int64_t kMinSampleTimeMs = 0;
+inline constexpr int64_t kMaxSampleTimeMs = 9'223'372'036'854;
+
 struct HeadOptions {
   WalOptions wal;
   // A series' open chunk is sealed when it spans this much time or holds this many samples.
@@ -37,10 +43,20 @@ struct HeadOptions {
 // the first one (returned to remote-write clients as a 400 when nothing was accepted).
 struct AppendResult {
   uint64_t accepted = 0;
-  uint64_t duplicates = 0;    // same timestamp and bit-identical value as the last one: a retry
-  uint64_t out_of_order = 0;  // older than the series' newest sample
-  uint64_t invalid = 0;       // bad label set
+  uint64_t duplicates = 0;      // same timestamp and bit-identical value as the last one: a retry
+  uint64_t out_of_order = 0;    // older than the series' newest sample
+  uint64_t invalid = 0;         // bad label set
+  uint64_t out_of_bounds = 0;   // timestamp outside [kMinSampleTimeMs, kMaxSampleTimeMs]
+  uint64_t series_limited = 0;  // samples of new series over AppendLimits::max_new_series
+  uint64_t new_series = 0;      // series this batch created
   std::string first_error;
+  uint64_t rejected() const { return out_of_order + invalid + out_of_bounds + series_limited; }
+};
+
+struct AppendLimits {
+  // New series this batch may create; the samples of any further new series are refused
+  // (counted in series_limited). Existing series are never refused.
+  uint64_t max_new_series = UINT64_MAX;
 };
 
 struct SeriesSamples {
@@ -82,9 +98,11 @@ class Head {
     std::vector<Label> labels;  // unsorted is fine
     std::vector<Sample> samples;
   };
-  // Validates, logs and applies one batch. An I/O error from the WAL fails the whole batch
-  // (nothing applied, nothing acknowledged).
-  Result<AppendResult> Append(const std::vector<Input>& batch);
+  // Validates, logs and applies one batch. A batch too large for one WAL record is logged as
+  // several, each applied once it is durable. An I/O error from the WAL fails the rest of the
+  // batch: the records already written stay (a retry finds their samples as duplicates), and
+  // the series the failed record created are taken back out of the index.
+  Result<AppendResult> Append(const std::vector<Input>& batch, const AppendLimits& limits = {});
 
   // Label sets of the selected series with a chunk overlapping [mint_ms, maxt_ms] (by chunk
   // bounds, without decoding).
@@ -156,6 +174,7 @@ class Head {
   std::vector<std::unique_ptr<MemSeries>> series_;
   std::vector<SeriesRef> replay_refs_;  // logged ref -> index ref, during replay only
   uint64_t replay_bad_records_ = 0;
+  uint64_t replay_out_of_bounds_ = 0;
   std::string dir_;
   // The unflushed samples' time range, guarded by range_mu_: appends and replay widen it
   // (NoteUnflushed), CutForFlush empties it, UnflushedRange reads it.

@@ -134,6 +134,86 @@ TEST_F(HeadTest, FailedBatchDoesNotShiftSeriesRefs) {
   EXPECT_TRUE(head->Query(Sel("DCGM_FI_DEV_GPU_UTIL{gpu=\"a\"}"), 0, INT64_MAX).empty());
 }
 
+// D12 (issue 17): a refused write (here: the file-size limit, as LimitFSIZE or a full disk)
+// takes its new series back, so no phantom label value stays behind.
+TEST_F(HeadTest, D12_RefusedWriteLeavesNoPhantomSeries) {
+  pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    signal(SIGXFSZ, SIG_IGN);
+    auto h = Head::Open(dir_, {});
+    if (!h.ok()) _exit(10);
+    if (!(*h)->Append({In("x", {{1000, 1}})}).ok()) _exit(11);
+    rlimit lim{};
+    getrlimit(RLIMIT_FSIZE, &lim);
+    rlimit tight = lim;
+    tight.rlim_cur = fs::file_size(dir_ + "/wal/00000001.wal") + 8;
+    setrlimit(RLIMIT_FSIZE, &tight);
+    if ((*h)->Append({In("phantom", {{1000, 2}})}).ok()) _exit(12);
+    setrlimit(RLIMIT_FSIZE, &lim);
+    const auto values = (*h)->index().LabelValues("gpu", {});
+    if (values != std::vector<std::string>{"x"}) _exit(13);
+    if ((*h)->index().size() != 1) _exit(14);
+    // The series can still be made by a later write that succeeds.
+    auto again = (*h)->Append({In("phantom", {{1000, 2}})});
+    if (!again.ok() || again->accepted != 1 || again->new_series != 1) _exit(15);
+    _exit(0);
+  }
+  int status = 0;
+  waitpid(pid, &status, 0);
+  ASSERT_TRUE(WIFEXITED(status));
+  ASSERT_EQ(WEXITSTATUS(status), 0);
+}
+
+// D1 (issue 17): a sample near INT64_MIN once overflowed the rollup bucket arithmetic and
+// stopped every flush. Timestamps outside 1970..2262 are refused by name; the rest is kept.
+TEST_F(HeadTest, D1_TimestampsOutOfBoundsAreRefused) {
+  auto head = OpenHead();
+  auto r = head->Append({In("0", {{INT64_MIN, 1}, {-1, 1}, {1000, 2}, {kMaxSampleTimeMs + 1, 3}})});
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->accepted, 1u);
+  EXPECT_EQ(r->out_of_bounds, 3u);
+  EXPECT_NE(r->first_error.find("out of bounds"), std::string::npos) << r->first_error;
+  // At the bounds exactly, samples are taken.
+  r = head->Append({In("1", {{kMinSampleTimeMs, 1}, {kMaxSampleTimeMs, 2}})});
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->accepted, 2u);
+}
+
+// D12 (issue 17): a batch larger than one WAL record (16 MiB) is logged as several records,
+// every sample accepted and replayed; it used to be a retryable 500 forever.
+TEST_F(HeadTest, D12_BatchOverOneWalRecordIsSplitAndReplayed) {
+  std::vector<Head::Input> batch;
+  const std::string pad(200, 'p');
+  for (int i = 0; i < 120'000; ++i)
+    batch.push_back({{{"__name__", "bb"}, {"id", std::to_string(i)}, {"p", pad}}, {{1000, 1}}});
+  {
+    auto head = OpenHead();
+    auto r = head->Append(batch);
+    ASSERT_TRUE(r.ok()) << r.status().message();
+    EXPECT_EQ(r->accepted, 120'000u);
+    EXPECT_EQ(r->new_series, 120'000u);
+    EXPECT_GT(head->wal_bytes(), uint64_t{kMaxWalRecordBytes});
+  }
+  auto head = OpenHead();
+  EXPECT_EQ(head->index().size(), 120'000u);
+  EXPECT_EQ(head->num_samples(), 120'000u);
+}
+
+TEST_F(HeadTest, NewSeriesLimitRefusesOnlyNewSeries) {
+  auto head = OpenHead();
+  ASSERT_TRUE(head->Append({In("0", {{1000, 1}})}).ok());
+  AppendLimits limits;
+  limits.max_new_series = 1;
+  auto r = head->Append(
+      {In("0", {{2000, 1}}), In("1", {{2000, 1}}), In("2", {{2000, 1}, {3000, 1}})}, limits);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->accepted, 2u);  // the existing series and the first new one
+  EXPECT_EQ(r->new_series, 1u);
+  EXPECT_EQ(r->series_limited, 2u);
+  EXPECT_NE(r->first_error.find("series limit"), std::string::npos);
+}
+
 // SIGKILL at random points during heavy ingest, 20 times: every acknowledged sample is there
 // after a restart, and nothing is corrupt.
 TEST_F(HeadTest, KillNineKeepsEveryAcknowledgedSample) {

@@ -143,7 +143,7 @@ void PutBytes(std::string* out, uint32_t field, std::string_view s) {
 Result<std::vector<RemoteSeries>> DecodeWriteRequest(std::string_view proto,
                                                      const RemoteWriteLimits& limits) {
   std::vector<RemoteSeries> out;
-  size_t samples = 0;
+  size_t samples = 0, labels = 0;
   Reader r(proto, "WriteRequest");
   while (!r.done()) {
     uint32_t field, wire;
@@ -155,8 +155,9 @@ Result<std::vector<RemoteSeries>> DecodeWriteRequest(std::string_view proto,
     std::string_view ts;
     GW_RETURN_IF_ERROR(r.Bytes(&ts));
     if (out.size() >= limits.max_series)
-      return Status::InvalidArgument("remote-write: more than " +
-                                     std::to_string(limits.max_series) + " series");
+      return Status::ResourceExhausted("remote-write: more than " +
+                                       std::to_string(limits.max_series) +
+                                       " series in one request; send smaller batches");
     RemoteSeries& s = out.emplace_back();
     Reader tr(ts, "TimeSeries");
     while (!tr.done()) {
@@ -168,12 +169,17 @@ Result<std::vector<RemoteSeries>> DecodeWriteRequest(std::string_view proto,
         if (s.labels.size() >= kMaxLabels)
           return Status::InvalidArgument("remote-write: a series has more than " +
                                          std::to_string(kMaxLabels) + " labels");
+        if (++labels > limits.max_labels)
+          return Status::ResourceExhausted("remote-write: more than " +
+                                           std::to_string(limits.max_labels) +
+                                           " labels in one request; send smaller batches");
         GW_RETURN_IF_ERROR(DecodeLabel(sub, &s.labels.emplace_back()));
       } else if (f == 2 && w == kLen) {
         GW_RETURN_IF_ERROR(tr.Bytes(&sub));
         if (++samples > limits.max_samples)
-          return Status::InvalidArgument("remote-write: more than " +
-                                         std::to_string(limits.max_samples) + " samples");
+          return Status::ResourceExhausted("remote-write: more than " +
+                                           std::to_string(limits.max_samples) +
+                                           " samples in one request; send smaller batches");
         GW_RETURN_IF_ERROR(DecodeSample(sub, &s.samples.emplace_back()));
       } else {
         GW_RETURN_IF_ERROR(tr.Skip(w));  // exemplars (3), native histograms (4)
@@ -189,9 +195,9 @@ Result<std::vector<RemoteSeries>> DecodeRemoteWrite(std::string_view body,
   if (!snappy::GetUncompressedLength(body.data(), body.size(), &n))
     return Status::InvalidArgument("remote-write: body is not snappy (block format) data");
   if (n > limits.max_uncompressed_bytes)
-    return Status::InvalidArgument("remote-write: body inflates to " + std::to_string(n) +
-                                   " bytes (limit " +
-                                   std::to_string(limits.max_uncompressed_bytes) + ")");
+    return Status::ResourceExhausted("remote-write: body inflates to " + std::to_string(n) +
+                                     " bytes (limit " +
+                                     std::to_string(limits.max_uncompressed_bytes) + ")");
   std::string proto;
   if (!snappy::Uncompress(body.data(), body.size(), &proto))
     return Status::InvalidArgument("remote-write: corrupt snappy data");

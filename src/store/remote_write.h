@@ -29,10 +29,15 @@ struct RemoteSeries {
   std::vector<RemoteSample> samples;
 };
 
+// Exceeding one is ResourceExhausted (the HTTP layer's 413); checked before the memory is
+// allocated: the inflated size from snappy's header, the rest while decoding. The decoded form
+// costs about 64 bytes per label, so the label count bounds it (a 3 MB body once inflated to
+// 33 M empty labels and 2.3 GB; issue 17, D3).
 struct RemoteWriteLimits {
   size_t max_uncompressed_bytes = 64u << 20;
   size_t max_series = 1u << 20;
   size_t max_samples = 16u << 20;
+  size_t max_labels = 16u << 20;  // all series' labels together
 };
 
 // Decodes the body of POST /api/v1/write (Content-Encoding: snappy).

@@ -32,7 +32,11 @@ int64_t TierWidthMs(Tier tier) {
 int64_t BucketStart(int64_t t_ms, int64_t width_ms) {
   int64_t q = t_ms / width_ms;
   if (t_ms % width_ms != 0 && t_ms < 0) --q;
-  return q * width_ms;
+  // Floor division can step below INT64_MIN for t near it (issue 17, D1): saturate to the
+  // lowest whole bucket instead of overflowing. The store never holds such times any more.
+  int64_t start;
+  if (__builtin_mul_overflow(q, width_ms, &start)) return (INT64_MIN / width_ms) * width_ms;
+  return start;
 }
 
 namespace {

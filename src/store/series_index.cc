@@ -55,6 +55,26 @@ SeriesRef SeriesIndex::GetOrCreate(const Labels& labels, bool* created) {
   return ref;
 }
 
+void SeriesIndex::RemoveFrom(SeriesRef first) {
+  std::unique_lock lock(mu_);
+  while (labels_.size() > first) {
+    const SeriesRef ref = static_cast<SeriesRef>(labels_.size() - 1);
+    const Labels& labels = labels_.back();
+    by_key_.erase(Key(labels));
+    for (const auto& l : labels) {
+      auto name = postings_.find(l.name);
+      if (name == postings_.end()) continue;
+      auto value = name->second.find(l.value);
+      if (value == name->second.end()) continue;
+      // Postings are sorted and `ref` is the newest series: it is the last entry.
+      if (!value->second.empty() && value->second.back() == ref) value->second.pop_back();
+      if (value->second.empty()) name->second.erase(value);
+      if (name->second.empty()) postings_.erase(name);
+    }
+    labels_.pop_back();
+  }
+}
+
 std::optional<SeriesRef> SeriesIndex::Find(const Labels& labels) const {
   std::shared_lock lock(mu_);
   auto it = by_key_.find(Key(labels));

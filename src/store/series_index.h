@@ -27,6 +27,9 @@ class SeriesIndex {
   // REQUIRES: `labels` came from MakeLabels (sorted, valid).
   SeriesRef GetOrCreate(const Labels& labels, bool* created = nullptr);
   std::optional<SeriesRef> Find(const Labels& labels) const;
+  // Forgets every series with ref >= `first` (the newest ones): a batch whose WAL write failed
+  // takes back the series it created, so a refused write leaves no phantom label values.
+  void RemoveFrom(SeriesRef first);
   // REQUIRES: ref < size().
   Labels LabelsOf(SeriesRef ref) const;
   size_t size() const;

@@ -492,7 +492,8 @@ void Store::Report(const std::string& kind, const std::string& severity,
   if (fn) fn(kind, severity, message);
 }
 
-Result<AppendResult> Store::Append(const std::vector<Head::Input>& batch) {
+Result<AppendResult> Store::Append(const std::vector<Head::Input>& batch,
+                                   const AppendLimits& limits) {
   // A sample far in the future would become "now" for retention and expire everything else,
   // and would make every later real sample out of order: refuse it at the door.
   std::vector<Head::Input> kept;
@@ -522,7 +523,7 @@ Result<AppendResult> Store::Append(const std::vector<Head::Input>& batch) {
       }
     }
   }
-  auto r = head_->Append(future > 0 ? kept : batch);
+  auto r = head_->Append(future > 0 ? kept : batch, limits);
   if (r.ok() && future > 0) {
     r->invalid += future;
     if (r->first_error.empty()) r->first_error = future_error;

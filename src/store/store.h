@@ -110,7 +110,8 @@ class Store : public Querier {
   // Flushes the head to a block and stops the background thread. Idempotent.
   Status Close();
 
-  Result<AppendResult> Append(const std::vector<Head::Input>& batch);
+  Result<AppendResult> Append(const std::vector<Head::Input>& batch,
+                              const AppendLimits& limits = {});
   Status Flush();
   // Merges blocks of the same UTC day into one (rollup-only blocks: of the same 30 days);
   // `closed_days_only` leaves the newest day alone.

@@ -121,6 +121,31 @@ TEST_F(StoreTest, SamplesFarInTheFutureAreRejectedAndDoNotExpireTheRest) {
   EXPECT_EQ(CountSamples(*s, "DCGM_FI_DEV_GPU_TEMP", kT0, INT64_MAX), 601u);
 }
 
+// D1 (issue 17): one acknowledged sample near INT64_MIN beside a normal one made every later
+// flush fail, restarts included. It is refused now, and the store flushes and reopens.
+TEST_F(StoreTest, D1_SampleNearInt64MinCannotStopFlushing) {
+  {
+    auto s = OpenStore();
+    auto r = s->Append({In("0", {{INT64_MIN, 1}, {INT64_MIN + 3'600'000, 1}, {kT0, 1}})});
+    ASSERT_TRUE(r.ok());
+    EXPECT_EQ(r->accepted, 1u);
+    EXPECT_EQ(r->out_of_bounds, 2u);
+    ASSERT_TRUE(s->Flush().ok());
+    ASSERT_TRUE(s->Close().ok());
+  }
+  auto s = OpenStore();
+  EXPECT_EQ(CountSamples(*s, "DCGM_FI_DEV_GPU_TEMP", 0, INT64_MAX), 1u);
+  ASSERT_TRUE(s->Flush().ok());
+}
+
+TEST(BucketStart, SaturatesInsteadOfOverflowing) {
+  EXPECT_EQ(BucketStart(-1, 3'600'000), -3'600'000);
+  EXPECT_EQ(BucketStart(7'200'001, 3'600'000), 7'200'000);
+  const int64_t lowest = (INT64_MIN / 3'600'000) * 3'600'000;
+  EXPECT_EQ(BucketStart(INT64_MIN, 3'600'000), lowest);
+  EXPECT_EQ(BucketStart(INT64_MIN + 1, 60'000), (INT64_MIN / 60'000) * 60'000);
+}
+
 TEST_F(StoreTest, SecondWriterIsRefused) {
   auto s = OpenStore();
   auto second = Store::Open(dir_, Manual());

@@ -1,0 +1,79 @@
+#!/usr/bin/env bash
+# Issue 17's defects against the real binary on loopback, each by its name: D1 (a sample near
+# INT64_MIN), D6 (series limits), D11 (a file-size limit), D12 (a batch over one WAL record),
+# D14 (footguns). The HTTP layer's own (D3, D7, D8) are in src/http/server_test.cc, tokens (D2)
+# in alerting_test.sh and cli_end_to_end_test.sh.
+GPUWATCH=$1
+. "$(dirname "$0")/lib.sh"
+export PYTHONPATH="$(dirname "$0")${PYTHONPATH:+:$PYTHONPATH}" PYTHONDONTWRITEBYTECODE=1
+
+start_agent() {  # start_agent DATA_DIR LOG [FLAGS...]: sets PORT, AGENT, TOKEN
+  local dir=$1 log=$2
+  shift 2
+  PORT=$(free_port)
+  "$GPUWATCH" up --job-socket off --kmsg off --nvml-lib /nonexistent --listen "127.0.0.1:$PORT" \
+    --data-dir "$dir" "$@" >"$log" 2>&1 &
+  AGENT=$!
+  PIDS+=($AGENT)
+  wait_http "http://127.0.0.1:$PORT/healthz" 20 || { cat "$log"; fail "agent did not start"; }
+  TOKEN=$(cat "$dir/admin.token")
+}
+rw() { python3 -c "import rw, time; n = int(time.time() * 1000); $1"; }
+
+# D1: one sample near INT64_MIN is refused by name; flushing on SIGTERM, compact and check work.
+start_agent "$TMP/d1" "$TMP/d1.log"
+out=$(rw "print(rw.push($PORT, [([('__name__', 'x')], [(-2**63, 1), (n, 1)])], '$TOKEN'))")
+grep -q "400" <<<"$out" && grep -q "out of bounds" <<<"$out" || fail "D1: INT64_MIN sample answered $out"
+kill -TERM "$AGENT"; wait "$AGENT" || fail "D1: agent did not exit cleanly"
+grep -q 'flush on close failed' "$TMP/d1.log" && fail "D1: flush on close failed: $(cat "$TMP/d1.log")"
+"$GPUWATCH" store compact --data-dir "$TMP/d1" >/dev/null 2>&1 || fail "D1: store compact failed"
+"$GPUWATCH" store check --data-dir "$TMP/d1" >"$TMP/d1.check" 2>&1 || fail "D1: store check: $(cat "$TMP/d1.check")"
+
+# D6: the first new series over --max-series-per-sender is refused with 400 and the reason.
+start_agent "$TMP/d6" "$TMP/d6.log" --max-series-per-sender 1000 --max-series 1500
+out=$(rw "print(rw.push($PORT, [([('__name__', 'c'), ('id', str(i))], [(n, 1)]) for i in range(1000)], '$TOKEN'))")
+grep -q "^(204" <<<"$out" || fail "D6: 1000 series under the limit answered $out"
+out=$(rw "print(rw.push($PORT, [([('__name__', 'c'), ('id', 'one-more')], [(n, 1)])], '$TOKEN'))")
+grep -q "400" <<<"$out" && grep -q "series limit" <<<"$out" || fail "D6: series 1001 answered $out"
+curl -fsS "http://127.0.0.1:$PORT/metrics" | grep -q '^gpuwatch_remote_write_refused_samples_total{.*reason="series_limit"} 1$' \
+  || fail "D6: the refusal is not counted in /metrics"
+kill -TERM "$AGENT"; wait "$AGENT" || true
+
+# D12: a batch over one 16 MiB WAL record is split and stored (it was a retryable 500), and its
+# series are all there.
+start_agent "$TMP/d12" "$TMP/d12.log"
+out=$(rw "print(rw.push($PORT, [([('__name__', 'bb'), ('id', str(i)), ('p', 'q' * 100)], [(n, 1)]) for i in range(150000)], '$TOKEN'))")
+grep -q "^(204" <<<"$out" || fail "D12: 150000 series answered $out"
+count=$(curl -fsS "http://127.0.0.1:$PORT/api/v1/label/id/values" | python3 -c 'import json,sys; print(len(json.load(sys.stdin)["data"]))')
+[ "$count" = 150000 ] || fail "D12: $count of 150000 series stored"
+kill -TERM "$AGENT"; wait "$AGENT" || true
+
+# D11: under a file-size limit the agent does not die of SIGXFSZ; the refused write is a 500
+# and a store_error event, and the agent keeps serving.
+PORT=$(free_port)
+(ulimit -f 4096; exec "$GPUWATCH" up --job-socket off --kmsg off --nvml-lib /nonexistent \
+  --listen "127.0.0.1:$PORT" --data-dir "$TMP/d11") >"$TMP/d11.log" 2>&1 &
+AGENT=$!
+PIDS+=($AGENT)
+wait_http "http://127.0.0.1:$PORT/healthz" 20 || { cat "$TMP/d11.log"; fail "D11: agent did not start"; }
+TOKEN=$(cat "$TMP/d11/admin.token")
+out=$(rw "
+codes = set()
+for r in range(40):
+    codes.add(rw.push($PORT, [([('__name__', 'f'), ('r', str(r)), ('i', str(i)), ('p', 'p' * 1000)], [(n, 1)]) for i in range(200)], '$TOKEN')[0])
+print(sorted(codes))")
+kill -0 "$AGENT" 2>/dev/null || fail "D11: the agent died under ulimit -f (exit $(wait "$AGENT"; echo $?))"
+grep -q "500" <<<"$out" || fail "D11: no write was refused under ulimit -f: $out"
+grep -q 'File too large' "$TMP/d11.log" || fail "D11: the refused write was not logged: $(tail -5 "$TMP/d11.log")"
+curl -fsS "http://127.0.0.1:$PORT/healthz" >/dev/null || fail "D11: agent stopped serving"
+kill -TERM "$AGENT"; wait "$AGENT" || true
+
+# D14: a disk budget in bytes is refused; a snapshot asked for without a body is taken.
+rc=0; out=$("$GPUWATCH" up --job-socket off --nvml-lib /nonexistent --listen "127.0.0.1:$(free_port)" \
+  --data-dir "$TMP/d14" --disk-budget 5 2>&1) || rc=$?
+[ "$rc" = 2 ] && grep -q 'below the minimum of 64MiB' <<<"$out" || fail "D14: --disk-budget 5: rc $rc $out"
+start_agent "$TMP/d14b" "$TMP/d14b.log"
+code=$(curl -s -o "$TMP/snap.json" -w '%{http_code}' -X POST -H "Authorization: Bearer $TOKEN" \
+  "http://127.0.0.1:$PORT/api/v1/snapshots")
+[ "$code" = 202 ] || fail "D14: snapshot POST without a body answered $code $(cat "$TMP/snap.json")"
+echo "hostile_test: ok"

@@ -68,6 +68,24 @@ grep -q 'File too large' "$TMP/d11.log" || fail "D11: the refused write was not 
 curl -fsS "http://127.0.0.1:$PORT/healthz" >/dev/null || fail "D11: agent stopped serving"
 kill -TERM "$AGENT"; wait "$AGENT" || true
 
+# D10: a flipped byte in the newest WAL segment costs one record, not every record after it;
+# store check and the agent report the same damage, and it is a store_damage event.
+start_agent "$TMP/d10" "$TMP/d10.log" --keep-history off
+rw "[rw.push($PORT, [([('__name__', 'w')], [(n - 100000 + r * 1000, r)])], '$TOKEN') for r in range(100)]"
+kill -9 "$AGENT"; wait "$AGENT" 2>/dev/null || true
+seg=$(ls "$TMP"/d10/wal/*.wal | tail -1)
+printf '\xff' | dd of="$seg" bs=1 seek=2000 conv=notrunc 2>/dev/null
+rc=0; "$GPUWATCH" store check --data-dir "$TMP/d10" --no-quarantine >"$TMP/d10.check" 2>&1 || rc=$?
+grep -q "DAMAGE wal/.* at offset" "$TMP/d10.check" || fail "D10: store check did not report the damage: $(cat "$TMP/d10.check")"
+start_agent "$TMP/d10" "$TMP/d10b.log" --keep-history off
+grep -q 'torn tail' "$TMP/d10b.log" && fail "D10: damage called a torn tail: $(cat "$TMP/d10b.log")"
+grep -q 'replay resumed at the next intact record' "$TMP/d10b.log" || fail "D10: no damage line: $(cat "$TMP/d10b.log")"
+got=$(curl -fsS -g "http://127.0.0.1:$PORT/api/v1/query?query=count_over_time(w[1h])" | python3 -c 'import json,sys; print(json.load(sys.stdin)["data"]["result"][0]["value"][1])')
+[ "$got" = 99 ] || fail "D10: $got of 100 samples after the flipped byte (one record may be lost)"
+curl -fsS "http://127.0.0.1:$PORT/api/v1/events?kind=store_damage" | grep -q 'bytes skipped' || fail "D10: no store_damage event"
+ls "$TMP"/d10/quarantine/*.wal >/dev/null 2>&1 || fail "D10: the damaged segment was not copied to quarantine/"
+kill -TERM "$AGENT"; wait "$AGENT" || true
+
 # D14: a disk budget in bytes is refused; a snapshot asked for without a body is taken.
 rc=0; out=$("$GPUWATCH" up --job-socket off --nvml-lib /nonexistent --listen "127.0.0.1:$(free_port)" \
   --data-dir "$TMP/d14" --disk-budget 5 2>&1) || rc=$?

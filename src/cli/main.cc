@@ -106,8 +106,8 @@ int ServeAgent(const AgentFlags* flags, const server::AgentOptions& agent_opts,
   // store outlives it: the store reports into it until it is closed.
   std::unique_ptr<store::EventStore> events;
   std::unique_ptr<store::Store> db;
+  store::StoreOpenReport rep;
   if (!flags->data_dir.empty()) {
-    store::StoreOpenReport rep;
     auto s = store::Store::Open(flags->data_dir, *store_opts, &rep);
     if (!s.ok()) return Fail(s.status());
     db = std::move(s).value();
@@ -143,6 +143,20 @@ int ServeAgent(const AgentFlags* flags, const server::AgentOptions& agent_opts,
       r.message = message.substr(0, store::kMaxEventMessageBytes);
       ev->Append({r}).IgnoreError();  // on a full disk this fails too; the log has it
     });
+    // WAL damage found at open is on the time line too, naming what was skipped (issue 17,
+    // D10); a torn tail is the normal end of a crash, not damage.
+    for (const auto& d : rep.wal.damage) {
+      if (d.torn_tail) continue;
+      store::EventRecord r;
+      r.t_ms = WallClockMs();
+      r.kind = "store_damage";
+      r.severity = "warning";
+      r.node = opts->hostname.substr(0, store::kMaxEventIdBytes);
+      r.message = fmt::format("wal/{} offset {}: {}; {} bytes skipped", d.segment, d.offset,
+                              d.reason, d.bytes_lost)
+                      .substr(0, store::kMaxEventMessageBytes);
+      events->Append({r}).IgnoreError();
+    }
   }
   if (flags->keep_history == "on" && db) agent.SetStore(db.get());
   if (!opts->user_rules.empty() && !(flags->keep_history == "on" && db))

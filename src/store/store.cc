@@ -339,6 +339,8 @@ Result<std::unique_ptr<Store>> Store::Open(const std::string& dir, StoreOptions 
   uint64_t covered = 0;
   for (const auto& b : s->blocks_) covered = std::max(covered, b->meta().wal_covers_before);
   HeadOptions ho = options.head;
+  // A damaged newest WAL segment is copied beside the quarantined blocks before it is repaired.
+  if (ho.wal.quarantine_dir.empty()) ho.wal.quarantine_dir = dir + "/quarantine";
   ho.wal.first_segment = std::max<uint64_t>(ho.wal.first_segment, covered);
   if (options.read_only) {
     auto head = Head::OpenReadOnly(dir, ho, covered, &rep.wal);

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
 #include <memory>
 
 #include "common/strings.h"
@@ -38,44 +39,119 @@ uint32_t RecordCrc(uint8_t type, std::string_view payload) {
   return Crc32(payload, Crc32(std::string_view(&t, 1)));
 }
 
-// Reads one segment; calls fn for each intact record and counts it in `seg`. Returns the offset
-// of the end of the last intact record and fills `damage` if the segment does not end there.
-uint64_t ScanSegment(const std::string& path, const std::string& name, const Wal::RecordFn& fn,
-                     WalSegmentStats* seg, std::optional<WalDamage>* damage) {
+// Whether a whole, intact record starts at `off`; its payload length in *len.
+bool RecordAt(const std::string& d, uint64_t off, uint32_t* len, std::string* why) {
+  if (d.size() - off < kHeaderBytes) {
+    if (why) *why = "truncated record header";
+    return false;
+  }
+  *len = GetU32(d.data() + off);
+  if (*len > kMaxWalRecordBytes) {
+    if (why) *why = "record length " + std::to_string(*len) + " is impossible";
+    return false;
+  }
+  if (*len > d.size() - off - kHeaderBytes) {
+    if (why) *why = "record runs past the end of the segment";
+    return false;
+  }
+  const uint32_t crc = GetU32(d.data() + off + 4);
+  const auto type = static_cast<uint8_t>(d[off + 8]);
+  if (RecordCrc(type, std::string_view(d.data() + off + kHeaderBytes, *len)) != crc) {
+    if (why) *why = "CRC mismatch";
+    return false;
+  }
+  return true;
+}
+
+// The first offset at or after `from` where an intact record starts, or npos. A flipped byte
+// must not cost every record after it (issue 17, D10): replay resumes at the next record whose
+// header and CRC check out. The CRC work is bounded, so a segment of garbage cannot make the
+// scan quadratic; past the budget the rest counts as lost.
+uint64_t FindNextRecord(const std::string& d, uint64_t from) {
+  uint64_t crc_budget = uint64_t{512} << 20;
+  for (uint64_t p = from; p + kHeaderBytes <= d.size(); ++p) {
+    const uint32_t len = GetU32(d.data() + p);
+    if (len > kMaxWalRecordBytes || len > d.size() - p - kHeaderBytes) continue;
+    if (len > crc_budget) return std::string::npos;
+    crc_budget -= len;
+    uint32_t l;
+    if (RecordAt(d, p, &l, nullptr)) return p;
+  }
+  return std::string::npos;
+}
+
+// Reads one segment; calls fn for each intact record and counts it in `seg`; appends what is
+// damaged to `damage` and the byte ranges of the intact records to `intact`. Damage that runs
+// to the end of the newest segment and looks like an interrupted write (a short header or a
+// record cut off) is its torn tail.
+void ScanSegment(const std::string& path, const std::string& name, bool newest,
+                 const Wal::RecordFn& fn, WalSegmentStats* seg, std::vector<WalDamage>* damage,
+                 std::vector<std::pair<uint64_t, uint64_t>>* intact) {
   auto file = ReadSmallFile(path, size_t{1} << 40);
   if (!file.ok) {
-    *damage = WalDamage{name, 0, 0, std::string("cannot read: ") + std::strerror(file.err), false};
-    return 0;
+    damage->push_back(
+        WalDamage{name, 0, 0, std::string("cannot read: ") + std::strerror(file.err), false});
+    return;
   }
   const std::string& d = file.data;
   seg->bytes = d.size();
   uint64_t off = 0;
   while (off < d.size()) {
-    if (d.size() - off < kHeaderBytes) {
-      *damage = WalDamage{name, off, d.size() - off, "truncated record header", false};
-      return off;
+    uint32_t len = 0;
+    std::string why;
+    if (RecordAt(d, off, &len, &why)) {
+      if (fn)
+        fn(static_cast<uint8_t>(d[off + 8]), std::string_view(d.data() + off + kHeaderBytes, len));
+      ++seg->records;
+      intact->emplace_back(off, off + kHeaderBytes + len);
+      off += kHeaderBytes + len;
+      continue;
     }
-    const uint32_t len = GetU32(d.data() + off);
-    const uint32_t crc = GetU32(d.data() + off + 4);
-    const auto type = static_cast<uint8_t>(d[off + 8]);
-    if (len > kMaxWalRecordBytes || len > d.size() - off - kHeaderBytes) {
-      *damage = WalDamage{name, off, d.size() - off,
-                          len > kMaxWalRecordBytes
-                              ? "record length " + std::to_string(len) + " is impossible"
-                              : "record runs past the end of the segment",
-                          false};
-      return off;
+    const uint64_t next = FindNextRecord(d, off + 1);
+    if (next == std::string::npos) {
+      const bool cut_short = why != "CRC mismatch" && why.find("impossible") == std::string::npos;
+      damage->push_back(WalDamage{name, off, d.size() - off, why, newest && cut_short});
+      return;
     }
-    const std::string_view payload(d.data() + off + kHeaderBytes, len);
-    if (RecordCrc(type, payload) != crc) {
-      *damage = WalDamage{name, off, d.size() - off, "CRC mismatch", false};
-      return off;
-    }
-    if (fn) fn(type, payload);
-    ++seg->records;
-    off += kHeaderBytes + len;
+    damage->push_back(WalDamage{
+        name, off, next - off,
+        why + "; replay resumed at the next intact record, offset " + std::to_string(next), false});
+    off = next;
   }
-  return off;
+}
+
+// Leaves only the intact records in the segment: a truncation when they are a prefix (a torn
+// tail), else a rewrite through a temporary file and a rename.
+Status RewriteSegment(const std::string& path,
+                      const std::vector<std::pair<uint64_t, uint64_t>>& intact, uint64_t* bytes) {
+  uint64_t prefix = 0;
+  bool contiguous = true;
+  for (const auto& [b, e] : intact) {
+    if (b != prefix) contiguous = false;
+    prefix = e;
+  }
+  if (contiguous) {
+    if (::truncate(path.c_str(), static_cast<off_t>(prefix)) != 0) return Errno("truncate " + path);
+    *bytes = prefix;
+    return Status::Ok();
+  }
+  auto file = ReadSmallFile(path, size_t{1} << 40);
+  if (!file.ok) return Status::IoError("cannot read " + path + ": " + std::strerror(file.err));
+  std::string kept;
+  for (const auto& [b, e] : intact) kept.append(file.data, b, e - b);
+  const std::string tmp = path + ".tmp";
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) return Errno("open " + tmp);
+  Status st = WriteAll(fd, kept, "write " + tmp);
+  if (st.ok() && ::fsync(fd) != 0) st = Errno("fsync " + tmp);
+  ::close(fd);
+  if (st.ok() && ::rename(tmp.c_str(), path.c_str()) != 0) st = Errno("rename " + tmp);
+  if (!st.ok()) {
+    ::unlink(tmp.c_str());
+    return st;
+  }
+  *bytes = kept.size();
+  return SyncDir(path.substr(0, path.rfind('/')));
 }
 
 std::string SegmentName(uint64_t n) {
@@ -102,6 +178,29 @@ Result<std::vector<uint64_t>> ListWalSegments(const std::string& dir) {
 
 std::string Wal::SegmentPath(uint64_t number) const { return dir_ + "/" + SegmentName(number); }
 
+Status Wal::Quarantine(const std::string& path, const std::vector<WalDamage>& damage) const {
+  const std::string qdir =
+      options_.quarantine_dir.empty() ? dir_ + "/quarantine" : options_.quarantine_dir;
+  if (::mkdir(qdir.c_str(), 0755) != 0 && errno != EEXIST) return Errno("mkdir " + qdir);
+  const std::string name = path.substr(path.rfind('/') + 1);
+  std::string target = qdir + "/" + name;
+  for (int i = 1; std::filesystem::exists(target); ++i)
+    target = qdir + "/" + name + "." + std::to_string(i);
+  std::error_code ec;
+  std::filesystem::copy_file(path, target, ec);
+  if (ec) return Status::IoError("copy " + path + " to " + target + ": " + ec.message());
+  std::string why;
+  for (const auto& d : damage)
+    why += "offset " + std::to_string(d.offset) + ": " + d.reason + " (" +
+           std::to_string(d.bytes_lost) + " bytes skipped)\n";
+  const int fd = ::open((target + ".why").c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd >= 0) {
+    WriteAll(fd, why, "write").IgnoreError();
+    ::close(fd);
+  }
+  return Status::Ok();
+}
+
 Result<std::unique_ptr<Wal>> Wal::Open(const std::string& dir, WalOptions options,
                                        const RecordFn& fn, WalReplayStats* stats) {
   if (::mkdir(dir.c_str(), 0755) != 0 && errno != EEXIST) return Errno("mkdir " + dir);
@@ -113,23 +212,23 @@ Result<std::unique_ptr<Wal>> Wal::Open(const std::string& dir, WalOptions option
   for (size_t i = 0; i < segments->size(); ++i) {
     const uint64_t n = (*segments)[i];
     const std::string path = wal->SegmentPath(n);
-    std::optional<WalDamage> damage;
+    const bool newest = i + 1 == segments->size();
+    std::vector<WalDamage> damage;
+    std::vector<std::pair<uint64_t, uint64_t>> intact;
     WalSegmentStats seg{n, 0, 0};
-    const uint64_t good = ScanSegment(path, SegmentName(n), fn, &seg, &damage);
+    ScanSegment(path, SegmentName(n), newest, fn, &seg, &damage, &intact);
     ++st.segments;
     st.records += seg.records;
-    if (damage) {
-      const bool newest = i + 1 == segments->size();
-      if (newest) {
-        // The tail of the write a crash interrupted: never acknowledged, cut it off so appends
-        // continue on a record boundary.
-        damage->torn_tail = true;
-        if (::truncate(path.c_str(), static_cast<off_t>(good)) != 0)
-          return Errno("truncate " + path);
-        seg.bytes = good;
-      }
-      st.damage.push_back(*damage);
+    if (newest && !damage.empty()) {
+      // Appends continue in this segment, so it must end on a record boundary and hold only
+      // intact records. A torn tail alone (an interrupted, unacknowledged write) is cut off;
+      // anything else is damage: the segment is copied aside first, then rewritten with its
+      // intact records.
+      const bool only_torn_tail = damage.size() == 1 && damage[0].torn_tail;
+      if (!only_torn_tail) GW_RETURN_IF_ERROR(wal->Quarantine(path, damage));
+      GW_RETURN_IF_ERROR(RewriteSegment(path, intact, &seg.bytes));
     }
+    st.damage.insert(st.damage.end(), damage.begin(), damage.end());
     st.segment_stats.push_back(seg);
   }
   std::lock_guard<std::mutex> lock(wal->mu_);
@@ -146,17 +245,15 @@ Result<WalReplayStats> Wal::Check(const std::string& dir, const RecordFn& fn,
   std::erase_if(*segments, [&](uint64_t n) { return n < first_segment; });
   WalReplayStats st;
   for (size_t i = 0; i < segments->size(); ++i) {
-    std::optional<WalDamage> damage;
+    std::vector<WalDamage> damage;
+    std::vector<std::pair<uint64_t, uint64_t>> intact;
     WalSegmentStats seg{(*segments)[i], 0, 0};
-    ScanSegment(dir + "/" + SegmentName((*segments)[i]), SegmentName((*segments)[i]), fn, &seg,
-                &damage);
+    ScanSegment(dir + "/" + SegmentName((*segments)[i]), SegmentName((*segments)[i]),
+                i + 1 == segments->size(), fn, &seg, &damage, &intact);
     ++st.segments;
     st.records += seg.records;
     st.segment_stats.push_back(seg);
-    if (damage) {
-      damage->torn_tail = i + 1 == segments->size() && damage->reason != "CRC mismatch";
-      st.damage.push_back(*damage);
-    }
+    st.damage.insert(st.damage.end(), damage.begin(), damage.end());
   }
   return st;
 }

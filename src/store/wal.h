@@ -4,10 +4,12 @@
 // The log is a directory of numbered segment files (00000001.wal, …). Each record is
 //   u32 payload length | u32 CRC-32 of (type, payload) | u8 type | payload
 // (little endian; docs/format/wal.md). Replay reads every segment in order and hands each
-// intact record to a callback. A torn or corrupt record at the end of the newest segment is
-// the tail of a write the crash interrupted: replay truncates it away (it was never
-// acknowledged). Damage anywhere else is reported with the segment and offset and the rest of
-// that segment is skipped; later segments are still replayed.
+// intact record to a callback. A record cut short at the end of the newest segment is the tail
+// of a write a crash interrupted: replay truncates it away (it was never acknowledged). Any
+// other bad record is damage, reported with the segment, offset and bytes skipped; replay
+// resumes at the next intact record (its header and CRC check out), so one flipped byte costs
+// one record, not the rest of the segment. Open copies a damaged newest segment to the
+// quarantine directory and rewrites it with its intact records, since appends continue there.
 //
 // Thread-safety: Append/Sync/Rotate are serialized by an internal mutex; Replay must run before
 // the first Append (Open does it).
@@ -39,6 +41,8 @@ struct WalOptions {
   // The number of the first segment when the log is empty: the store keeps numbering above the
   // segments its blocks cover, so a new segment is never mistaken for a flushed one.
   uint64_t first_segment = 1;
+  // Where a damaged newest segment is copied before Open rewrites it (default DIR/quarantine).
+  std::string quarantine_dir;
 };
 
 struct WalDamage {
@@ -48,6 +52,7 @@ struct WalDamage {
   std::string reason;      // "CRC mismatch", "record length exceeds segment", …
   bool torn_tail = false;  // the newest segment's unacknowledged tail (truncated, not an error)
 };
+// Damage is reported the same way by Open and Check: Check changes nothing, Open also repairs.
 
 // One segment as replay (or Check) found it. Records are handed to the callback in segment
 // order, so a caller that needs to know which segment a record came from (to drop whole
@@ -99,6 +104,7 @@ class Wal {
   Wal(std::string dir, WalOptions options) : dir_(std::move(dir)), options_(options) {}
   Status OpenSegment(uint64_t number);  // REQUIRES: mu_ held
   std::string SegmentPath(uint64_t number) const;
+  Status Quarantine(const std::string& path, const std::vector<WalDamage>& damage) const;
 
   const std::string dir_;
   const WalOptions options_;

@@ -91,7 +91,8 @@ TEST_F(WalTest, TornTailAtEveryLengthIsCutOff) {
   }
 }
 
-TEST_F(WalTest, CorruptionInOldSegmentIsReportedAndLaterSegmentsReplayed) {
+// D10 (issue 17): a flipped byte costs the record it is in; replay resumes at the next one.
+TEST_F(WalTest, CorruptionInOldSegmentCostsOnlyThatRecord) {
   {
     WalOptions o;
     o.segment_bytes = 200;
@@ -119,11 +120,59 @@ TEST_F(WalTest, CorruptionInOldSegmentIsReportedAndLaterSegmentsReplayed) {
   EXPECT_FALSE(check->damage[0].torn_tail);
   WalReplayStats st;
   auto got = ReplayAll(&st);
-  EXPECT_LT(got.size(), 40u);
-  EXPECT_GT(got.size(), 30u) << "only the rest of the damaged segment is lost";
+  EXPECT_EQ(got.size(), 39u) << "only the damaged record is lost";
   EXPECT_EQ(got.back(), "1:record-number-39");
   ASSERT_EQ(st.damage.size(), 1u);
-  EXPECT_EQ(st.damage[0].reason, "CRC mismatch");
+  EXPECT_TRUE(st.damage[0].reason.starts_with("CRC mismatch; replay resumed"))
+      << st.damage[0].reason;
+  EXPECT_EQ(st.damage[0].offset, check->damage[0].offset) << "Check and Open agree";
+  EXPECT_EQ(st.damage[0].bytes_lost, check->damage[0].bytes_lost);
+}
+
+// D10 (issue 17): a flipped byte in the newest segment used to count as a torn tail and cut
+// off every acknowledged record after it. Now only that record is lost; the segment is copied
+// to quarantine/ and rewritten, so the next open finds it clean and appends continue.
+TEST_F(WalTest, D10_FlippedByteInNewestSegmentKeepsEveryRecordAfterIt) {
+  {
+    auto wal = Wal::Open(dir_, {}, nullptr, nullptr);
+    ASSERT_TRUE(wal.ok());
+    for (int i = 0; i < 100; ++i)
+      ASSERT_TRUE((*wal)->Append(1, "record-number-" + std::to_string(i)).ok());
+  }
+  const std::string seg = dir_ + "/00000001.wal";
+  std::string bytes;
+  {
+    std::ifstream in(seg, std::ios::binary);
+    bytes.assign((std::istreambuf_iterator<char>(in)), {});
+  }
+  bytes[2000] ^= 0x01;
+  std::ofstream(seg, std::ios::binary | std::ios::trunc).write(bytes.data(), bytes.size());
+  auto check = Wal::Check(dir_);
+  ASSERT_TRUE(check.ok());
+  ASSERT_EQ(check->damage.size(), 1u);
+  EXPECT_FALSE(check->damage[0].torn_tail);
+  WalReplayStats st;
+  auto got = ReplayAll(&st);
+  EXPECT_EQ(got.size(), 99u);
+  EXPECT_EQ(got.back(), "1:record-number-99");
+  ASSERT_EQ(st.damage.size(), 1u);
+  EXPECT_FALSE(st.damage[0].torn_tail);
+  EXPECT_EQ(st.damage[0].offset, check->damage[0].offset);
+  EXPECT_LE(st.damage[0].offset, 2000u);
+  EXPECT_GT(st.damage[0].offset + st.damage[0].bytes_lost, 2000u);
+  EXPECT_TRUE(fs::exists(dir_ + "/quarantine/00000001.wal"));
+  EXPECT_TRUE(fs::exists(dir_ + "/quarantine/00000001.wal.why"));
+  // Rewritten: clean on the next open, and appends land after the kept records.
+  {
+    auto wal = Wal::Open(dir_, {}, nullptr, nullptr);
+    ASSERT_TRUE(wal.ok());
+    ASSERT_TRUE((*wal)->Append(1, "after").ok());
+  }
+  WalReplayStats again;
+  got = ReplayAll(&again);
+  EXPECT_TRUE(again.damage.empty());
+  ASSERT_EQ(got.size(), 100u);
+  EXPECT_EQ(got.back(), "1:after");
 }
 
 TEST_F(WalTest, RotateAndTruncateBefore) {

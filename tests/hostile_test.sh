@@ -86,6 +86,60 @@ curl -fsS "http://127.0.0.1:$PORT/api/v1/events?kind=store_damage" | grep -q 'by
 ls "$TMP"/d10/quarantine/*.wal >/dev/null 2>&1 || fail "D10: the damaged segment was not copied to quarantine/"
 kill -TERM "$AGENT"; wait "$AGENT" || true
 
+# D5: a root sender's log_files ["/etc/shadow"] is refused (not under --job-log-roots, and a
+# link to it from /tmp neither); its own log under /tmp is read.
+chmod 755 "$TMP"  # D9 below reports as nobody through this directory
+PORT=$(free_port)
+SOCK="$TMP/job.sock"
+"$GPUWATCH" up --kmsg off --nvml-lib /nonexistent --listen "127.0.0.1:$PORT" --data-dir "$TMP/d5" \
+  --job-socket "$SOCK" --job-interval 1s >"$TMP/d5.log" 2>&1 &
+AGENT=$!
+PIDS+=($AGENT)
+wait_http "http://127.0.0.1:$PORT/healthz" 20 || { cat "$TMP/d5.log"; fail "D5: agent did not start"; }
+echo "my own line" >"$TMP/own.log"
+ln -s /etc/shadow "$TMP/shadow.log"
+python3 - "$SOCK" "$TMP" <<'PY'
+import json, socket, sys
+s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+for job, files in (("lf", ["/etc/shadow"]), ("lnk", [sys.argv[2] + "/shadow.log"]), ("own", [sys.argv[2] + "/own.log"])):
+    s.sendto((json.dumps({"type": "start", "job": job, "log_files": files}) + "\n").encode(), sys.argv[1])
+PY
+for ((i = 0; i < 100; i++)); do
+  curl -fsS "http://127.0.0.1:$PORT/api/v1/events?kind=log&job=own" | grep -q 'my own line' && break
+  sleep 0.1
+done
+curl -fsS "http://127.0.0.1:$PORT/api/v1/events?kind=log&job=own" | grep -q 'my own line' || fail "D5: the job's own log was not read"
+for job in lf lnk; do
+  curl -fsS "http://127.0.0.1:$PORT/api/v1/events?kind=log&job=$job" | grep -q 'root:' && fail "D5: /etc/shadow served for $job"
+done
+grep -q 'refused, under /etc' "$TMP/d5.log" || fail "D5: refusal of /etc/shadow not logged: $(grep -i shadow "$TMP/d5.log")"
+grep -q 'refused, a symbolic link' "$TMP/d5.log" || fail "D5: the link was not refused"
+
+# D9: one uid cannot hold every running-job slot; another user's job still starts.
+if command -v setpriv >/dev/null && [ -x /usr/bin/python3 ] && [ "$(id -u)" = 0 ]; then
+  cat >"$TMP/hold.py" <<'PY'
+import socket, sys
+s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+for i in range(0, 1100, 50):
+    s.sendto("".join('{"type":"start","job":"h%d"}\n' % k for k in range(i, i + 50)).encode(), sys.argv[1])
+PY
+  # /usr/bin/python3: a python under /root (pyenv) is not reachable as nobody.
+  setpriv --reuid 65534 --regid 65534 --clear-groups /usr/bin/python3 "$TMP/hold.py" "$SOCK" || fail "D9: hold.py failed"
+  python3 -c 'import socket,sys; socket.socket(socket.AF_UNIX,socket.SOCK_DGRAM).sendto(b"{\"type\":\"start\",\"job\":\"legit\"}\n", sys.argv[1])' "$SOCK"
+  for ((i = 0; i < 50; i++)); do curl -fsS "http://127.0.0.1:$PORT/api/v1/jobs/legit" >/dev/null 2>&1 && break; sleep 0.1; done
+  curl -fsS "http://127.0.0.1:$PORT/api/v1/jobs/legit" >/dev/null || fail "D9: another user's job was locked out"
+  # The counters are published at the job tier's tick (--job-interval 1s here).
+  for ((i = 0; i < 50; i++)); do
+    curl -fsS "http://127.0.0.1:$PORT/metrics" | grep -q 'gpuwatch_job_messages_rejected_total{.*reason="quota"} 1036$' && break
+    sleep 0.1
+  done
+  curl -fsS "http://127.0.0.1:$PORT/metrics" | grep -q 'gpuwatch_job_messages_rejected_total{.*reason="quota"} 1036$' \
+    || fail "D9: not 1036 of 1100 starts refused by the quota of 64"
+else
+  echo "hostile_test: D9 skipped (needs root and setpriv)" >&2
+fi
+kill -TERM "$AGENT"; wait "$AGENT" || true
+
 # D14: a disk budget in bytes is refused; a snapshot asked for without a body is taken.
 rc=0; out=$("$GPUWATCH" up --job-socket off --nvml-lib /nonexistent --listen "127.0.0.1:$(free_port)" \
   --data-dir "$TMP/d14" --disk-budget 5 2>&1) || rc=$?

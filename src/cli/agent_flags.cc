@@ -91,6 +91,10 @@ void AddAgentFlags(CLI::App* app, AgentFlags* f) {
                   "/run/gpuwatch/job.sock, a user-writable path when not root; off: none)");
   app->add_option("--job-udp", f->job_udp, "Also take job messages on UDP host:port (loopback)");
   app->add_option("--job-tcp", f->job_tcp, "Also take job messages on TCP host:port (loopback)");
+  app->add_option("--job-log-roots", f->job_log_roots,
+                  "Directories a job's declared log files may be under, comma-separated; ~ is "
+                  "the job user's home (default ~,/tmp,/var/tmp; never /etc, /proc, /sys, "
+                  "/root, /boot, /dev, /run or the data dir)");
   app->add_option("--topology-interval", f->topology_interval,
                   "Check the node's topology against its archive this often (default 1h; also "
                   "at start)");
@@ -182,6 +186,7 @@ std::map<std::string, std::string*> FlagFields(AgentFlags* f) {
           {"job-socket", &f->job_socket},
           {"job-udp", &f->job_udp},
           {"job-tcp", &f->job_tcp},
+          {"job-log-roots", &f->job_log_roots},
           {"job-interval", &f->job_interval},
           {"topology-interval", &f->topology_interval},
           {"job-hang-factor", &f->job_hang_factor},
@@ -234,6 +239,9 @@ Result<server::AgentOptions> MakeOptions(const AgentFlags& f, const std::string&
   o.version = version;
   o.root_dir = f.root_dir;
   o.data_dir = f.data_dir;
+  auto roots = server::ParseJobLogRoots(f.job_log_roots);
+  if (!roots.ok()) return roots.status();
+  o.job_log_policy.roots = *roots;
   o.job_env_var = f.job_env_var;
   if (f.model_label != "model_name" && f.model_label != "modelName")
     return Status::InvalidArgument("bad --model-label '" + f.model_label +

@@ -66,6 +66,7 @@ struct AgentFlags {
   std::string admin_token_file;  // default <data-dir>/admin.token
   std::string write_token_file;
   bool insecure_listen = false;
+  std::string job_log_roots = "~,/tmp,/var/tmp";
 };
 
 void AddStoreFlags(CLI::App* app, AgentFlags* f);

@@ -219,6 +219,7 @@ void JobListener::Run() {
   std::vector<char> buf(kMaxDatagramBytes + 1);
   struct Conn {
     std::string pending;
+    int64_t last_ms = 0;  // the last byte received (or the accept)
   };
   std::map<int, Conn> conns;
   alignas(cmsghdr) char control[CMSG_SPACE(sizeof(ucred))];
@@ -228,6 +229,15 @@ void JobListener::Run() {
       if (fd >= 0) fds.push_back({fd, POLLIN, 0});
     for (const auto& [fd, _] : conns) fds.push_back({fd, POLLIN, 0});
     int n = poll(fds.data(), fds.size(), 1000);
+    const int64_t now_ms = clock_ms_();
+    for (auto it = conns.begin(); it != conns.end();) {
+      if (now_ms - it->second.last_ms >= options_.tcp_idle_timeout_ms) {
+        close(it->first);
+        it = conns.erase(it);
+      } else {
+        ++it;
+      }
+    }
     if (n <= 0) continue;
     for (const auto& p : fds) {
       if (!(p.revents & (POLLIN | POLLERR | POLLHUP))) continue;
@@ -272,12 +282,20 @@ void JobListener::Run() {
         int c = accept4(tcp_fd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
         if (c < 0) continue;
         if (conns.size() >= options_.max_tcp_connections) {
-          tcp_refused_++;
-          close(c);
-          continue;
+          auto idlest = conns.begin();
+          for (auto i = conns.begin(); i != conns.end(); ++i)
+            if (i->second.last_ms < idlest->second.last_ms) idlest = i;
+          if (idlest == conns.end() ||
+              now_ms - idlest->second.last_ms < options_.tcp_evict_idle_ms) {
+            tcp_refused_++;
+            close(c);
+            continue;
+          }
+          close(idlest->first);
+          conns.erase(idlest);
         }
         tcp_connections_++;
-        conns[c];
+        conns[c].last_ms = now_ms;
         continue;
       }
       auto it = conns.find(p.fd);
@@ -287,6 +305,7 @@ void JobListener::Run() {
       bool close_conn = got <= 0;
       if (got > 0) {
         bytes_ += static_cast<uint64_t>(got);
+        it->second.last_ms = now_ms;
         std::string& pend = it->second.pending;
         pend.append(buf.data(), static_cast<size_t>(got));
         size_t last_nl = pend.rfind('\n');

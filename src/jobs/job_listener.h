@@ -30,6 +30,11 @@ struct JobListenerOptions {
   std::string udp;  // "host:port" ("127.0.0.1:9471"); "" = off; port 0 = any free port
   std::string tcp;  // as udp
   size_t max_tcp_connections = 64;
+  // A TCP reporter silent this long is closed (the SDKs reconnect on their next message); when
+  // every slot is taken, a newcomer replaces the connection idle longest if it has been idle at
+  // least tcp_evict_idle_ms, so idle connections cannot lock reporters out (issue 17, D9).
+  int64_t tcp_idle_timeout_ms = 120'000;
+  int64_t tcp_evict_idle_ms = 5'000;
   int receive_buffer_bytes = 4 << 20;  // SO_RCVBUF: bursts of every local rank at once
 };
 

@@ -168,5 +168,38 @@ TEST_F(JobListenerTest, UdpAndTcpOnLoopback) {
   close(t);
 }
 
+// D9 (issue 17): 64 idle TCP connections made the agent close every later reporter. Idle
+// connections are closed after the timeout, and a newcomer replaces the idlest one.
+TEST_F(JobListenerTest, D9_IdleTcpConnectionsCannotLockReportersOut) {
+  JobListenerOptions o;
+  o.socket_path = "off";
+  o.tcp = "127.0.0.1:0";
+  o.max_tcp_connections = 2;
+  o.tcp_evict_idle_ms = 200;
+  o.tcp_idle_timeout_ms = 60'000;
+  JobListener l(o, &registry_, WallClockMs);
+  ASSERT_TRUE(l.Start().ok());
+  int idle1 = ConnectLoopback(SOCK_STREAM, l.tcp_port());
+  int idle2 = ConnectLoopback(SOCK_STREAM, l.tcp_port());
+  ASSERT_TRUE(Eventually([&] { return l.stats().tcp_connections == 2; }));
+  std::this_thread::sleep_for(std::chrono::milliseconds(400));
+  int t = ConnectLoopback(SOCK_STREAM, l.tcp_port());
+  const std::string msg = "{\"type\":\"start\",\"job\":\"late\"}\n";
+  ASSERT_EQ(send(t, msg.data(), msg.size(), MSG_NOSIGNAL), static_cast<ssize_t>(msg.size()));
+  EXPECT_TRUE(Eventually([&] { return registry_.Job("late").has_value(); }));
+  EXPECT_EQ(l.stats().tcp_refused, 0u);
+  for (int fd : {idle1, idle2, t}) close(fd);
+
+  // With the idle timeout, a silent connection is closed on its own.
+  JobListenerOptions o2 = o;
+  o2.tcp_idle_timeout_ms = 300;
+  JobListener l2(o2, &registry_, WallClockMs);
+  ASSERT_TRUE(l2.Start().ok());
+  int silent = ConnectLoopback(SOCK_STREAM, l2.tcp_port());
+  char c;
+  EXPECT_TRUE(Eventually([&] { return recv(silent, &c, 1, MSG_DONTWAIT) == 0; }));
+  close(silent);
+}
+
 }  // namespace
 }  // namespace gpuwatch::jobs

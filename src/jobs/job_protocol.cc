@@ -284,6 +284,8 @@ std::string_view RejectReasonName(RejectReason r) {
       return "out_of_order";
     case RejectReason::kLimit:
       return "limit";
+    case RejectReason::kQuota:
+      return "quota";
     case RejectReason::kCount:
       break;
   }

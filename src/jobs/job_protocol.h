@@ -28,6 +28,7 @@ enum class RejectReason {
   kDuplicate,
   kOutOfOrder,
   kLimit,
+  kQuota,  // one uid's share of the registry is used up
   kCount,  // not a reason: the number of reasons
 };
 inline constexpr size_t kRejectReasons = static_cast<size_t>(RejectReason::kCount);

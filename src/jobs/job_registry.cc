@@ -183,8 +183,19 @@ std::optional<RejectReason> JobRegistry::Accept(const model::JobMessage& m, cons
   } else if (owned_by_other(running_.at(m.job))) {
     return reject(RejectReason::kPidNotOwned);
   }
+  const std::optional<uint32_t> starter = verified ? sender.uid : std::nullopt;
+  if (is_new_job) {
+    size_t mine = 0;
+    for (const auto& [id, j] : running_)
+      if (j.started_by_protocol && j.starter_uid == starter) ++mine;
+    if (mine >= options_.max_jobs_per_uid) return reject(RejectReason::kQuota);
+  }
   JobRec* job = FindOrCreate(m.job, t_ms, &err);
   if (!job) return reject(*err);
+  if (is_new_job) {
+    job->started_by_protocol = true;
+    job->starter_uid = starter;
+  }
   if (!job->owner_uid && verified && job->ranks.empty()) job->owner_uid = sender.uid;
   auto rit = job->ranks.find(m.rank);
   if (rit == job->ranks.end()) {
@@ -632,6 +643,8 @@ JobOutputs JobRegistry::TakeOutputs() {
 
 JobView JobRegistry::View(const JobRec& j) const {
   JobView v;
+  if (j.started_by_protocol)
+    v.starter = j.starter_uid ? "uid:" + std::to_string(*j.starter_uid) : "uid:none";
   v.id = j.id;
   v.source = j.sdk ? "sdk" : "process";
   v.template_name = j.template_name;

@@ -57,8 +57,11 @@ struct JobRegistryOptions {
   // A rank in a phase other than data/comm (eval, a checkpoint) is judged hung only after
   // hang.in_phase_s: those phases have no step time to compare with.
   model::HangPolicy hang;
-  double raw_steps_max_hz = 20;          // raw step outputs per rank per second at most
-  size_t max_jobs = 1024;                // running jobs (protocol and attribution)
+  double raw_steps_max_hz = 20;  // raw step outputs per rank per second at most
+  size_t max_jobs = 1024;        // running jobs (protocol and attribution)
+  // Running jobs one uid may start over the protocol; senders without credentials (UDP, TCP)
+  // share one such share. One local user cannot take every slot (issue 17, D9).
+  size_t max_jobs_per_uid = 64;
   size_t max_ranks = 4096;               // over all running jobs
   size_t max_recent_jobs = 256;          // ended jobs kept for `gpuwatch jobs`
   size_t max_pending = 200000;           // outputs not yet taken; beyond, dropped and counted
@@ -158,7 +161,10 @@ struct JobView {
   std::vector<uint32_t> pids;
   std::string container;
   double gpu_seconds = 0;  // GPU time: seconds each of its GPUs had one of its processes
-  WindowStats window;      // iterations/s of the slowest rank, samples/s summed, worst p50/p95/p99
+  // Who started it over the protocol (the quota's key): "uid:N", "uid:none" for an
+  // uncredentialed sender, "" for a job seen only through its processes.
+  std::string starter;
+  WindowStats window;  // iterations/s of the slowest rank, samples/s summed, worst p50/p95/p99
   std::vector<RankView> ranks;
 };
 
@@ -230,6 +236,10 @@ class JobRegistry {
     // one user cannot end, restart or add dying ranks to another's job. nullopt: the job was
     // started over UDP/TCP (or by attribution), where nobody can prove who they are.
     std::optional<uint32_t> owner_uid;
+    // Who started it over the protocol, for the per-uid quota: the sender's uid, or nullopt
+    // for an uncredentialed sender. Unset for jobs seen only through GPU processes.
+    bool started_by_protocol = false;
+    std::optional<uint32_t> starter_uid;
     std::string template_name, user, project;
     std::optional<uint32_t> world_size;
     int64_t start_ms = 0, end_ms = 0, last_step_ms = 0;

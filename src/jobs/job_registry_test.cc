@@ -429,5 +429,27 @@ TEST_F(JobRegistryTest, RawStepsAreRateCapped) {
   EXPECT_EQ(reg.Job("j")->ranks[0].window.steps, 1000u);
 }
 
+// D9 (issue 17): one uid could hold all 1024 running-job slots, so every other user's start
+// was refused. Each uid now has its share; senders without credentials share one.
+TEST(JobRegistryQuota, D9_OneUidCannotTakeEverySlot) {
+  JobRegistryOptions o;
+  o.max_jobs_per_uid = 3;
+  JobRegistry reg(o, nullptr);
+  const Sender hog{1234, 65534};
+  for (int i = 0; i < 3; ++i)
+    ASSERT_FALSE(reg.Accept(Start("h" + std::to_string(i), 0), hog, kT0)) << i;
+  EXPECT_EQ(reg.Accept(Start("h3", 0), hog, kT0), RejectReason::kQuota);
+  EXPECT_EQ(RejectReasonName(RejectReason::kQuota), "quota");
+  // Another user still starts a job; more messages of a running job are not new jobs.
+  EXPECT_FALSE(reg.Accept(Start("legit", 0), Sender{1235, 1000}, kT0));
+  EXPECT_FALSE(reg.Accept(Start("h0", 1), hog, kT0));
+  // Uncredentialed senders (UDP/TCP) share one share.
+  for (int i = 0; i < 3; ++i)
+    ASSERT_FALSE(reg.Accept(Start("u" + std::to_string(i), 0), Sender{}, kT0));
+  EXPECT_EQ(reg.Accept(Start("u3", 0), Sender{}, kT0), RejectReason::kQuota);
+  EXPECT_EQ(reg.Job("h0")->starter, "uid:65534");
+  EXPECT_EQ(reg.Job("u0")->starter, "uid:none");
+}
+
 }  // namespace
 }  // namespace gpuwatch::jobs

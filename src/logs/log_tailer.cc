@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <climits>
 #include <cstring>
 #include <utility>
 
@@ -78,7 +79,9 @@ Status LogTailer::Open(bool from_end) {
   // watchdog reboots the node when closed carelessly, a tape rewinds), and the path comes
   // from a job. The fstat below then confirms the file opened is the file judged.
   struct stat pre {};
-  if (::stat(path_.c_str(), &pre) != 0) return ErrnoStatus("stat", path_, errno);
+  if (::lstat(path_.c_str(), &pre) != 0) return ErrnoStatus("stat", path_, errno);
+  if (S_ISLNK(pre.st_mode))
+    return Status::InvalidArgument(path_ + ": refused, a symbolic link (name the file itself)");
   if (!S_ISREG(pre.st_mode))
     return Status::InvalidArgument(path_ + ": refused, " + std::string(FileKind(pre.st_mode)));
   if (options_.check) {
@@ -86,7 +89,8 @@ Status LogTailer::Open(bool from_end) {
   }
   // O_NONBLOCK: opening a FIFO for reading would otherwise block until a writer appears;
   // O_NOCTTY: a tty at the path must not become the agent's controlling terminal.
-  const int fd = ::open(path_.c_str(), O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
+  // O_NOFOLLOW: a link swapped in after the lstat is refused, not followed.
+  const int fd = ::open(path_.c_str(), O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK | O_NOFOLLOW);
   if (fd < 0) return ErrnoStatus("open", path_, errno);
   struct stat st {};
   if (::fstat(fd, &st) != 0) {
@@ -101,6 +105,19 @@ Status LogTailer::Open(bool from_end) {
   }
   if (options_.check) {
     Status c = options_.check(st);
+    if (!c.ok()) {
+      ::close(fd);
+      return c;
+    }
+  }
+  if (options_.path_check) {
+    // The path the open file really has: a directory on the way swapped for a link between
+    // the checks and the open shows here.
+    char real[PATH_MAX + 1] = {};
+    const std::string self = "/proc/self/fd/" + std::to_string(fd);
+    const ssize_t n = ::readlink(self.c_str(), real, PATH_MAX);
+    Status c = n <= 0 ? Status::PermissionDenied(path_ + ": refused, its real path is unknown")
+                      : options_.path_check(std::string(real, static_cast<size_t>(n)));
     if (!c.ok()) {
       ::close(fd);
       return c;

@@ -61,6 +61,11 @@ struct LogTailerOptions {
   // refuses the file (the agent checks that the owner is the job's uid). Non-regular files
   // (FIFOs, directories, devices) are refused before `check` is called.
   std::function<Status(const struct stat&)> check;
+  // Run on every newly opened file with the path it really has (read back from
+  // /proc/self/fd, every symbolic link resolved), before a byte is read; a non-OK status
+  // refuses the file (the agent allows only paths under --job-log-roots). The final
+  // component is never followed as a symbolic link.
+  std::function<Status(const std::string& real_path)> path_check;
 };
 
 struct LogTailerStats {

@@ -43,12 +43,22 @@ jobs::JobRegistryOptions JobOptionsOf(const AgentOptions& o) {
   return j;
 }
 
+namespace {
+// The agent's own data (its tokens, store, snapshots) is never a job's log.
+JobLogPolicy JobLogPolicyOf(const AgentOptions& o) {
+  JobLogPolicy p = o.job_log_policy;
+  if (!o.data_dir.empty()) p.forbidden.push_back(o.data_dir);
+  return p;
+}
+}  // namespace
+
 Agent::Agent(AgentOptions options, std::unique_ptr<collect::GpuSource> gpu)
     : options_(std::move(options)),
       gpu_(std::move(gpu)),
       host_(options_.root_dir),
       attributor_(options_.root_dir, options_.job_env_var),
       jobs_(JobOptionsOf(options_), jobs::ProcfsProbe(options_.root_dir)),
+      job_logs_(JobLogPolicyOf(options_)),
       recorder_(trace::FlightRecorderOptions{options_.recorder_bytes, options_.snapshot_window}),
       diagnosis_(
           [this](int64_t from_ms, int64_t to_ms) { return recorder_.Window(from_ms, to_ms); },
@@ -928,7 +938,11 @@ void Agent::DrainJobs() {
   }
   for (const auto& d : due) {
     if (!snapshots_) continue;
-    auto r = snapshots_->Take(d.reason, d.job, clock_.NowMs());
+    // A job's failure counts against whoever started it, for the snapshot cap.
+    std::string owner;
+    if (!d.job.empty())
+      if (auto v = jobs_.Job(d.job)) owner = v->starter;
+    auto r = snapshots_->Take(d.reason, d.job, clock_.NowMs(), false, owner);
     if (!r.ok()) GW_LOG_INFO("no {} snapshot for {}: {}", d.reason, d.job, r.status().message());
   }
   if (!event_store_ || (out.events.empty() && lines.empty())) return;

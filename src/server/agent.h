@@ -45,8 +45,9 @@ namespace gpuwatch::server {
 struct AgentOptions {
   std::string hostname;
   std::string version;
-  std::string root_dir = "/";  // procfs/sysfs root (tests use fixture trees)
-  std::string data_dir;        // "" keeps nothing on disk
+  std::string root_dir = "/";   // procfs/sysfs root (tests use fixture trees)
+  std::string data_dir;         // "" keeps nothing on disk
+  JobLogPolicy job_log_policy;  // where declared job logs may be (server/job_logs.h)
   std::chrono::milliseconds gpu_interval{1000};
   std::chrono::milliseconds host_interval{5000};
   std::chrono::milliseconds process_interval{10000};

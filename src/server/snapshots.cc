@@ -38,7 +38,8 @@ nlohmann::json ToJson(const SnapshotInfo& s) {
           {"job", s.job},         {"node", s.node},
           {"t_ms", s.t_ms},       {"from_ms", s.from_ms},
           {"records", s.records}, {"job_log_lines", s.job_log_lines},
-          {"state", s.state},     {"error", s.error}};
+          {"state", s.state},     {"error", s.error},
+          {"owner", s.owner}};
 }
 
 std::optional<SnapshotInfo> FromJson(const std::string& text) {
@@ -56,6 +57,7 @@ std::optional<SnapshotInfo> FromJson(const std::string& text) {
     s.job_log_lines = j.value("job_log_lines", uint64_t{0});
     s.state = j.value("state", "written");
     s.error = j.value("error", "");
+    s.owner = j.value("owner", "");
   } catch (const nlohmann::json::exception&) {
     return std::nullopt;
   }
@@ -99,7 +101,7 @@ Status SnapshotManager::Open() {
 }
 
 Result<SnapshotInfo> SnapshotManager::Take(const std::string& reason, const std::string& job,
-                                           int64_t now_ms, bool manual) {
+                                           int64_t now_ms, bool manual, const std::string& owner) {
   std::unique_lock<std::mutex> lock(mu_);
   if (!thread_.joinable()) return Status::Unavailable("snapshots are not open");
   const std::string key = reason + "\n" + job;
@@ -123,6 +125,7 @@ Result<SnapshotInfo> SnapshotManager::Take(const std::string& reason, const std:
   while (snapshots_.count(p.info.id)) p.info.id += "x";
   p.info.reason = reason;
   p.info.job = job;
+  p.info.owner = owner;
   p.info.node = node_;
   p.info.t_ms = now_ms;
   p.info.from_ms = now_ms - options_.window_ms;
@@ -199,15 +202,26 @@ void SnapshotManager::Run() {
 
 void SnapshotManager::Prune() {
   while (snapshots_.size() > options_.max_snapshots) {
-    // Manual snapshots go first: anyone on the node can ask for one, and they must not push
-    // out the failures.
-    auto oldest = snapshots_.begin();
+    // Manual snapshots go first: they must not push out the failures. Then the oldest of the
+    // owner holding the most, so no one owner's failures evict another's.
+    auto oldest = snapshots_.end();
     for (auto it = snapshots_.begin(); it != snapshots_.end(); ++it)
       if (it->second.reason == "manual" && it->second.state != "pending") {
         oldest = it;
         break;
       }
-    if (oldest->second.state == "pending") break;
+    if (oldest == snapshots_.end()) {
+      std::map<std::string, size_t> per_owner;
+      for (const auto& [id, info] : snapshots_) ++per_owner[info.owner];
+      size_t most = 0;
+      for (const auto& [owner, n] : per_owner) most = std::max(most, n);
+      for (auto it = snapshots_.begin(); it != snapshots_.end(); ++it)
+        if (per_owner[it->second.owner] == most && it->second.state != "pending") {
+          oldest = it;
+          break;
+        }
+    }
+    if (oldest == snapshots_.end()) break;
     std::error_code ec;
     fs::remove_all(options_.dir + "/" + oldest->first, ec);
     snapshots_.erase(oldest);

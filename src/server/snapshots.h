@@ -7,8 +7,10 @@
 //   manifest.json   what, why, when; written last, so a bundle without it is unfinished
 // The window is captured when the snapshot is taken; compressing and writing happen on the
 // manager's own thread so the agent's tiers never wait for a disk. Snapshots are rate limited
-// (one per job and reason per `same_key_gap_ms`, one per reason per `min_gap_ms`) and the oldest
-// are deleted beyond `max_snapshots`.
+// (one per job and reason per `same_key_gap_ms`, one per reason per `min_gap_ms`). Beyond
+// `max_snapshots` the oldest manual one goes first, then the oldest of the owner with the most:
+// a user whose jobs fail by the hundred (or who fakes failures) evicts only their own, never
+// another user's or the node's (issue 17, D9).
 //
 // Thread-safety: all methods may be called concurrently.
 #pragma once
@@ -42,6 +44,7 @@ struct SnapshotInfo {
   std::string id;
   std::string reason;  // job_failed | job_hung | gpu_lost | manual | …
   std::string job;     // "" when not about one job
+  std::string owner;   // whose it counts as: a job's starter ("uid:N"), "" for the node's
   std::string node;
   int64_t t_ms = 0, from_ms = 0;
   uint64_t records = 0, job_log_lines = 0;
@@ -61,7 +64,7 @@ class SnapshotManager {
   // Captures the window ending at now_ms and queues the bundle. ResourceExhausted when rate
   // limited (`manual` ones only by the per-reason gap).
   Result<SnapshotInfo> Take(const std::string& reason, const std::string& job, int64_t now_ms,
-                            bool manual = false);
+                            bool manual = false, const std::string& owner = "");
   std::vector<SnapshotInfo> List() const;  // newest first
   // The file of a bundle ("trace.jsonl.gz", "job.log", "manifest.json"); NotFound otherwise.
   Result<std::string> FilePath(const std::string& id, const std::string& file) const;

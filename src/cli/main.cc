@@ -124,7 +124,9 @@ int ServeAgent(const AgentFlags* flags, const server::AgentOptions& agent_opts,
   }
   // Events and log lines are kept apart from the samples, with their own retention.
   if (db) {
-    auto e = store::EventStore::Open(flags->data_dir + "/events");
+    store::EventStoreOptions eo;
+    eo.bulk_kinds = {"log", "annotation"};
+    auto e = store::EventStore::Open(flags->data_dir + "/events", eo);
     if (!e.ok()) return Fail(e.status());
     events = std::move(e).value();
     for (const auto& d : events->stats().damage)

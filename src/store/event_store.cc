@@ -1,6 +1,10 @@
 #include "store/event_store.h"
 
+#include <sys/stat.h>
+
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
 #include <limits>
 
 #include "common/log.h"
@@ -235,7 +239,20 @@ Result<std::unique_ptr<EventStore>> EventStore::Open(const std::string& dir,
   if (options.segment_span_ms < 0 || options.retention_ms < 0 || options.max_future_ms < 0)
     return Status::InvalidArgument(
         "event store: segment_span_ms, retention_ms and max_future_ms must be >= 0");
+  std::unique_ptr<EventStore> bulk;
+  if (!options.bulk_kinds.empty()) {
+    EventStoreOptions b = options;
+    b.bulk_kinds.clear();
+    b.retention_bytes = options.bulk_retention_bytes;
+    b.wal.quarantine_dir.clear();
+    if (::mkdir(dir.c_str(), 0755) != 0 && errno != EEXIST)
+      return Status::IoError("mkdir " + dir + ": " + std::strerror(errno));
+    auto opened = Open(dir + "/" + kBulkEventsDir, std::move(b));
+    if (!opened.ok()) return opened.status();
+    bulk = std::move(opened).value();
+  }
   std::unique_ptr<EventStore> store(new EventStore(dir, std::move(options)));
+  store->bulk_ = std::move(bulk);
   EventStore& s = *store;
   std::lock_guard<std::mutex> append_lock(s.append_mu_);
   std::unique_lock<std::shared_mutex> index_lock(s.index_mu_);
@@ -296,7 +313,7 @@ Result<std::unique_ptr<EventStore>> EventStore::Open(const std::string& dir,
   return store;
 }
 
-Result<EventStoreCheck> EventStore::Check(const std::string& dir) {
+Result<EventStoreCheck> EventStore::CheckOwn(const std::string& dir) {
   EventStoreCheck out;
   auto st = Wal::Check(dir, [&](uint8_t type, std::string_view payload) {
     auto batch = type == kEventBatchRecord
@@ -352,7 +369,7 @@ void EventStore::SortIndex() {
     for (auto& [id, keys] : *p) std::sort(keys.begin(), keys.end());
 }
 
-Status EventStore::Append(const std::vector<EventRecord>& events) {
+Status EventStore::AppendOwn(const std::vector<EventRecord>& events) {
   if (events.empty()) return Status::Ok();
   int64_t batch_newest = 0;
   const int64_t now_ms = Now();
@@ -411,7 +428,7 @@ Status EventStore::Append(const std::vector<EventRecord>& events) {
   return Status::Ok();
 }
 
-Status EventStore::EnforceRetention(int64_t now_ms) {
+Status EventStore::EnforceRetentionOwn(int64_t now_ms) {
   std::lock_guard<std::mutex> append_lock(append_mu_);
   return EnforceRetentionLocked(now_ms);
 }
@@ -506,7 +523,7 @@ EventRecord EventStore::ToRecord(const Entry& e) const {
                      e.fields_json};
 }
 
-Result<std::vector<EventRecord>> EventStore::Query(const EventQuery& q) const {
+Result<std::vector<EventRecord>> EventStore::QueryOwn(const EventQuery& q) const {
   if (q.start_ms > q.end_ms)
     return Status::InvalidArgument("event query: start_ms " + std::to_string(q.start_ms) +
                                    " is after end_ms " + std::to_string(q.end_ms));
@@ -579,7 +596,7 @@ Result<std::vector<EventRecord>> EventStore::Query(const EventQuery& q) const {
   return out;
 }
 
-EventStoreStats EventStore::stats() const {
+EventStoreStats EventStore::StatsOwn() const {
   std::shared_lock<std::shared_mutex> lock(index_mu_);
   EventStoreStats s;
   s.events = entries_.size();
@@ -593,6 +610,95 @@ EventStoreStats EventStore::stats() const {
   s.segments_dropped = segments_dropped_;
   s.damage = damage_;
   return s;
+}
+
+// ----- the bulk partition (EventStoreOptions::bulk_kinds) -----
+
+bool EventStore::IsBulk(const std::string& kind) const {
+  return bulk_ && std::find(options_.bulk_kinds.begin(), options_.bulk_kinds.end(), kind) !=
+                      options_.bulk_kinds.end();
+}
+
+Status EventStore::Append(const std::vector<EventRecord>& events) {
+  if (!bulk_) return AppendOwn(events);
+  // Validated whole first, so a bad event stores nothing in either partition.
+  for (const EventRecord& e : events) GW_RETURN_IF_ERROR(ValidateEvent(e));
+  std::vector<EventRecord> own, bulk;
+  for (const EventRecord& e : events) (IsBulk(e.kind) ? bulk : own).push_back(e);
+  if (!bulk.empty()) GW_RETURN_IF_ERROR(bulk_->Append(bulk));
+  return own.empty() ? Status::Ok() : AppendOwn(own);
+}
+
+Result<std::vector<EventRecord>> EventStore::Query(const EventQuery& q) const {
+  auto own = QueryOwn(q);
+  if (!bulk_ || !own.ok()) return own;
+  auto bulk = bulk_->Query(q);
+  if (!bulk.ok()) return bulk.status();
+  std::vector<EventRecord> out = std::move(*own);
+  out.insert(out.end(), std::make_move_iterator(bulk->begin()),
+             std::make_move_iterator(bulk->end()));
+  std::stable_sort(out.begin(), out.end(), [&](const EventRecord& a, const EventRecord& b) {
+    return q.newest_first ? a.t_ms > b.t_ms : a.t_ms < b.t_ms;
+  });
+  if (out.size() > q.limit) out.resize(q.limit);
+  return out;
+}
+
+Status EventStore::EnforceRetention(int64_t now_ms) {
+  GW_RETURN_IF_ERROR(EnforceRetentionOwn(now_ms));
+  return bulk_ ? bulk_->EnforceRetention(now_ms) : Status::Ok();
+}
+
+Status EventStore::Sync() {
+  GW_RETURN_IF_ERROR(wal_->Sync());
+  return bulk_ ? bulk_->Sync() : Status::Ok();
+}
+
+namespace {
+template <typename S>
+void AddPartition(S* into, const S& bulk) {
+  into->events += bulk.events;
+  into->bytes += bulk.bytes;
+  into->undecodable_records += bulk.undecodable_records;
+  if (bulk.oldest_ms)
+    into->oldest_ms = std::min(into->oldest_ms.value_or(*bulk.oldest_ms), *bulk.oldest_ms);
+  if (bulk.newest_ms)
+    into->newest_ms = std::max(into->newest_ms.value_or(*bulk.newest_ms), *bulk.newest_ms);
+}
+}  // namespace
+
+EventStoreStats EventStore::stats() const {
+  EventStoreStats s = StatsOwn();
+  if (!bulk_) return s;
+  const EventStoreStats b = bulk_->stats();
+  AddPartition(&s, b);
+  s.segments += b.segments;
+  s.segments_dropped += b.segments_dropped;
+  for (WalDamage d : b.damage) {
+    d.segment = std::string(kBulkEventsDir) + "/" + d.segment;
+    s.damage.push_back(std::move(d));
+  }
+  return s;
+}
+
+EventStoreStats EventStore::BulkStats() const { return bulk_ ? bulk_->stats() : EventStoreStats{}; }
+
+Result<EventStoreCheck> EventStore::Check(const std::string& dir) {
+  auto out = CheckOwn(dir);
+  const std::string bulk_dir = dir + "/" + kBulkEventsDir;
+  struct stat sb {};
+  if (!out.ok() || ::stat(bulk_dir.c_str(), &sb) != 0 || !S_ISDIR(sb.st_mode)) return out;
+  auto b = CheckOwn(bulk_dir);
+  if (!b.ok()) return b.status();
+  AddPartition(&*out, *b);
+  out->wal.segments += b->wal.segments;
+  out->wal.records += b->wal.records;
+  for (WalDamage d : b->wal.damage) {
+    d.segment = std::string(kBulkEventsDir) + "/" + d.segment;
+    out->wal.damage.push_back(std::move(d));
+  }
+  for (WalSegmentStats ss : b->wal.segment_stats) out->wal.segment_stats.push_back(ss);
+  return out;
 }
 
 }  // namespace gpuwatch::store

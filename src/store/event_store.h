@@ -89,7 +89,14 @@ struct EventStoreOptions {
   int64_t max_future_ms = 24ll * 3600 * 1000;
   // Wall clock for retention and for max_future_ms; null: the system clock.
   std::function<int64_t()> clock_ms;
+  // Kinds kept in a partition of their own (DIR/bulk) with their own byte budget, so that bulk
+  // text — job log lines, posted annotations — never evicts hardware and job events (issue 17,
+  // D2: 18 posts of annotations once erased the node's XID history). Empty: one log. The agent
+  // uses {"log", "annotation"}. A batch mixing both is two WAL writes.
+  std::vector<std::string> bulk_kinds;
+  uint64_t bulk_retention_bytes = 256ull << 20;
 };
+inline constexpr char kBulkEventsDir[] = "bulk";
 
 struct EventQuery {
   int64_t start_ms = 0;            // inclusive
@@ -139,8 +146,10 @@ class EventStore {
   // Deletes the segments retention no longer keeps (their events leave memory too).
   Status EnforceRetention(int64_t now_ms);
 
+  // Both partitions together (damage in the bulk one is named "bulk/<segment>").
   EventStoreStats stats() const;
-  Status Sync() { return wal_->Sync(); }
+  EventStoreStats BulkStats() const;  // the bulk partition alone (zero without one)
+  Status Sync();
 
  private:
   // (time, arrival sequence): the total order of events; seq breaks ties stably.
@@ -181,6 +190,13 @@ class EventStore {
 
   EventStore(std::string dir, EventStoreOptions options)
       : dir_(std::move(dir)), options_(std::move(options)) {}
+  // This log alone, without the bulk partition.
+  Status AppendOwn(const std::vector<EventRecord>& events);
+  Result<std::vector<EventRecord>> QueryOwn(const EventQuery& q) const;
+  Status EnforceRetentionOwn(int64_t now_ms);
+  EventStoreStats StatsOwn() const;
+  static Result<EventStoreCheck> CheckOwn(const std::string& dir);
+  bool IsBulk(const std::string& kind) const;
   int64_t Now() const;
   // REQUIRES: index_mu_ held exclusively. `bulk`: append unsorted, SortIndex() later (replay).
   void Index(const EventRecord& e, uint64_t segment, bool bulk);
@@ -209,6 +225,7 @@ class EventStore {
   uint64_t undecodable_records_ = 0;
   uint64_t segments_dropped_ = 0;
   std::vector<WalDamage> damage_;
+  std::unique_ptr<EventStore> bulk_;  // the bulk partition, when bulk_kinds is set
 };
 
 }  // namespace gpuwatch::store

@@ -642,5 +642,48 @@ TEST(EventBatchTest, FuzzSeedsDecode) {
   }
 }
 
+// D2 (issue 17): 18 posts of 15 MB of annotations erased the node's XID history through the
+// shared byte budget. Bulk kinds live in their own partition with their own budget.
+TEST_F(EventStoreTest, D2_BulkKindsNeverEvictHardwareEvents) {
+  EventStoreOptions o = Options();
+  o.wal.segment_bytes = 4096;
+  o.bulk_kinds = {"log", "annotation"};
+  o.bulk_retention_bytes = 16 * 1024;
+  {
+    auto store = OpenStore(o);
+    ASSERT_TRUE(store->Append({Ev(kT0, "xid", "n", "0", "", "REAL")}).ok());
+    for (int i = 0; i < 200; ++i)
+      ASSERT_TRUE(store
+                      ->Append({Ev(kT0 + 1 + i, "annotation", "n", "", "", std::string(500, 'J')),
+                                Ev(kT0 + 1 + i, "log", "n", "", "", "line")})
+                      .ok());
+    ASSERT_TRUE(store->EnforceRetention(kT0 + 1000).ok());
+    EventQuery q;
+    q.start_ms = kT0;
+    q.end_ms = kT0 + 1000;
+    q.kinds = {"xid"};
+    auto xid = store->Query(q);
+    ASSERT_TRUE(xid.ok());
+    ASSERT_EQ(xid->size(), 1u);
+    EXPECT_EQ((*xid)[0].message, "REAL");
+    // The bulk partition kept its budget (plus the segment being written) and dropped its
+    // oldest; queries merge both partitions in time order.
+    EXPECT_LE(store->BulkStats().bytes, 16u * 1024 + 4096);
+    EXPECT_GT(store->stats().segments_dropped, 0u);
+    q.kinds = {};
+    q.limit = 3;
+    auto newest = store->Query(q);
+    ASSERT_TRUE(newest.ok());
+    ASSERT_EQ(newest->size(), 3u);
+    EXPECT_EQ((*newest)[0].t_ms, kT0 + 200);
+  }
+  // Reopened, and as store check reads it, both partitions are there.
+  auto check = EventStore::Check(dir_);
+  ASSERT_TRUE(check.ok());
+  auto store = OpenStore(o);
+  EXPECT_EQ(check->events, store->stats().events);
+  EXPECT_TRUE(std::filesystem::exists(dir_ + "/bulk"));
+}
+
 }  // namespace
 }  // namespace gpuwatch::store

@@ -65,6 +65,9 @@ print(sorted(codes))")
 kill -0 "$AGENT" 2>/dev/null || fail "D11: the agent died under ulimit -f (exit $(wait "$AGENT"; echo $?))"
 grep -q "500" <<<"$out" || fail "D11: no write was refused under ulimit -f: $out"
 grep -q 'File too large' "$TMP/d11.log" || fail "D11: the refused write was not logged: $(tail -5 "$TMP/d11.log")"
+# D12: the store's health is in /metrics.
+curl -fsS "http://127.0.0.1:$PORT/metrics" | grep -q '^gpuwatch_store_errors_total{.*op="write"} [1-9]' \
+  || fail "D12: write errors not in /metrics"
 curl -fsS "http://127.0.0.1:$PORT/healthz" >/dev/null || fail "D11: agent stopped serving"
 kill -TERM "$AGENT"; wait "$AGENT" || true
 

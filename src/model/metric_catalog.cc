@@ -64,7 +64,7 @@ constexpr std::array<GpuMetricDesc, kNumGpuMetrics> kGpu = {{
 }};
 
 constexpr MetricType kI = MetricType::kInfo;
-constexpr std::array<OtherMetricDesc, 85> kOther = {{
+constexpr std::array<OtherMetricDesc, 91> kOther = {{
   // GPU, beyond scalars.
   {"gpuwatch_gpu_info", kI, "serial, vbios_version, minor_number, mig_mode", "Static facts of a GPU; value 1."},
   {"gpuwatch_gpu_up", kG, "", "1 while the GPU answers NVML, 0 after it was lost (XID 79, GPU_IS_LOST)."},
@@ -155,6 +155,12 @@ constexpr std::array<OtherMetricDesc, 85> kOther = {{
   {"gpuwatch_queries_refused_total", kC, "Hostname, reason", "PromQL queries stopped or refused: concurrency (over --query-max-concurrency), timeout (--query-timeout), cancelled (the client left), limit (samples, series or work)."},
   {"gpuwatch_remote_write_series", kG, "Hostname", "Series created by remote-write senders since the agent started (bounded by --max-series)."},
   {"gpuwatch_remote_write_refused_samples_total", kC, "Hostname, reason", "Remote-write samples refused: series_limit (a new series over --max-series or --max-series-per-sender), out_of_bounds (timestamp before 1970 or after 2262)."},
+  {"gpuwatch_store_blocks", kG, "Hostname", "Blocks of the time-series store on disk."},
+  {"gpuwatch_store_block_bytes", kG, "Hostname", "Bytes of the store's blocks."},
+  {"gpuwatch_store_wal_bytes", kG, "Hostname", "Bytes of the store's write-ahead log (what a restart replays)."},
+  {"gpuwatch_store_head_series", kG, "Hostname", "Series in the store's head (memory)."},
+  {"gpuwatch_store_errors_total", kC, "Hostname, op", "Store operations that failed: write (the WAL refused an append: disk full, file-size limit, I/O error) and flush (a block could not be written; the data stays in the WAL)."},
+  {"gpuwatch_events_bytes", kG, "Hostname, partition", "Bytes of the event log on disk: events, and bulk (job log lines and annotations, with their own budget)."},
   {"gpuwatch_remote_write_refused_requests_total", kC, "Hostname, reason", "Remote-write requests refused whole: too_large (inflated size, series, samples or labels over the per-request limits, 413)."},
   {"gpuwatch_agent_tier_cpu_seconds_total", kC, "Hostname, tier", "CPU time each tier of the agent's collection thread used since start (topology, gpu, host, processes, jobs, drain, diagnosis): the agent's own cost."},
 }};

@@ -551,6 +551,24 @@ void RenderLimitCounters(std::string_view hostname, const LimitCounters& c, std:
              {"out_of_bounds", c.remote_write_refused_out_of_bounds}});
   by_reason("gpuwatch_remote_write_refused_requests_total",
             {{"too_large", c.remote_write_refused_too_large}});
+  if (c.has_store) {
+    one("gpuwatch_store_blocks", static_cast<double>(c.store_blocks));
+    one("gpuwatch_store_block_bytes", static_cast<double>(c.store_block_bytes));
+    one("gpuwatch_store_wal_bytes", static_cast<double>(c.store_wal_bytes));
+    one("gpuwatch_store_head_series", static_cast<double>(c.store_head_series));
+    HeaderOther(b, "gpuwatch_store_errors_total");
+    Line(b, "gpuwatch_store_errors_total", host, "op=\"write\"",
+         static_cast<double>(c.store_write_errors));
+    Line(b, "gpuwatch_store_errors_total", host, "op=\"flush\"",
+         static_cast<double>(c.store_flush_errors));
+  }
+  if (c.has_events) {
+    HeaderOther(b, "gpuwatch_events_bytes");
+    Line(b, "gpuwatch_events_bytes", host, "partition=\"events\"",
+         static_cast<double>(c.events_bytes - c.events_bulk_bytes));
+    Line(b, "gpuwatch_events_bytes", host, "partition=\"bulk\"",
+         static_cast<double>(c.events_bulk_bytes));
+  }
 }
 
 }  // namespace gpuwatch::server

@@ -26,6 +26,12 @@ struct LimitCounters {
   uint64_t remote_write_refused_series_limit = 0;
   uint64_t remote_write_refused_out_of_bounds = 0;
   uint64_t remote_write_refused_too_large = 0;
+  // The store's health; absent without a store.
+  bool has_store = false;
+  uint64_t store_blocks = 0, store_block_bytes = 0, store_wal_bytes = 0, store_head_series = 0;
+  uint64_t store_write_errors = 0, store_flush_errors = 0;
+  bool has_events = false;
+  uint64_t events_bytes = 0, events_bulk_bytes = 0;
 };
 void RenderLimitCounters(std::string_view hostname, const LimitCounters& c, std::string* out);
 

@@ -390,6 +390,21 @@ LimitCounters HttpServer::Counters() const {
   c.remote_write_refused_series_limit = rw.samples_refused_series_limit;
   c.remote_write_refused_out_of_bounds = rw.samples_refused_out_of_bounds;
   c.remote_write_refused_too_large = rw.requests_refused_too_large;
+  if (store_) {
+    const store::StoreHealth h = store_->Health();
+    c.has_store = true;
+    c.store_blocks = h.blocks;
+    c.store_block_bytes = h.block_bytes;
+    c.store_wal_bytes = h.wal_bytes;
+    c.store_head_series = h.head_series;
+    c.store_write_errors = h.write_errors;
+    c.store_flush_errors = h.flush_errors;
+  }
+  if (events_) {
+    c.has_events = true;
+    c.events_bytes = events_->stats().bytes;
+    c.events_bulk_bytes = events_->BulkStats().bytes;
+  }
   return c;
 }
 

@@ -531,8 +531,10 @@ Result<AppendResult> Store::Append(const std::vector<Head::Input>& batch,
     if (r->first_error.empty()) r->first_error = future_error;
   }
   if (!r.ok()) {
-    if (r.status().code() == StatusCode::kIoError)
+    if (r.status().code() == StatusCode::kIoError) {
+      write_errors_.fetch_add(1, std::memory_order_relaxed);
       Report("store_error", "critical", "write failed: " + r.status().message());
+    }
     return r;
   }
   int64_t lo, hi;
@@ -549,7 +551,11 @@ void Store::BackgroundLoop() {
     if (stopping_) break;
     lock.unlock();
     int64_t lo, hi;
-    if (head_->UnflushedRange(&lo, &hi) && hi - lo >= options_.block_span_ms) {
+    const int64_t now_ms = options_.clock_ms ? options_.clock_ms() : WallClockMs();
+    if (head_->UnflushedRange(&lo, &hi) && hi - lo >= options_.block_span_ms &&
+        (last_span_flush_ms_ == 0 ||
+         now_ms - last_span_flush_ms_ >= options_.min_flush_interval_ms)) {
+      last_span_flush_ms_ = now_ms;
       Status st = Flush();
       if (!st.ok()) std::this_thread::sleep_for(std::chrono::seconds(5));  // e.g. disk full
     }
@@ -572,12 +578,14 @@ Status Store::Flush() {
 Status Store::FlushLocked() {
   auto cut = head_->CutForFlush();
   if (!cut.ok()) {
+    flush_errors_.fetch_add(1, std::memory_order_relaxed);
     Report("store_error", "critical", "flush failed: " + cut.status().message());
     return cut.status();
   }
   if (!cut->series.empty()) {
     const uint64_t seq = next_seq_++;
     auto fail = [&](const Status& st) {
+      flush_errors_.fetch_add(1, std::memory_order_relaxed);
       Report(
           "store_error", "critical",
           "flush to " + BlockFileName(seq) + " failed, the data stays in the WAL: " + st.message());
@@ -740,6 +748,22 @@ Status Store::EnforceRetention() {
 Store::BlockList Store::Snapshot() const {
   std::shared_lock<std::shared_mutex> lock(blocks_mu_);
   return blocks_;
+}
+
+StoreHealth Store::Health() const {
+  StoreHealth h;
+  {
+    std::shared_lock<std::shared_mutex> lock(blocks_mu_);
+    for (const auto& b : blocks_) {
+      ++h.blocks;
+      h.block_bytes += b->file_bytes();
+    }
+  }
+  h.wal_bytes = head_->wal_bytes();
+  h.head_series = head_->index().size();
+  h.write_errors = write_errors_.load(std::memory_order_relaxed);
+  h.flush_errors = flush_errors_.load(std::memory_order_relaxed);
+  return h;
 }
 
 StoreStats Store::Stats() const {

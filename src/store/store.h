@@ -45,6 +45,10 @@ namespace gpuwatch::store {
 struct StoreOptions {
   HeadOptions head;
   int64_t block_span_ms = 2 * 3600 * 1000;
+  // Flushes the span triggers are at least this far apart. Backfilled samples beside live ones
+  // keep the head's span over block_span_ms, which flushed every few seconds and made a block
+  // (and an open file) each time (issue 17, D12); the head holds this much more instead.
+  int64_t min_flush_interval_ms = 15 * 60 * 1000;
   int64_t raw_retention_ms = int64_t{7} * 86400 * 1000;
   int64_t rollup_1m_retention_ms = int64_t{90} * 86400 * 1000;
   int64_t rollup_1h_retention_ms = int64_t{365} * 86400 * 1000;
@@ -85,6 +89,16 @@ struct StoreStats {
   StoreTierStats tiers[kNumTiers];
 };
 
+// Cheap to take (no walk over series): what /metrics shows of the store's health.
+struct StoreHealth {
+  uint64_t blocks = 0;
+  uint64_t block_bytes = 0;
+  uint64_t wal_bytes = 0;
+  uint64_t head_series = 0;
+  uint64_t write_errors = 0;  // appends the WAL refused (disk full, EFBIG, I/O error)
+  uint64_t flush_errors = 0;  // flushes to a block that failed (the data stays in the WAL)
+};
+
 struct StoreCheckReport {
   uint64_t blocks = 0;
   uint64_t chunks = 0;
@@ -117,6 +131,7 @@ class Store : public Querier {
   // `closed_days_only` leaves the newest day alone.
   Status Compact(bool closed_days_only);
   Status EnforceRetention();
+  StoreHealth Health() const;
   StoreStats Stats() const;
   void SetEventSink(StoreEventFn fn);
 
@@ -174,6 +189,8 @@ class Store : public Querier {
   std::mutex bg_mu_;
   std::condition_variable bg_cv_;
   bool stopping_ = false;
+  int64_t last_span_flush_ms_ = 0;  // the background thread's
+  std::atomic<uint64_t> write_errors_{0}, flush_errors_{0};
   bool closed_ = false;
   std::thread bg_;
 

@@ -7,10 +7,12 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <random>
+#include <thread>
 
 #include "store/rollup.h"
 #include "store/testing/scratch_dir.h"
@@ -144,6 +146,31 @@ TEST(BucketStart, SaturatesInsteadOfOverflowing) {
   const int64_t lowest = (INT64_MIN / 3'600'000) * 3'600'000;
   EXPECT_EQ(BucketStart(INT64_MIN, 3'600'000), lowest);
   EXPECT_EQ(BucketStart(INT64_MIN + 1, 60'000), (INT64_MIN / 60'000) * 60'000);
+}
+
+// D12 (issue 17): backfilled samples next to live ones kept the head's span over 2 h, and it
+// flushed every few seconds (≈800 blocks an hour, one open file each). Span-triggered flushes
+// are now at least min_flush_interval_ms apart.
+TEST_F(StoreTest, D12_BackfillBesideLiveDataDoesNotFlushInALoop) {
+  std::atomic<int64_t> now{kT0 + 3 * kHourMs};
+  StoreOptions o = Manual();
+  o.background = true;
+  o.clock_ms = [&now] { return now.load(); };
+  auto s = OpenStore(o);
+  auto blocks = [&] { return s->Stats().blocks; };
+  for (int k = 0; k < 4; ++k) {
+    // One live sample "now" and one backfilled three hours back, each second.
+    ASSERT_TRUE(
+        s->Append({In("live", {{now.load() + k * 1000, 1}}), In("old", {{kT0 + k * 1000, 1}})})
+            .ok());
+    std::this_thread::sleep_for(std::chrono::milliseconds(1100));
+  }
+  EXPECT_EQ(blocks(), 1u) << "one flush, not one per append";
+  now += 15 * 60 * 1000;
+  ASSERT_TRUE(s->Append({In("live", {{now.load(), 1}}), In("old", {{kT0 + 10'000, 1}})}).ok());
+  for (int i = 0; i < 30 && blocks() < 2; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  EXPECT_EQ(blocks(), 2u) << "the next flush comes once the interval has passed";
 }
 
 TEST_F(StoreTest, SecondWriterIsRefused) {

@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "cli/config_file.h"
+#include "cli/limits.h"
 #include "common/file_io.h"
 #include "common/log.h"
 #include "common/strings.h"
@@ -152,6 +153,9 @@ void AddAgentFlags(CLI::App* app, AgentFlags* f) {
   app->add_option("--max-series-per-sender", f->max_series_per_sender,
                   "New series one remote-write sender (token and address) may create (default "
                   "200000)");
+  app->add_option("--limit", f->limits,
+                  "Set any limit of docs/limits.md, NAME=VALUE (repeatable, or comma-separated), "
+                  "e.g. --limit http.max_headers=200,query.max_work=1000000000");
   app->add_option("--admin-token-file", f->admin_token_file,
                   "The token every state-changing route needs (default DATA_DIR/admin.token, "
                   "made at first start with mode 0600)");
@@ -242,6 +246,7 @@ Result<server::AgentOptions> MakeOptions(const AgentFlags& f, const std::string&
   auto roots = server::ParseJobLogRoots(f.job_log_roots);
   if (!roots.ok()) return roots.status();
   o.job_log_policy.roots = *roots;
+  GW_RETURN_IF_ERROR(ApplyLimits(f.limits, LimitTargets{.agent = &o}));
   o.job_env_var = f.job_env_var;
   if (f.model_label != "model_name" && f.model_label != "modelName")
     return Status::InvalidArgument("bad --model-label '" + f.model_label +
@@ -349,6 +354,9 @@ Result<server::HttpOptions> MakeHttpOptions(const AgentFlags& f) {
   GW_RETURN_IF_ERROR(count("max-series-per-sender", f.max_series_per_sender, &per_sender));
   o.remote_write.max_series = series;
   o.remote_write.max_series_per_sender = per_sender;
+
+  // --limit last: it may set any limit, those with a flag of their own included.
+  GW_RETURN_IF_ERROR(ApplyLimits(f.limits, LimitTargets{.http = &o}));
 
   std::string admin_path = f.admin_token_file;
   if (admin_path.empty() && !f.data_dir.empty())

@@ -7,6 +7,7 @@
 #include <CLI/CLI.hpp>
 #include <map>
 #include <string>
+#include <vector>
 
 #include "collect/nvml_source.h"
 #include "common/status.h"
@@ -67,6 +68,7 @@ struct AgentFlags {
   std::string write_token_file;
   bool insecure_listen = false;
   std::string job_log_roots = "~,/tmp,/var/tmp";
+  std::vector<std::string> limits;  // --limit NAME=VALUE (cli/limits.h); not a config-file key
 };
 
 void AddStoreFlags(CLI::App* app, AgentFlags* f);

@@ -21,6 +21,7 @@
 #include "cli/doctor.h"
 #include "cli/explain_cmd.h"
 #include "cli/job_view.h"
+#include "cli/limits.h"
 #include "cli/link_tools.h"
 #include "cli/linkbase_cmd.h"
 #include "cli/record.h"
@@ -126,6 +127,8 @@ int ServeAgent(const AgentFlags* flags, const server::AgentOptions& agent_opts,
   if (db) {
     store::EventStoreOptions eo;
     eo.bulk_kinds = {"log", "annotation"};
+    if (Status st = ApplyLimits(flags->limits, LimitTargets{.events = &eo}); !st.ok())
+      return Fail(st);
     auto e = store::EventStore::Open(flags->data_dir + "/events", eo);
     if (!e.ok()) return Fail(e.status());
     events = std::move(e).value();
@@ -168,6 +171,8 @@ int ServeAgent(const AgentFlags* flags, const server::AgentOptions& agent_opts,
   jl.socket_path = flags->job_socket;
   jl.udp = flags->job_udp;
   jl.tcp = flags->job_tcp;
+  if (Status st = ApplyLimits(flags->limits, LimitTargets{.listener = &jl}); !st.ok())
+    return Fail(st);
   if (Status st = agent.StartJobListener(jl); !st.ok()) {
     // Another agent already answers at the default path: jobs report to it. Only a socket
     // asked for by name is worth refusing to start over.
@@ -539,6 +544,8 @@ int Main(int argc, char** argv) {
   auto* docs = app.add_subcommand("docs", "Print generated documentation");
   docs->require_subcommand(1);
   auto* docs_metrics = docs->add_subcommand("metrics", "docs/metrics.md, from the metric catalog");
+  auto* docs_limits =
+      docs->add_subcommand("limits", "docs/limits.md's table of limits, from the code's defaults");
   bool alerts_json = false;
   auto* alerts_cmd = app.add_subcommand(
       "alerts", "The agent's alerts: firing, silenced, resolved (exit 1 while any fires)");
@@ -696,6 +703,10 @@ int Main(int argc, char** argv) {
       return 0;
     }
     if (Status st = WriteFileAtomically(rules_out, yaml); !st.ok()) return Fail(st);
+    return 0;
+  }
+  if (docs_limits->parsed()) {
+    std::cout << RenderLimitsTable();
     return 0;
   }
   if (docs_metrics->parsed()) {

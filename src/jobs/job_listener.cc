@@ -199,7 +199,8 @@ void JobListener::Stop() {
 }
 
 ListenerStats JobListener::stats() const {
-  return {datagrams_.load(), bytes_.load(), tcp_connections_.load(), tcp_refused_.load()};
+  return {datagrams_.load(), bytes_.load(), tcp_connections_.load(), tcp_refused_.load(),
+          tcp_idle_closed_.load()};
 }
 
 void JobListener::HandlePayload(std::string_view payload, const Sender& sender) {
@@ -232,6 +233,7 @@ void JobListener::Run() {
     const int64_t now_ms = clock_ms_();
     for (auto it = conns.begin(); it != conns.end();) {
       if (now_ms - it->second.last_ms >= options_.tcp_idle_timeout_ms) {
+        tcp_idle_closed_++;
         close(it->first);
         it = conns.erase(it);
       } else {
@@ -291,6 +293,7 @@ void JobListener::Run() {
             close(c);
             continue;
           }
+          tcp_idle_closed_++;
           close(idlest->first);
           conns.erase(idlest);
         }

@@ -40,6 +40,7 @@ struct JobListenerOptions {
 
 struct ListenerStats {
   uint64_t datagrams = 0, bytes = 0, tcp_connections = 0, tcp_refused = 0;
+  uint64_t tcp_idle_closed = 0;  // closed idle, or replaced by a newcomer
 };
 
 class JobListener {
@@ -73,6 +74,7 @@ class JobListener {
   std::thread thread_;
   std::atomic<bool> stop_{false};
   std::atomic<uint64_t> datagrams_{0}, bytes_{0}, tcp_connections_{0}, tcp_refused_{0};
+  std::atomic<uint64_t> tcp_idle_closed_{0};
 };
 
 }  // namespace gpuwatch::jobs

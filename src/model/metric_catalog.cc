@@ -64,7 +64,7 @@ constexpr std::array<GpuMetricDesc, kNumGpuMetrics> kGpu = {{
 }};
 
 constexpr MetricType kI = MetricType::kInfo;
-constexpr std::array<OtherMetricDesc, 91> kOther = {{
+constexpr std::array<OtherMetricDesc, 92> kOther = {{
   // GPU, beyond scalars.
   {"gpuwatch_gpu_info", kI, "serial, vbios_version, minor_number, mig_mode", "Static facts of a GPU; value 1."},
   {"gpuwatch_gpu_up", kG, "", "1 while the GPU answers NVML, 0 after it was lost (XID 79, GPU_IS_LOST)."},
@@ -155,6 +155,7 @@ constexpr std::array<OtherMetricDesc, 91> kOther = {{
   {"gpuwatch_queries_refused_total", kC, "Hostname, reason", "PromQL queries stopped or refused: concurrency (over --query-max-concurrency), timeout (--query-timeout), cancelled (the client left), limit (samples, series or work)."},
   {"gpuwatch_remote_write_series", kG, "Hostname", "Series created by remote-write senders since the agent started (bounded by --max-series)."},
   {"gpuwatch_remote_write_refused_samples_total", kC, "Hostname, reason", "Remote-write samples refused: series_limit (a new series over --max-series or --max-series-per-sender), out_of_bounds (timestamp before 1970 or after 2262)."},
+  {"gpuwatch_limit_hits_total", kC, "Hostname, limit", "Times a limit without a metric of its own was hit, by its name in docs/limits.md: jobs.max_log_files, jobs.log_roots (a declared log file refused), snapshots.max (a snapshot evicted), jobs.tcp_max_connections (a job TCP connection refused), jobs.tcp_idle_timeout (one closed idle or replaced), events.retention (an event segment dropped)."},
   {"gpuwatch_store_blocks", kG, "Hostname", "Blocks of the time-series store on disk."},
   {"gpuwatch_store_block_bytes", kG, "Hostname", "Bytes of the store's blocks."},
   {"gpuwatch_store_wal_bytes", kG, "Hostname", "Bytes of the store's write-ahead log (what a restart replays)."},

@@ -58,7 +58,8 @@ Agent::Agent(AgentOptions options, std::unique_ptr<collect::GpuSource> gpu)
       host_(options_.root_dir),
       attributor_(options_.root_dir, options_.job_env_var),
       jobs_(JobOptionsOf(options_), jobs::ProcfsProbe(options_.root_dir)),
-      job_logs_(JobLogPolicyOf(options_)),
+      job_logs_(JobLogPolicyOf(options_), options_.job_log_policy.max_files,
+                options_.job_log_policy.max_files_per_uid),
       recorder_(trace::FlightRecorderOptions{options_.recorder_bytes, options_.snapshot_window}),
       diagnosis_(
           [this](int64_t from_ms, int64_t to_ms) { return recorder_.Window(from_ms, to_ms); },
@@ -476,10 +477,20 @@ void Agent::TickJobs() {
   std::vector<store::Head::Input> to_store;
   if (store_)
     to_store = JobSeriesForStore(JobMetricPoints(options_.hostname, views, counters), now_ms);
+  std::map<std::string, uint64_t> hits = {{"jobs.max_log_files", job_logs_.refused_over_limit()},
+                                          {"jobs.log_roots", job_logs_.refused_by_policy()}};
+  if (snapshots_) hits["snapshots.max"] = snapshots_->evicted();
+  if (listener_) {
+    const jobs::ListenerStats ls = listener_->stats();
+    hits["jobs.tcp_max_connections"] = ls.tcp_refused;
+    hits["jobs.tcp_idle_timeout"] = ls.tcp_idle_closed;
+  }
+  if (event_store_) hits["events.retention"] = event_store_->stats().segments_dropped;
   {
     std::lock_guard<std::mutex> lock(mu_);
     state_.jobs = std::move(views);
     state_.job_counters = counters;
+    state_.limit_hits = std::move(hits);
     state_.tick_seconds["jobs"] = std::chrono::duration<double>(Clock::now() - start).count();
     ++state_.tick_counts["jobs"];
   }
@@ -1027,6 +1038,7 @@ void Agent::Start() {
     SnapshotOptions so;
     so.dir = options_.data_dir + "/snapshots";
     so.window_ms = options_.snapshot_window.count();
+    so.max_snapshots = options_.max_snapshots;
     snapshots_ = std::make_unique<SnapshotManager>(so, &recorder_, event_store_, options_.hostname);
     if (Status st = snapshots_->Open(); !st.ok()) {
       GW_LOG_ERROR("failure snapshots are off: {}", st.message());

@@ -64,6 +64,7 @@ struct AgentOptions {
   // The flight recorder keeps this much of everything in trace form (R22, `gpuwatch record`);
   // failure snapshots hold the same window.
   std::chrono::milliseconds snapshot_window{15 * 60 * 1000};
+  size_t max_snapshots = 50;  // failure snapshots kept (server/snapshots.h)
   size_t recorder_bytes = size_t{64} << 20;
   // The effective configuration as text: its hash changing between starts is a config_change
   // event on the time line (R21).

@@ -41,6 +41,10 @@ struct AgentState {
   // Jobs as of the last job-tier window (R5): what /metrics shows of them.
   std::vector<jobs::JobView> jobs;
   jobs::RegistryCounters job_counters;
+  // Limits hit that have no metric of their own, by the limit's name in docs/limits.md
+  // (gpuwatch_limit_hits_total{limit}): log files refused, snapshots evicted, job TCP
+  // connections refused or closed idle, event segments dropped by retention.
+  std::map<std::string, uint64_t> limit_hits;
   // The topology (R8) as of the last check; null before the first. topology_version is the
   // archive version it equals (0 without a data dir). Baselines learned before
   // baselines_stale_before_ms describe another topology and are stale (R13).

@@ -526,6 +526,13 @@ void RenderPrometheus(const AgentState& s, std::string* out) {
   }
   RenderLinkRates(s, host, b);
   RenderJobPoints(JobMetricPoints(s.hostname, s.jobs, s.job_counters), b);
+  if (!s.limit_hits.empty()) {
+    HeaderOther(b, "gpuwatch_limit_hits_total");
+    const std::string host = "Hostname=\"" + EscapeLabelValue(s.hostname) + "\"";
+    for (const auto& [limit, n] : s.limit_hits)
+      Line(b, "gpuwatch_limit_hits_total", host, fmt::format("limit=\"{}\"", limit),
+           static_cast<double>(n));
+  }
 }
 
 void RenderLimitCounters(std::string_view hostname, const LimitCounters& c, std::string* out) {

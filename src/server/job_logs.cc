@@ -67,6 +67,7 @@ bool JobLogs::Follow(const jobs::LogFileRequest& req) {
   if (tailers_.size() >= max_files_) {
     GW_LOG_WARN("job {}: not following {}: already following {} log files", req.job, req.path,
                 max_files_);
+    ++refused_over_limit_;
     return false;
   }
   if (!req.uid) {
@@ -80,6 +81,7 @@ bool JobLogs::Follow(const jobs::LogFileRequest& req) {
   if (files_of_uid_[uid] >= max_files_per_uid_) {
     GW_LOG_WARN("job {}: not following {}: uid {} already has {} log files followed", req.job,
                 req.path, uid, max_files_per_uid_);
+    ++refused_over_limit_;
     return false;
   }
   logs::LogTailerOptions o;
@@ -106,6 +108,8 @@ void JobLogs::PollOne(const Key& key, logs::LogTailer& t, std::vector<JobLogLine
     std::string& last = last_error_[key];
     if (last != st.message()) {
       last = st.message();
+      if (st.code() == StatusCode::kPermissionDenied || st.code() == StatusCode::kInvalidArgument)
+        ++refused_by_policy_;
       GW_LOG_WARN("job {} rank {}: log {}: {}", std::get<0>(key), std::get<1>(key),
                   std::get<2>(key), st.message());
     }

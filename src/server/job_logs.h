@@ -14,6 +14,7 @@
 // Thread-safety: none; the agent's job drain (one thread) owns it.
 #pragma once
 
+#include <atomic>
 #include <map>
 #include <memory>
 #include <string>
@@ -44,6 +45,8 @@ struct JobLogPolicy {
   std::vector<std::string> roots = {"~", "/tmp", "/var/tmp"};
   // Never, whatever the roots say; the agent adds its data dir.
   std::vector<std::string> forbidden = {"/etc", "/proc", "/sys", "/root", "/boot", "/dev", "/run"};
+  size_t max_files = 256;         // followed at once, all jobs
+  size_t max_files_per_uid = 64;  // … declared by one uid
 };
 // "~,/tmp,/scratch" → roots. Each is "~" or an absolute path; "/" is refused.
 Result<std::vector<std::string>> ParseJobLogRoots(std::string_view flag);
@@ -62,6 +65,10 @@ class JobLogs {
   // A job ended: its files are read one last time (returned) and forgotten.
   std::vector<JobLogLine> EndJob(const std::string& job);
   size_t files() const { return tailers_.size(); }
+  // Files refused for a limit (max_files, max_files_per_uid, no uid) and by the path policy or
+  // ownership (counted once per file and reason change).
+  uint64_t refused_over_limit() const { return refused_over_limit_.load(); }
+  uint64_t refused_by_policy() const { return refused_by_policy_.load(); }
 
  private:
   using Key = std::tuple<std::string, uint32_t, std::string>;  // job, rank, path
@@ -73,6 +80,7 @@ class JobLogs {
   std::map<Key, std::unique_ptr<logs::LogTailer>> tailers_;
   std::map<Key, uint32_t> uid_of_;
   std::map<uint32_t, size_t> files_of_uid_;
+  std::atomic<uint64_t> refused_over_limit_{0}, refused_by_policy_{0};
   std::map<Key, std::string> last_error_;
 };
 

@@ -225,7 +225,13 @@ void SnapshotManager::Prune() {
     std::error_code ec;
     fs::remove_all(options_.dir + "/" + oldest->first, ec);
     snapshots_.erase(oldest);
+    ++evicted_;
   }
+}
+
+uint64_t SnapshotManager::evicted() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return evicted_;
 }
 
 std::vector<SnapshotInfo> SnapshotManager::List() const {

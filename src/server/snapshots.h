@@ -66,6 +66,7 @@ class SnapshotManager {
   Result<SnapshotInfo> Take(const std::string& reason, const std::string& job, int64_t now_ms,
                             bool manual = false, const std::string& owner = "");
   std::vector<SnapshotInfo> List() const;  // newest first
+  uint64_t evicted() const;                // deleted for max_snapshots since Open
   // The file of a bundle ("trace.jsonl.gz", "job.log", "manifest.json"); NotFound otherwise.
   Result<std::string> FilePath(const std::string& id, const std::string& file) const;
   // Writes what is queued, then stops the writer thread. Idempotent.
@@ -91,6 +92,7 @@ class SnapshotManager {
   std::map<std::string, int64_t> last_by_key_;
   std::map<std::string, int64_t> last_by_reason_;
   bool stopping_ = false;
+  uint64_t evicted_ = 0;
   std::thread thread_;
 };
 

@@ -56,7 +56,7 @@ struct EngineOptions {
   // Work: samples visited by selectors and range functions, summed over every step.
   // max_samples counts what is loaded, once; a [10y] window that every one of 11,000 steps
   // scans again costs steps × samples, and only this limit sees that (issue 17, D4).
-  int64_t max_work = 4'000'000'000;
+  int64_t max_work = 1'000'000'000;
   // Per query, set by the caller: evaluation stops with DeadlineExceeded once `deadline` has
   // passed, or with Cancelled once *cancelled is true (the client left, the agent stops).
   // Checked at every step and every kWorkCheckInterval samples of work.

@@ -320,7 +320,7 @@ void HttpServer::AddQueryRoutes() {
               if (!r.body.empty()) res.Set(r.body, "text/plain");
               // A large request's peak (the decoded batch) is returned to the OS now, not held as
               // RSS until the heap top happens to be free (issue 17, D3).
-              if (req.body.size() > (4u << 20)) malloc_trim(0);
+              if (req.body.size() > (1u << 20)) malloc_trim(0);
             },
             {.access = Access::kWrite, .max_body_bytes = options_.max_write_body_bytes});
   // The Prometheus query API (GET and form POST, as Grafana sends both).

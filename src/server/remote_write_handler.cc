@@ -12,11 +12,11 @@ HttpReply RemoteWriteGate::Handle(store::Store* store, std::string_view body,
   if (!content_encoding.empty() && ToLower(content_encoding) != "snappy")
     return {400, "remote-write: Content-Encoding must be snappy, not '" +
                      std::string(content_encoding) + "'\n"};
+  std::lock_guard<std::mutex> lock(mu_);
   auto decoded = store::DecodeRemoteWrite(body, options_.decode);
   if (!decoded.ok()) {
     if (decoded.status().code() == StatusCode::kResourceExhausted) {
-      std::lock_guard<std::mutex> lock(mu_);
-      ++counts_.requests_refused_too_large;
+      refused_too_large_.fetch_add(1, std::memory_order_relaxed);
       return {413, decoded.status().message() + "\n"};
     }
     return {400, decoded.status().message() + "\n"};
@@ -32,21 +32,20 @@ HttpReply RemoteWriteGate::Handle(store::Store* store, std::string_view body,
   }
   decoded->clear();
 
-  std::lock_guard<std::mutex> lock(mu_);
   uint64_t& mine = created_by_sender_[sender];
   store::AppendLimits limits;
   limits.max_new_series =
       std::min(options_.max_series_per_sender - std::min(mine, options_.max_series_per_sender),
-               options_.max_series - std::min(counts_.series_created, options_.max_series));
+               options_.max_series - std::min(series_created_.load(), options_.max_series));
   auto r = store->Append(batch, limits);
   if (!r.ok()) {
     GW_LOG_ERROR("remote-write: store write failed: {}", r.status().ToString());
     return {500, "store write failed: " + r.status().message() + "\n"};
   }
   mine += r->new_series;
-  counts_.series_created += r->new_series;
-  counts_.samples_refused_series_limit += r->series_limited;
-  counts_.samples_refused_out_of_bounds += r->out_of_bounds;
+  series_created_.fetch_add(r->new_series, std::memory_order_relaxed);
+  refused_series_limit_.fetch_add(r->series_limited, std::memory_order_relaxed);
+  refused_out_of_bounds_.fetch_add(r->out_of_bounds, std::memory_order_relaxed);
   if (r->rejected() > 0) {
     std::string why = fmt::format("{} samples stored", r->accepted);
     if (r->out_of_order) why += fmt::format(", {} out of order", r->out_of_order);
@@ -62,8 +61,8 @@ HttpReply RemoteWriteGate::Handle(store::Store* store, std::string_view body,
 }
 
 RemoteWriteGate::Counts RemoteWriteGate::counts() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  return counts_;
+  return {series_created_.load(), refused_series_limit_.load(), refused_out_of_bounds_.load(),
+          refused_too_large_.load()};
 }
 
 HttpReply HandleRemoteWrite(store::Store* store, std::string_view body,

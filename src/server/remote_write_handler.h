@@ -11,9 +11,11 @@
 // (RemoteWriteLimits), and new series are bounded per sender and for all remote writers
 // together, so junk cardinality can neither exhaust memory nor push the real history out
 // through the disk budget (issue 17, D2/D3/D6). Existing series are never refused.
-// Thread-safe: requests pass the gate one at a time (the store serializes appends anyway).
+// Thread-safe: requests are decoded and stored one at a time (the store serializes appends
+// anyway), so concurrent large requests cannot add up their decoded forms in memory.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <map>
 #include <mutex>
@@ -31,10 +33,13 @@ struct HttpReply {
 };
 
 struct RemoteWriteOptions {
+  // Prometheus sends at most 2,000 samples a request by default (queue_config
+  // max_samples_per_send), vmagent 10,000 rows: these leave a wide margin, and keep one
+  // request's decoded form under ~40 MiB.
   store::RemoteWriteLimits decode{.max_uncompressed_bytes = 64u << 20,
-                                  .max_series = 200'000,
-                                  .max_samples = 2'000'000,
-                                  .max_labels = 2'000'000};
+                                  .max_series = 100'000,
+                                  .max_samples = 1'000'000,
+                                  .max_labels = 500'000};
   uint64_t max_series_per_sender = 200'000;
   uint64_t max_series = 1'000'000;  // created by all remote writers together
 };
@@ -52,13 +57,15 @@ class RemoteWriteGate {
     uint64_t samples_refused_out_of_bounds = 0;
     uint64_t requests_refused_too_large = 0;
   };
+  // Lock-free: /metrics must not wait for a request being stored.
   Counts counts() const;
 
  private:
   RemoteWriteOptions options_;
-  mutable std::mutex mu_;
+  std::mutex mu_;  // one request at a time
   std::map<std::string, uint64_t> created_by_sender_;
-  Counts counts_;
+  std::atomic<uint64_t> series_created_{0}, refused_series_limit_{0}, refused_out_of_bounds_{0},
+      refused_too_large_{0};
 };
 
 // One request with default options and no per-sender accounting (tests, tools).

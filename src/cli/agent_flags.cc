@@ -148,8 +148,8 @@ void AddAgentFlags(CLI::App* app, AgentFlags* f) {
   app->add_option("--write-max-body", f->write_max_body,
                   "Largest remote-write request body, compressed (default 32MiB)");
   app->add_option("--max-series", f->max_series,
-                  "New series remote-write may create, all senders together (default 1000000); "
-                  "samples of further new series get 400");
+                  "Series in the store's head beyond which remote-write may create no new one "
+                  "(default 1000000); samples of further new series get 400");
   app->add_option("--max-series-per-sender", f->max_series_per_sender,
                   "New series one remote-write sender (token and address) may create (default "
                   "200000)");

@@ -140,7 +140,9 @@ const std::vector<Limit>& Table() {
         "gpuwatch_remote_write_refused_requests_total{reason=\"too_large\"} (413)", kHttp,
         +[](HttpT& o) -> size_t& { return o.remote_write.decode.max_labels; }));
     t.push_back(Field(
-        "write.max_series", Kind::kCount, "new series all remote writers may create",
+        "write.max_series", Kind::kCount,
+        "series in the store's head (the agent's own included) beyond which remote-write may "
+        "create none",
         "--max-series",
         "gpuwatch_remote_write_refused_samples_total{reason=\"series_limit\"} (400)", kHttp,
         +[](HttpT& o) -> uint64_t& { return o.remote_write.max_series; }));

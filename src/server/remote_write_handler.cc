@@ -34,9 +34,13 @@ HttpReply RemoteWriteGate::Handle(store::Store* store, std::string_view body,
 
   uint64_t& mine = created_by_sender_[sender];
   store::AppendLimits limits;
+  // The global limit counts every series in the store's head, so a restart (which replays them)
+  // does not reset it; the agent's own series count too (a few thousand). Who created which
+  // series is not kept across a restart: the per-sender shares start again.
+  const uint64_t head_series = store->Health().head_series;
   limits.max_new_series =
       std::min(options_.max_series_per_sender - std::min(mine, options_.max_series_per_sender),
-               options_.max_series - std::min(series_created_.load(), options_.max_series));
+               options_.max_series - std::min(head_series, options_.max_series));
   auto r = store->Append(batch, limits);
   if (!r.ok()) {
     GW_LOG_ERROR("remote-write: store write failed: {}", r.status().ToString());

@@ -41,7 +41,9 @@ struct RemoteWriteOptions {
                                   .max_samples = 1'000'000,
                                   .max_labels = 500'000};
   uint64_t max_series_per_sender = 200'000;
-  uint64_t max_series = 1'000'000;  // created by all remote writers together
+  // Series in the store's head, all senders and the agent's own together: new series from
+  // remote-write are refused beyond it. Counted from the head, so a restart does not reset it.
+  uint64_t max_series = 1'000'000;
 };
 
 // Counts the series each sender created, and what is refused.

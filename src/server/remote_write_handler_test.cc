@@ -108,6 +108,11 @@ TEST_F(GateTest, D6_SeriesLimitsPerSenderAndInAll) {
   auto values = store_->LabelValues("id", {});
   ASSERT_TRUE(values.ok());
   EXPECT_EQ(values->size(), 5u);  // no phantom series from the refused ones
+  // A restart (a new gate over the same store) does not reset the limit in all: it counts the
+  // head's series.
+  RemoteWriteGate after_restart(o);
+  r = after_restart.Handle(store_.get(), Series(20, 21, kNowMs), "snappy", "c");
+  EXPECT_EQ(r.status, 400) << r.body;
 }
 
 // D3 (issue 17): a 3 MB body that inflates to 64 MiB of empty labels is refused with 413 before

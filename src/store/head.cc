@@ -261,7 +261,8 @@ Result<AppendResult> Head::Append(const std::vector<Input>& batch, const AppendL
   // Refs created since the last record written: the ones a failed write takes back. Appends
   // are serialized by append_mu_, so they are the newest refs of the index.
   SeriesRef first_unlogged_ref = static_cast<SeriesRef>(index_.size());
-  uint64_t created = 0;
+  uint64_t created = 0;           // series this batch created in the index (the limit's count)
+  uint64_t created_unlogged = 0;  // … of which not yet in a record written
   // Each series' newest sample as this batch goes on (the head's, then the batch's accepted
   // ones). A hash map: remote-write batches carry thousands of series.
   struct Newest {
@@ -295,7 +296,10 @@ Result<AppendResult> Head::Append(const std::vector<Input>& batch, const AppendL
     }
     if (!pending.empty()) NoteUnflushed(lo, hi);
     result.accepted += n_samples;
-    result.new_series += new_series;
+    // Series created in the index, not series (re)defined in this WAL segment: a series is
+    // logged again after every flush and restart, and is not new then.
+    result.new_series += created_unlogged;
+    created_unlogged = 0;
     pending.clear();
     newly_logged.clear();
     series_part.clear();
@@ -325,7 +329,10 @@ Result<AppendResult> Head::Append(const std::vector<Input>& batch, const AppendL
         continue;
       }
       ref = index_.GetOrCreate(*labels, &is_new);
-      if (is_new) ++created;
+      if (is_new) {
+        ++created;
+        ++created_unlogged;
+      }
     }
     MemSeries& s = SeriesFor(ref);
     auto [it, first_in_batch] = newest.try_emplace(&s);

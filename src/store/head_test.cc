@@ -200,6 +200,28 @@ TEST_F(HeadTest, D12_BatchOverOneWalRecordIsSplitAndReplayed) {
   EXPECT_EQ(head->num_samples(), 120'000u);
 }
 
+// new_series is what remote-write charges a sender's series share with: a series the index
+// already holds is not new, even when this WAL segment defines it again (after a restart or a
+// flush). Found by the soak run (bench/soak).
+TEST_F(HeadTest, NewSeriesCountsIndexCreationNotRelogging) {
+  {
+    auto head = OpenHead();
+    auto r = head->Append({In("0", {{1000, 1}}), In("1", {{1000, 1}})});
+    ASSERT_TRUE(r.ok());
+    EXPECT_EQ(r->new_series, 2u);
+  }
+  auto head = OpenHead();  // replayed: the series exist, not yet logged in the new segment
+  auto r = head->Append({In("0", {{2000, 1}}), In("2", {{2000, 1}})});
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->accepted, 2u);
+  EXPECT_EQ(r->new_series, 1u);
+  AppendLimits none;
+  none.max_new_series = 0;
+  r = head->Append({In("1", {{3000, 1}})}, none);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->accepted, 1u) << "an existing series is never refused by the series limit";
+}
+
 TEST_F(HeadTest, NewSeriesLimitRefusesOnlyNewSeries) {
   auto head = OpenHead();
   ASSERT_TRUE(head->Append({In("0", {{1000, 1}})}).ok());

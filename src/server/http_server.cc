@@ -349,12 +349,11 @@ void HttpServer::AddQueryRoutes() {
     o.deadline = std::chrono::steady_clock::now() + options_.query_timeout;
     o.cancelled = req.cancelled.get();
     const ApiResponse r = HandleQueryApi(*store_, o, api);
-    if (r.http_status == 503 && r.body.find(R"("errorType":"timeout")") != std::string::npos)
+    if (r.error == StatusCode::kDeadlineExceeded)
       queries_refused_[1].fetch_add(1);
-    else if (r.http_status == 503 && r.body.find(R"("errorType":"canceled")") != std::string::npos)
+    else if (r.error == StatusCode::kCancelled)
       queries_refused_[2].fetch_add(1);
-    else if (r.http_status == 422 && (r.body.find("too many") != std::string::npos ||
-                                      r.body.find("would visit more") != std::string::npos))
+    else if (r.error == StatusCode::kResourceExhausted)
       queries_refused_[3].fetch_add(1);
     res.status = r.http_status;
     res.Set(r.body, "application/json");

@@ -43,22 +43,30 @@ ApiResponse BadParam(std::string_view name, const Status& s) {
 
 // Evaluation failures as Prometheus reports them.
 ApiResponse ExecutionError(const Status& s) {
+  ApiResponse r;
   switch (s.code()) {
     case StatusCode::kUnavailable:
-      return Error(503, "unavailable", s.message());
+      r = Error(503, "unavailable", s.message());
+      break;
     // Prometheus answers both with 503 and these errorTypes (web/api/v1: errorTimeout,
     // errorCanceled).
     case StatusCode::kDeadlineExceeded:
-      return Error(503, "timeout", s.message());
+      r = Error(503, "timeout", s.message());
+      break;
     case StatusCode::kCancelled:
-      return Error(503, "canceled", s.message());
+      r = Error(503, "canceled", s.message());
+      break;
     case StatusCode::kInvalidArgument:
     case StatusCode::kResourceExhausted:
     case StatusCode::kNotSupported:
-      return Error(422, "execution", s.message());
+      r = Error(422, "execution", s.message());
+      break;
     default:
-      return Error(500, "internal", s.message());
+      r = Error(500, "internal", s.message());
+      break;
   }
+  r.error = s.code();
+  return r;
 }
 
 ApiResponse Success(const std::string& data) {

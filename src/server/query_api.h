@@ -12,6 +12,7 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -29,6 +30,9 @@ struct ApiRequest {
 struct ApiResponse {
   int http_status = 200;
   std::string body;  // JSON
+  // Why evaluation failed, when it did (a timeout, a cancellation, a limit): what the HTTP
+  // layer counts refusals by, without reading the body.
+  std::optional<StatusCode> error = std::nullopt;
 };
 
 // Whether HandleQueryApi serves `path` (so a router can send the rest elsewhere).

@@ -37,7 +37,7 @@ HttpReply RemoteWriteGate::Handle(store::Store* store, std::string_view body,
   // The global limit counts every series in the store's head, so a restart (which replays them)
   // does not reset it; the agent's own series count too (a few thousand). Who created which
   // series is not kept across a restart: the per-sender shares start again.
-  const uint64_t head_series = store->Health().head_series;
+  const uint64_t head_series = store->head_series();
   limits.max_new_series =
       std::min(options_.max_series_per_sender - std::min(mine, options_.max_series_per_sender),
                options_.max_series - std::min(head_series, options_.max_series));

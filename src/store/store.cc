@@ -750,6 +750,8 @@ Store::BlockList Store::Snapshot() const {
   return blocks_;
 }
 
+uint64_t Store::head_series() const { return head_->index().size(); }
+
 StoreHealth Store::Health() const {
   StoreHealth h;
   {
@@ -760,7 +762,7 @@ StoreHealth Store::Health() const {
     }
   }
   h.wal_bytes = head_->wal_bytes();
-  h.head_series = head_->index().size();
+  h.head_series = head_series();
   h.write_errors = write_errors_.load(std::memory_order_relaxed);
   h.flush_errors = flush_errors_.load(std::memory_order_relaxed);
   return h;

@@ -132,6 +132,7 @@ class Store : public Querier {
   Status Compact(bool closed_days_only);
   Status EnforceRetention();
   StoreHealth Health() const;
+  uint64_t head_series() const;  // Health().head_series without the walk over blocks
   StoreStats Stats() const;
   void SetEventSink(StoreEventFn fn);
 

@@ -91,6 +91,20 @@ curl -fsS "http://127.0.0.1:$PORT/api/v1/events?kind=store_damage" | grep -q 'by
 ls "$TMP"/d10/quarantine/*.wal >/dev/null 2>&1 || fail "D10: the damaged segment was not copied to quarantine/"
 kill -TERM "$AGENT"; wait "$AGENT" || true
 
+# D13: a block cut by one byte lost all its samples (the index is at its end). The agent now
+# salvages every series from the records in front of their chunks, quarantines the file and
+# says so in a store_damage event. The SIGTERM above flushed the 99 samples into a block.
+blk=$(ls "$TMP"/d10/blocks/*.gwb | tail -1)
+truncate -s -1 "$blk"
+rc=0; "$GPUWATCH" store check --data-dir "$TMP/d10" --no-quarantine >"$TMP/d13.check" 2>&1 || rc=$?
+grep -q 'footer.*a scan finds .* series with' "$TMP/d13.check" || fail "D13: store check did not say what a salvage keeps: $(cat "$TMP/d13.check")"
+start_agent "$TMP/d10" "$TMP/d13.log" --keep-history off
+got=$(curl -fsS -g "http://127.0.0.1:$PORT/api/v1/query?query=count_over_time(w[1h])" | python3 -c 'import json,sys; print(json.load(sys.stdin)["data"]["result"][0]["value"][1])')
+[ "$got" = 99 ] || fail "D13: $got of 99 samples after the block was cut by one byte"
+curl -fsS "http://127.0.0.1:$PORT/api/v1/events?kind=store_damage" | grep -q 'salvaged' || fail "D13: no store_damage event naming the salvage"
+ls "$TMP"/d10/quarantine/"$(basename "$blk")" >/dev/null 2>&1 || fail "D13: the cut block was not quarantined"
+kill -TERM "$AGENT"; wait "$AGENT" || true
+
 # D5: a root sender's log_files ["/etc/shadow"] is refused (not under --job-log-roots, and a
 # link to it from /tmp neither); its own log under /tmp is read.
 chmod 755 "$TMP"  # D9 below reports as nobody through this directory

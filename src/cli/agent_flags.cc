@@ -315,48 +315,25 @@ Result<server::AgentOptions> MakeOptions(const AgentFlags& f, const std::string&
 
 Result<server::HttpOptions> MakeHttpOptions(const AgentFlags& f) {
   server::HttpOptions o;
-  auto duration = [](const char* flag, const std::string& text,
-                     std::chrono::milliseconds* out) -> Status {
-    auto ms = ParseDurationMs(text);
-    if (!ms.ok() || *ms <= 0)
-      return Status::InvalidArgument(std::string("bad --") + flag + " '" + text +
-                                     "': a positive duration such as 30s");
-    *out = std::chrono::milliseconds(*ms);
-    return Status::Ok();
-  };
-  auto count = [](const char* flag, const std::string& text, size_t* out) -> Status {
-    auto n = ParseInt<int64_t>(text);
-    if (!n || *n < 1 || *n > 100'000'000)
-      return Status::InvalidArgument(std::string("bad --") + flag + " '" + text +
-                                     "': a whole number from 1 to 100000000");
-    *out = static_cast<size_t>(*n);
-    return Status::Ok();
-  };
-  GW_RETURN_IF_ERROR(duration("query-timeout", f.query_timeout, &o.query_timeout));
-  GW_RETURN_IF_ERROR(
-      count("query-max-concurrency", f.query_max_concurrency, &o.max_concurrent_queries));
-  GW_RETURN_IF_ERROR(count("http-workers", f.http_workers, &o.limits.workers));
-  GW_RETURN_IF_ERROR(
-      count("http-max-connections", f.http_max_connections, &o.limits.max_connections));
-  GW_RETURN_IF_ERROR(count("http-max-connections-per-source", f.http_max_connections_per_source,
-                           &o.limits.max_connections_per_source));
-  GW_RETURN_IF_ERROR(
-      duration("http-header-timeout", f.http_header_timeout, &o.limits.header_timeout));
-  GW_RETURN_IF_ERROR(duration("http-body-timeout", f.http_body_timeout, &o.limits.body_timeout));
-  GW_RETURN_IF_ERROR(duration("http-idle-timeout", f.http_idle_timeout, &o.limits.idle_timeout));
-  auto body = ParseByteSize(f.write_max_body);
-  if (!body.ok() || *body < 1024 || *body > (1ull << 30))
-    return Status::InvalidArgument("bad --write-max-body '" + f.write_max_body +
-                                   "': from 1KiB to 1GiB");
-  o.max_write_body_bytes = static_cast<size_t>(*body);
-  size_t series = 0, per_sender = 0;
-  GW_RETURN_IF_ERROR(count("max-series", f.max_series, &series));
-  GW_RETURN_IF_ERROR(count("max-series-per-sender", f.max_series_per_sender, &per_sender));
-  o.remote_write.max_series = series;
-  o.remote_write.max_series_per_sender = per_sender;
+  // The dedicated flags are limits of the table (cli/limits.cc): one parser, one set of bounds.
+  const LimitTargets targets{.http = &o};
+  for (const auto& [flag, value] :
+       std::initializer_list<std::pair<const char*, const std::string&>>{
+           {"--query-timeout", f.query_timeout},
+           {"--query-max-concurrency", f.query_max_concurrency},
+           {"--http-workers", f.http_workers},
+           {"--http-max-connections", f.http_max_connections},
+           {"--http-max-connections-per-source", f.http_max_connections_per_source},
+           {"--http-header-timeout", f.http_header_timeout},
+           {"--http-body-timeout", f.http_body_timeout},
+           {"--http-idle-timeout", f.http_idle_timeout},
+           {"--write-max-body", f.write_max_body},
+           {"--max-series", f.max_series},
+           {"--max-series-per-sender", f.max_series_per_sender}})
+    GW_RETURN_IF_ERROR(ApplyLimitFlag(flag, value, targets));
 
   // --limit last: it may set any limit, those with a flag of their own included.
-  GW_RETURN_IF_ERROR(ApplyLimits(f.limits, LimitTargets{.http = &o}));
+  GW_RETURN_IF_ERROR(ApplyLimits(f.limits, targets));
 
   std::string admin_path = f.admin_token_file;
   if (admin_path.empty() && !f.data_dir.empty())

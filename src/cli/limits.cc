@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <functional>
+#include <optional>
 #include <string_view>
 
 #include "cli/config_file.h"
@@ -24,7 +25,17 @@ struct Limit {
   std::string_view metric;  // what counts the refusals
   std::function<int64_t*(const LimitTargets&, int64_t* scratch)> get;
   std::function<void(const LimitTargets&, int64_t)> set;
+  // Values accepted, in the kind's unit: a count up to 10^8, a size up to 1 TiB, any positive
+  // duration, unless the limit narrows them (Bounded).
+  int64_t min_value = 1;
+  int64_t max_value = 0;  // 0: the kind's default
 };
+
+Limit Bounded(Limit l, int64_t min_value, int64_t max_value) {
+  l.min_value = min_value;
+  l.max_value = max_value;
+  return l;
+}
 
 // Accessors for the usual field types: T& field(target).
 template <typename Target, typename T>
@@ -117,10 +128,12 @@ const std::vector<Limit>& Table() {
         "(the kernel's: ss -lt Recv-Q)", kHttp,
         +[](HttpT& o) -> int& { return o.limits.listen_backlog; }));
     // Remote-write (server/remote_write_handler.h, store/remote_write.h).
-    t.push_back(Field(
-        "write.max_body_bytes", Kind::kBytes, "a remote-write body as sent (snappy)",
-        "--write-max-body", "gpuwatch_http_refused_total{reason=\"body_too_large\"} (413)", kHttp,
-        +[](HttpT& o) -> size_t& { return o.max_write_body_bytes; }));
+    t.push_back(Bounded(
+        Field(
+            "write.max_body_bytes", Kind::kBytes, "a remote-write body as sent (snappy)",
+            "--write-max-body", "gpuwatch_http_refused_total{reason=\"body_too_large\"} (413)",
+            kHttp, +[](HttpT& o) -> size_t& { return o.max_write_body_bytes; }),
+        1 << 10, 1 << 30));
     t.push_back(Field(
         "write.max_uncompressed_bytes", Kind::kBytes,
         "a remote-write body inflated (read from snappy's header, before inflating)", "",
@@ -226,26 +239,46 @@ const std::vector<Limit>& Table() {
   return table;
 }
 
+std::string FormatValue(Kind k, int64_t v);
+
 Result<int64_t> ParseValue(const Limit& l, std::string_view v) {
-  switch (l.kind) {
-    case Kind::kCount: {
-      auto n = ParseInt<int64_t>(v);
-      if (!n || *n < 1) return Status::InvalidArgument("a whole number >= 1");
-      return *n;
-    }
-    case Kind::kBytes: {
-      auto b = ParseByteSize(v);
-      if (!b.ok() || *b < 1 || *b > (1ull << 40))
-        return Status::InvalidArgument("a size such as 64MiB");
-      return static_cast<int64_t>(*b);
-    }
-    case Kind::kDuration: {
-      auto ms = ParseDurationMs(v);
-      if (!ms.ok() || *ms <= 0) return Status::InvalidArgument("a duration such as 30s");
-      return *ms;
+  int64_t max_value = l.max_value;
+  if (max_value == 0) {
+    switch (l.kind) {
+      case Kind::kCount:
+        max_value = 100'000'000;
+        break;
+      case Kind::kBytes:
+        max_value = int64_t{1} << 40;
+        break;
+      case Kind::kDuration:
+        max_value = INT64_MAX;
+        break;
     }
   }
-  return Status::Internal("unknown limit kind");
+  const std::string range = max_value == INT64_MAX ? ""
+                                                   : ", from " + FormatValue(l.kind, l.min_value) +
+                                                         " to " + FormatValue(l.kind, max_value);
+  std::optional<int64_t> parsed;
+  std::string_view expected;
+  switch (l.kind) {
+    case Kind::kCount:
+      parsed = ParseInt<int64_t>(v);
+      expected = "a whole number";
+      break;
+    case Kind::kBytes:
+      if (auto b = ParseByteSize(v); b.ok() && *b <= static_cast<uint64_t>(INT64_MAX))
+        parsed = static_cast<int64_t>(*b);
+      expected = "a size such as 64MiB";
+      break;
+    case Kind::kDuration:
+      if (auto ms = ParseDurationMs(v); ms.ok()) parsed = *ms;
+      expected = "a positive duration such as 30s";
+      break;
+  }
+  if (!parsed || *parsed < l.min_value || *parsed > max_value)
+    return Status::InvalidArgument(std::string(expected) + range);
+  return *parsed;
 }
 
 std::string FormatValue(Kind k, int64_t v) {
@@ -292,6 +325,20 @@ Status ApplyLimits(const std::vector<std::string>& specs, const LimitTargets& ta
     }
   }
   return Status::Ok();
+}
+
+Status ApplyLimitFlag(std::string_view flag, const std::string& value,
+                      const LimitTargets& targets) {
+  for (const Limit& l : Table()) {
+    if (l.flag != flag) continue;
+    auto v = ParseValue(l, TrimWhitespace(value));
+    if (!v.ok())
+      return Status::InvalidArgument("bad " + std::string(flag) + " '" + value +
+                                     "': " + v.status().message());
+    l.set(targets, *v);
+    return Status::Ok();
+  }
+  return Status::Internal("no limit has the flag " + std::string(flag));
 }
 
 std::string RenderLimitsTable() {

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "common/status.h"
@@ -28,6 +29,10 @@ struct LimitTargets {
 // Applies "name=value" specs; values take units by kind (a count: 1000; bytes: 64MiB; a
 // duration: 30s). An unknown name or a bad value is InvalidArgument naming it.
 Status ApplyLimits(const std::vector<std::string>& specs, const LimitTargets& targets);
+
+// Sets the limit whose dedicated flag is `flag` ("--query-timeout") from its text, with the
+// same units and bounds as --limit. A bad value is InvalidArgument "bad --flag 'value': …".
+Status ApplyLimitFlag(std::string_view flag, const std::string& value, const LimitTargets& targets);
 
 // docs/limits.md's table: every limit with its default, flag and refusal metric.
 std::string RenderLimitsTable();

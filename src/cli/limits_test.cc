@@ -56,5 +56,29 @@ TEST(Limits, NonsenseIsRefusedByName) {
   EXPECT_FALSE(ApplyLimits({"http.max_headers"}, t).ok());
 }
 
+// A dedicated flag and --limit are one parser with one set of bounds: at the boundary and one
+// past it, both ways.
+TEST(Limits, DedicatedFlagsShareTheTablesBounds) {
+  server::HttpOptions http;
+  const LimitTargets t{.http = &http};
+  ASSERT_TRUE(ApplyLimitFlag("--write-max-body", "1KiB", t).ok());
+  EXPECT_EQ(http.max_write_body_bytes, 1024u);
+  auto st = ApplyLimitFlag("--write-max-body", "1023", t);
+  ASSERT_FALSE(st.ok());
+  EXPECT_EQ(st.message(), "bad --write-max-body '1023': a size such as 64MiB, from 1KiB to 1GiB");
+  EXPECT_TRUE(ApplyLimitFlag("--write-max-body", "1GiB", t).ok());
+  EXPECT_FALSE(ApplyLimits({"write.max_body_bytes=1025MiB"}, t).ok());
+  EXPECT_TRUE(ApplyLimitFlag("--max-series", "100000000", t).ok());
+  EXPECT_EQ(http.remote_write.max_series, 100'000'000u);
+  st = ApplyLimitFlag("--max-series", "100000001", t);
+  ASSERT_FALSE(st.ok());
+  EXPECT_EQ(st.message(), "bad --max-series '100000001': a whole number, from 1 to 100000000");
+  EXPECT_FALSE(ApplyLimitFlag("--http-workers", "0", t).ok());
+  EXPECT_TRUE(ApplyLimitFlag("--query-timeout", "1s", t).ok());
+  EXPECT_EQ(http.query_timeout.count(), 1000);
+  EXPECT_FALSE(ApplyLimitFlag("--query-timeout", "0s", t).ok());
+  EXPECT_EQ(ApplyLimitFlag("--no-such-flag", "1", t).code(), StatusCode::kInternal);
+}
+
 }  // namespace
 }  // namespace gpuwatch::cli

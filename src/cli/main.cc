@@ -148,18 +148,21 @@ int ServeAgent(const AgentFlags* flags, const server::AgentOptions& agent_opts,
       r.message = message.substr(0, store::kMaxEventMessageBytes);
       ev->Append({r}).IgnoreError();  // on a full disk this fails too; the log has it
     });
-    // WAL damage found at open is on the time line too, naming what was skipped (issue 17,
-    // D10); a torn tail is the normal end of a crash, not damage.
-    for (const auto& d : rep.wal.damage) {
-      if (d.torn_tail) continue;
+    // Damage found at open is on the time line too, naming what was skipped (issue 17, D10,
+    // D13); a torn tail is the normal end of a crash, not damage.
+    // A block that would not open is named with what was salvaged from it (D13).
+    std::vector<std::string> damage = rep.quarantined;
+    for (const auto& d : rep.wal.damage)
+      if (!d.torn_tail)
+        damage.push_back(fmt::format("wal/{} offset {}: {}; {} bytes skipped", d.segment, d.offset,
+                                     d.reason, d.bytes_lost));
+    for (const auto& message : damage) {
       store::EventRecord r;
       r.t_ms = WallClockMs();
       r.kind = "store_damage";
       r.severity = "warning";
       r.node = opts->hostname.substr(0, store::kMaxEventIdBytes);
-      r.message = fmt::format("wal/{} offset {}: {}; {} bytes skipped", d.segment, d.offset,
-                              d.reason, d.bytes_lost)
-                      .substr(0, store::kMaxEventMessageBytes);
+      r.message = message.substr(0, store::kMaxEventMessageBytes);
       events->Append({r}).IgnoreError();
     }
   }

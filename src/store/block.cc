@@ -8,6 +8,8 @@
 #include <cerrno>
 #include <cstring>
 #include <map>
+#include <optional>
+#include <unordered_set>
 
 #include "store/chunkenc.h"
 #include "store/internal/coding.h"
@@ -22,14 +24,23 @@ using internal::PutFixed;
 using internal::PutVarint;
 using internal::ZigZag;
 
-constexpr std::string_view kHeaderMagic = "GWBLOCK1";
+// Format 2 adds the meta and series records; format 1 files (no records) still open.
+constexpr std::string_view kHeaderMagic = "GWBLOCK2";
+constexpr std::string_view kHeaderMagicV1 = "GWBLOCK1";
 constexpr std::string_view kFooterMagic = "GWBLKEND";
+constexpr std::string_view kMetaTag = "GWBM";
+constexpr std::string_view kSeriesTag = "GWSR";
+constexpr size_t kTagBytes = 4;
+// A series record holds at most kMaxLabels labels of bounded size and a chunk list; anything
+// claiming more is damage, not a record.
+constexpr uint64_t kMaxRecordBody = 16 << 20;
 constexpr size_t kFooterBytes = 32;  // u64 index offset, u64 index length, u32 crc, u32 0, magic
 constexpr uint64_t kIndexVersion = 1;
 constexpr size_t kWriteBufferBytes = 1 << 20;
 
 using internal::Crc32;
 using internal::Errno;
+using internal::MappedFile;
 using internal::SyncDir;
 using internal::WriteAll;
 
@@ -48,6 +59,66 @@ Status PreadAll(int fd, char* p, size_t n, uint64_t off, const std::string& path
   return Status::Ok();
 }
 
+// A record: tag, varint body length, body, u32 CRC-32 of everything before it.
+void PutRecord(std::string* out, std::string_view tag, std::string_view body) {
+  const size_t start = out->size();
+  out->append(tag);
+  PutVarint(out, body.size());
+  out->append(body);
+  PutFixed(out, Crc32(std::string_view(*out).substr(start)), 4);
+}
+
+struct Record {
+  std::string_view tag;
+  std::string_view body;
+  size_t end = 0;  // offset just past the record
+};
+
+// The intact record at `pos`, if there is one.
+std::optional<Record> ParseRecord(std::string_view file, size_t pos) {
+  if (file.size() - pos < kTagBytes + 1 + 4) return std::nullopt;
+  const std::string_view tag = file.substr(pos, kTagBytes);
+  if (tag != kMetaTag && tag != kSeriesTag) return std::nullopt;
+  Cursor c{file.substr(pos + kTagBytes)};
+  const uint64_t len = c.Varint();
+  if (!c.ok || len > kMaxRecordBody || c.d.size() - c.pos < len + 4) return std::nullopt;
+  const size_t body_at = pos + kTagBytes + c.pos;
+  const size_t crc_at = body_at + len;
+  if (Crc32(file.substr(pos, crc_at - pos)) !=
+      static_cast<uint32_t>(internal::GetFixed(file.data() + crc_at, 4)))
+    return std::nullopt;
+  return Record{tag, file.substr(body_at, len), crc_at + 4};
+}
+
+std::string MetaRecordBody(const BlockMeta& meta) {
+  std::string body;
+  PutVarint(&body, meta.seq);
+  PutVarint(&body, meta.wal_covers_before);
+  PutVarint(&body, meta.replaces.size());
+  for (uint64_t r : meta.replaces) PutVarint(&body, r);
+  return body;
+}
+
+std::optional<BlockMeta> ParseMetaRecord(std::string_view body) {
+  Cursor c{body};
+  BlockMeta meta;
+  meta.seq = c.Varint();
+  meta.wal_covers_before = c.Varint();
+  const uint64_t n = c.Varint();
+  if (!c.ok || n > body.size()) return std::nullopt;
+  for (uint64_t i = 0; i < n && c.ok; ++i) meta.replaces.push_back(c.Varint());
+  if (!c.ok || !c.done()) return std::nullopt;
+  return meta;
+}
+
+// The meta record right after the magic, when it is intact.
+std::optional<BlockMeta> ReadMetaRecord(std::string_view file) {
+  if (file.size() < kHeaderMagic.size()) return std::nullopt;
+  auto rec = ParseRecord(file, kHeaderMagic.size());
+  if (!rec || rec->tag != kMetaTag) return std::nullopt;
+  return ParseMetaRecord(rec->body);
+}
+
 }  // namespace
 
 bool IsValidChunkKind(uint8_t kind) {
@@ -64,44 +135,77 @@ std::string BlockFileName(uint64_t seq) {
 
 // ---- BlockWriter ----
 
-Result<std::unique_ptr<BlockWriter>> BlockWriter::Create(const std::string& dir, uint64_t seq) {
-  std::unique_ptr<BlockWriter> w(new BlockWriter(dir, seq));
-  const std::string tmp = dir + "/" + BlockFileName(seq) + ".tmp";
+Result<std::unique_ptr<BlockWriter>> BlockWriter::Create(const std::string& dir, BlockMeta meta) {
+  std::unique_ptr<BlockWriter> w(new BlockWriter(dir, std::move(meta)));
+  const std::string tmp = dir + "/" + BlockFileName(w->meta_.seq) + ".tmp";
   w->fd_ = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (w->fd_ < 0) return Errno("create " + tmp);
   w->buffer_.append(kHeaderMagic);
-  w->offset_ = kHeaderMagic.size();
+  PutRecord(&w->buffer_, kMetaTag, MetaRecordBody(w->meta_));
   return w;
 }
 
 BlockWriter::~BlockWriter() {
   if (fd_ >= 0) ::close(fd_);
-  if (!finished_) ::unlink((dir_ + "/" + BlockFileName(seq_) + ".tmp").c_str());
+  if (!finished_) ::unlink((dir_ + "/" + BlockFileName(meta_.seq) + ".tmp").c_str());
 }
 
 Status BlockWriter::Flush() {
   if (buffer_.empty()) return Status::Ok();
-  Status st = WriteAll(fd_, buffer_, "write " + dir_ + "/" + BlockFileName(seq_));
+  Status st = WriteAll(fd_, buffer_, "write " + dir_ + "/" + BlockFileName(meta_.seq));
+  offset_ += buffer_.size();
   buffer_.clear();
   return st;
 }
 
-void BlockWriter::BeginSeries(const Labels& labels) { series_.push_back({labels, {}}); }
+Status BlockWriter::BeginSeries(const Labels& labels) {
+  GW_RETURN_IF_ERROR(EndSeries());
+  series_.push_back({labels, {}});
+  series_open_ = true;
+  return Status::Ok();
+}
 
 Status BlockWriter::AddChunk(ChunkMeta meta, std::string_view bytes) {
-  if (series_.empty()) return Status::Internal("BlockWriter::AddChunk before BeginSeries");
+  if (!series_open_) return Status::Internal("BlockWriter::AddChunk before BeginSeries");
   if (bytes.size() > UINT32_MAX) return Status::InvalidArgument("chunk too large");
-  meta.offset = offset_;
   meta.length = static_cast<uint32_t>(bytes.size());
-  buffer_.append(bytes);
-  offset_ += bytes.size();
+  pending_.append(bytes);
   series_.back().chunks.push_back(meta);
+  return Status::Ok();
+}
+
+Status BlockWriter::EndSeries() {
+  if (!series_open_) return Status::Ok();
+  series_open_ = false;
+  // The series record goes in front of its chunks: a scan reads the labels and then knows
+  // where each chunk ends.
+  SeriesEntry& s = series_.back();
+  std::string body;
+  PutVarint(&body, s.labels.size());
+  for (const auto& l : s.labels) {
+    PutBytes(&body, l.name);
+    PutBytes(&body, l.value);
+  }
+  PutVarint(&body, s.chunks.size());
+  for (const auto& c : s.chunks) {
+    body.push_back(static_cast<char>(c.kind));
+    PutVarint(&body, c.length);
+  }
+  PutRecord(&buffer_, kSeriesTag, body);
+  uint64_t at = offset_ + buffer_.size();
+  for (auto& c : s.chunks) {
+    c.offset = at;
+    at += c.length;
+  }
+  buffer_.append(pending_);
+  pending_.clear();
   if (buffer_.size() >= kWriteBufferBytes) return Flush();
   return Status::Ok();
 }
 
-Result<std::string> BlockWriter::Finish(BlockMeta meta) {
-  meta.seq = seq_;
+Result<std::string> BlockWriter::Finish() {
+  GW_RETURN_IF_ERROR(EndSeries());
+  BlockMeta& meta = meta_;
   bool any = false;
   for (const auto& s : series_)
     for (const auto& c : s.chunks) {
@@ -146,17 +250,16 @@ Result<std::string> BlockWriter::Finish(BlockMeta meta) {
       PutVarint(&index, c.length);
     }
   }
-  const uint64_t index_offset = offset_;
+  const uint64_t index_offset = offset_ + buffer_.size();
   buffer_.append(index);
   PutFixed(&buffer_, index_offset, 8);
   PutFixed(&buffer_, index.size(), 8);
   PutFixed(&buffer_, Crc32(index), 4);
   PutFixed(&buffer_, 0, 4);
   buffer_.append(kFooterMagic);
-  offset_ += index.size() + kFooterBytes;
   GW_RETURN_IF_ERROR(Flush());
-  const std::string tmp = dir_ + "/" + BlockFileName(seq_) + ".tmp";
-  const std::string final_path = dir_ + "/" + BlockFileName(seq_);
+  const std::string tmp = dir_ + "/" + BlockFileName(meta.seq) + ".tmp";
+  const std::string final_path = dir_ + "/" + BlockFileName(meta.seq);
   if (::fsync(fd_) != 0) return Errno("fsync " + tmp);
   ::close(fd_);
   fd_ = -1;
@@ -180,7 +283,8 @@ Result<std::unique_ptr<Block>> Block::Open(const std::string& path) {
                               std::to_string(b->file_bytes_) + " bytes)");
   std::string head(kHeaderMagic.size(), '\0');
   GW_RETURN_IF_ERROR(PreadAll(b->fd_, head.data(), head.size(), 0, path));
-  if (head != kHeaderMagic) return Status::Corruption(path + ": not a block file (bad magic)");
+  if (head != kHeaderMagic && head != kHeaderMagicV1)
+    return Status::Corruption(path + ": not a block file (bad magic)");
   std::string footer(kFooterBytes, '\0');
   GW_RETURN_IF_ERROR(
       PreadAll(b->fd_, footer.data(), footer.size(), b->file_bytes_ - kFooterBytes, path));
@@ -282,7 +386,19 @@ std::vector<BlockDamage> CheckBlock(const std::string& path, uint64_t* chunks_ch
   std::vector<BlockDamage> damage;
   auto block = Block::Open(path);
   if (!block.ok()) {
-    damage.push_back({path, "index", block.status().message()});
+    std::string reason = block.status().message();
+    // Say what a salvage would keep, so that `store check` without quarantining tells the
+    // operator what is at stake.
+    if (auto file = MappedFile::Open(path); file.ok()) {
+      auto scan = ScanBlock(file->bytes(), [](const SalvagedSeries&) { return Status::Ok(); });
+      if (scan.ok())
+        reason += "; a scan finds " + std::to_string(scan->series) + " series with " +
+                  std::to_string(scan->chunks) + " intact chunks (" +
+                  std::to_string(scan->samples) + " raw samples) to salvage";
+      else
+        reason += "; nothing to salvage: " + scan.status().message();
+    }
+    damage.push_back({path, "index", reason});
     return damage;
   }
   const Block& b = **block;
@@ -313,6 +429,180 @@ std::vector<BlockDamage> CheckBlock(const std::string& path, uint64_t* chunks_ch
     }
   }
   return damage;
+}
+
+// ---- Salvage ----
+
+namespace {
+
+// Decodes a chunk whole: its CRC, and the time range and count the index would have held.
+Status DescribeChunk(std::string_view bytes, ChunkMeta* m) {
+  auto dec = ChunkDecoder::Open(bytes);
+  if (!dec.ok()) return dec.status();
+  int64_t t;
+  double v;
+  uint32_t n = 0;
+  while (dec->Next(&t, &v)) {
+    if (n == 0) m->min_t_ms = t;
+    m->max_t_ms = t;
+    ++n;
+  }
+  GW_RETURN_IF_ERROR(dec->status());
+  if (n == 0) return Status::Corruption("empty chunk");
+  m->num_samples = n;
+  return Status::Ok();
+}
+
+}  // namespace
+
+Result<BlockSalvage> ScanBlock(std::string_view file,
+                               const std::function<Status(const SalvagedSeries&)>& emit) {
+  if (file.substr(0, kHeaderMagicV1.size()) == kHeaderMagicV1)
+    return Status::NotSupported(
+        "a format-1 block (written before gpuwatch kept series records in blocks)");
+  BlockSalvage out;
+  auto damage = [&](size_t at, const std::string& why) {
+    if (out.first_damage.empty()) out.first_damage = "offset " + std::to_string(at) + ": " + why;
+  };
+  if (auto meta = ReadMetaRecord(file)) {
+    out.meta_found = true;
+    out.meta = std::move(*meta);
+  } else {
+    damage(kHeaderMagic.size(), "no intact meta record");
+  }
+  std::unordered_set<std::string> seen;
+  size_t pos = std::min(file.size(), kHeaderMagic.size());
+  SalvagedSeries series;
+  std::vector<bool> intact;
+  while (pos < file.size()) {
+    auto rec = ParseRecord(file, pos);
+    if (!rec) {
+      // Resync on the next tag that starts an intact record; what lies between is the index,
+      // the footer or damage.
+      size_t next = pos + 1;
+      for (;;) {
+        const size_t a = file.find(kSeriesTag, next), b = file.find(kMetaTag, next);
+        next = std::min(a, b);
+        if (next == std::string_view::npos || ParseRecord(file, next)) break;
+        ++next;
+      }
+      const size_t stop = next == std::string_view::npos ? file.size() : next;
+      out.bytes_skipped += stop - pos;
+      pos = stop;
+      continue;
+    }
+    pos = rec->end;
+    if (rec->tag != kSeriesTag) continue;
+    Cursor c{rec->body};
+    const uint64_t nlabels = c.Varint();
+    std::vector<Label> labels;
+    for (uint64_t i = 0; i < nlabels && i <= kMaxLabels && c.ok; ++i) {
+      const std::string_view n = c.Bytes(), v = c.Bytes();
+      labels.push_back({std::string(n), std::string(v)});
+    }
+    const uint64_t nchunks = c.Varint();
+    std::vector<ChunkMeta> metas;
+    for (uint64_t i = 0; c.ok && i < nchunks && i <= rec->body.size(); ++i) {
+      ChunkMeta m;
+      m.kind = c.Byte();
+      m.length = static_cast<uint32_t>(c.Varint());
+      metas.push_back(m);
+    }
+    auto made = MakeLabels(std::move(labels));
+    if (!c.ok || !c.done() || nlabels > kMaxLabels || !made.ok()) {
+      damage(pos, "a series record that does not parse");
+      continue;  // its chunks are skipped by the resync
+    }
+    series.labels = std::move(*made);
+    series.chunks.clear();
+    intact.clear();
+    for (ChunkMeta m : metas) {
+      m.offset = pos;
+      Status st = m.length > file.size() - pos
+                      ? Status::Corruption("cut off at the end of the file")
+                  : IsValidChunkKind(m.kind)
+                      ? DescribeChunk(file.substr(pos, m.length), &m)
+                      : Status::Corruption("unknown chunk kind " + std::to_string(m.kind));
+      if (!st.ok()) damage(pos, LabelsToString(series.labels) + ": " + st.message());
+      intact.push_back(st.ok());
+      series.chunks.emplace_back(m, st.ok() ? file.substr(pos, m.length) : std::string_view());
+      pos = std::min<size_t>(file.size(), pos + m.length);
+    }
+    // Keep raw chunks that decoded and rollup groups whose eight fields all did, with one
+    // length: a reader combines the fields point by point.
+    std::vector<std::pair<ChunkMeta, std::string_view>> kept;
+    for (size_t i = 0; i < series.chunks.size();) {
+      const ChunkMeta& m = series.chunks[i].first;
+      if (m.kind == kRawChunkKind) {
+        if (intact[i]) kept.push_back(series.chunks[i]);
+        ++i;
+        continue;
+      }
+      size_t n = 0;
+      if (ChunkKindField(m.kind) == RollupField::kMin && intact[i]) {
+        while (n < static_cast<size_t>(kNumRollupFields) && i + n < series.chunks.size() &&
+               intact[i + n] &&
+               series.chunks[i + n].first.kind ==
+                   RollupChunkKind(ChunkKindTier(m.kind), static_cast<RollupField>(n)) &&
+               series.chunks[i + n].first.num_samples == m.num_samples)
+          ++n;
+      }
+      if (n == static_cast<size_t>(kNumRollupFields)) {
+        kept.insert(kept.end(), series.chunks.begin() + i, series.chunks.begin() + i + n);
+        i += n;
+      } else {
+        ++i;  // a field of a broken group: the group's other fields go with it
+      }
+    }
+    out.chunks_lost += series.chunks.size() - kept.size();
+    if (kept.empty()) continue;
+    if (!seen.insert(LabelsToString(series.labels)).second) {
+      damage(pos, "series " + LabelsToString(series.labels) + " twice");
+      out.chunks_lost += kept.size();
+      continue;
+    }
+    series.chunks = std::move(kept);
+    ++out.series;
+    out.chunks += series.chunks.size();
+    for (const auto& [m, bytes] : series.chunks)
+      if (m.kind == kRawChunkKind) out.samples += m.num_samples;
+    GW_RETURN_IF_ERROR(emit(series));
+  }
+  return out;
+}
+
+std::optional<BlockMeta> ReadBlockMetaRecord(const std::string& path) {
+  auto file = MappedFile::Open(path);
+  if (!file.ok()) return std::nullopt;
+  return ReadMetaRecord(file->bytes());
+}
+
+Result<BlockSalvage> SalvageBlock(const std::string& path, uint64_t damaged_seq,
+                                  const std::string& dir, uint64_t seq, std::string* written) {
+  auto file = MappedFile::Open(path);
+  if (!file.ok()) return file.status();
+  BlockMeta meta = ReadMetaRecord(file->bytes()).value_or(BlockMeta{});
+  meta.seq = seq;
+  meta.min_t_ms = meta.max_t_ms = 0;
+  meta.replaces = {damaged_seq};
+  std::unique_ptr<BlockWriter> writer;
+  auto scan = ScanBlock(file->bytes(), [&](const SalvagedSeries& s) -> Status {
+    if (!writer) {
+      auto w = BlockWriter::Create(dir, meta);
+      if (!w.ok()) return w.status();
+      writer = std::move(w).value();
+    }
+    GW_RETURN_IF_ERROR(writer->BeginSeries(s.labels));
+    for (const auto& [m, bytes] : s.chunks) GW_RETURN_IF_ERROR(writer->AddChunk(m, bytes));
+    return Status::Ok();
+  });
+  if (!scan.ok()) return scan.status();
+  if (writer) {
+    auto p = writer->Finish();
+    if (!p.ok()) return p.status();
+    *written = std::move(p).value();
+  }
+  return scan;
 }
 
 }  // namespace gpuwatch::store

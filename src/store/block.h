@@ -11,13 +11,19 @@
 //
 // Every chunk carries its own CRC-32 (docs/format/chunk.md) and the index has one, so damage is
 // found per chunk: a damaged chunk is skipped and reported, the rest of the block still serves.
+// The index at the end is the fast path only: each series is also written as a self-describing
+// record (its labels and chunk lengths, CRC-checked) in front of its chunks, and the block's
+// meta as a record after the magic, so a block whose end is cut off or whose index is damaged
+// is salvaged by a front-to-back scan (SalvageBlock) instead of being lost whole.
 //
 // Thread-safety: a Block is immutable after Open and safe to read from any number of threads
 // (chunks are read with pread). BlockWriter is single-threaded.
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -78,21 +84,26 @@ std::string BlockFileName(uint64_t seq);  // "00000042.gwb"
 
 class BlockWriter {
  public:
-  // Creates <dir>/<seq>.gwb.tmp. The destructor removes it unless Finish succeeded.
-  static Result<std::unique_ptr<BlockWriter>> Create(const std::string& dir, uint64_t seq);
+  // Creates <dir>/<meta.seq>.gwb.tmp and writes the meta record (wal_covers_before, replaces;
+  // min/max time come from the chunks at Finish). The destructor removes the file unless
+  // Finish succeeded.
+  static Result<std::unique_ptr<BlockWriter>> Create(const std::string& dir, BlockMeta meta);
   ~BlockWriter();
 
   // Starts the next series; its chunks follow with AddChunk. A label set may appear once.
-  void BeginSeries(const Labels& labels);
-  // REQUIRES: BeginSeries was called. `meta.offset` and `meta.length` are filled in here.
+  Status BeginSeries(const Labels& labels);
+  // REQUIRES: BeginSeries was called. `meta.offset` and `meta.length` are filled in when the
+  // series is written (at the next BeginSeries or Finish).
   Status AddChunk(ChunkMeta meta, std::string_view bytes);
   // Writes the index and footer, syncs, renames into place and syncs the directory.
-  // `meta.seq` is the writer's; min/max time come from the chunks. Returns the final path.
-  Result<std::string> Finish(BlockMeta meta);
-  uint64_t bytes_written() const { return offset_; }
+  // Returns the final path.
+  Result<std::string> Finish();
+  uint64_t bytes_written() const { return offset_ + pending_.size(); }
 
  private:
-  BlockWriter(std::string dir, uint64_t seq) : dir_(std::move(dir)), seq_(seq) {}
+  BlockWriter(std::string dir, BlockMeta meta) : dir_(std::move(dir)), meta_(std::move(meta)) {}
+  // Writes the current series' record and chunks to the buffer.
+  Status EndSeries();
   Status Flush();
 
   struct SeriesEntry {
@@ -100,11 +111,13 @@ class BlockWriter {
     std::vector<ChunkMeta> chunks;
   };
   std::string dir_;
-  uint64_t seq_;
+  BlockMeta meta_;
   int fd_ = -1;
   bool finished_ = false;
-  std::string buffer_;  // written out in ~1 MiB pieces
-  uint64_t offset_ = 0;
+  std::string buffer_;   // written out in ~1 MiB pieces
+  uint64_t offset_ = 0;  // where buffer_ ends in the file
+  std::string pending_;  // the current series' chunks, written after its record
+  bool series_open_ = false;
   std::vector<SeriesEntry> series_;
 };
 
@@ -151,7 +164,45 @@ struct BlockDamage {
 };
 
 // Opens the block and decodes every chunk; damage is listed, not returned as an error.
-// `chunks_checked` counts the chunks read.
+// `chunks_checked` counts the chunks read. When the index cannot be read, the reason says what
+// a salvage would keep.
 std::vector<BlockDamage> CheckBlock(const std::string& path, uint64_t* chunks_checked);
+
+// What a front-to-back scan of a block file found.
+struct BlockSalvage {
+  bool meta_found = false;  // the meta record was intact (else `meta` holds defaults)
+  BlockMeta meta;
+  uint64_t series = 0;         // series with at least one intact chunk
+  uint64_t chunks = 0;         // intact chunks (a rollup group of eight counts eight)
+  uint64_t samples = 0;        // raw samples in them
+  uint64_t chunks_lost = 0;    // chunks a series record names that did not decode
+  uint64_t bytes_skipped = 0;  // bytes that were no intact record or chunk (index, damage)
+  std::string first_damage;    // where the first damaged record or chunk was, and why
+};
+
+// One salvaged series: its label set and the chunks that decoded, in file order, with
+// min/max time and counts taken from the chunks themselves.
+struct SalvagedSeries {
+  Labels labels;
+  std::vector<std::pair<ChunkMeta, std::string_view>> chunks;
+};
+
+// Scans `file` (a whole block file's bytes) record by record, resyncing on the next intact
+// record after damage, and calls `emit` for every series with intact chunks. A rollup group
+// is kept only with all eight fields intact. Fails only for a file older than series records
+// (format 1) or when `emit` fails.
+Result<BlockSalvage> ScanBlock(std::string_view file,
+                               const std::function<Status(const SalvagedSeries&)>& emit);
+
+// The meta record of the block at `path`, when it is intact (format 2).
+std::optional<BlockMeta> ReadBlockMetaRecord(const std::string& path);
+
+// Scans the block at `path` and writes what is intact as a new block <dir>/<seq>.gwb that
+// replaces it (its `replaces` is the damaged block's seq, `damaged_seq`, alone: blocks the
+// damaged one replaced are not claimed, so a survivor among them is never deleted for a copy
+// that lost part of its data). `*written` gets the new block's path, or stays empty when
+// nothing was intact.
+Result<BlockSalvage> SalvageBlock(const std::string& path, uint64_t damaged_seq,
+                                  const std::string& dir, uint64_t seq, std::string* written);
 
 }  // namespace gpuwatch::store

@@ -1,6 +1,7 @@
-// libFuzzer target for the block file reader: a block on disk may be damaged in any way (a bad
-// disk, a truncated copy, another program's file in blocks/), and opening the store must then
-// quarantine it or skip the damaged chunk, never crash or allocate without bound.
+// libFuzzer target for the block file reader and the salvage scan: a block on disk may be
+// damaged in any way (a bad disk, a truncated copy, another program's file in blocks/), and
+// opening the store must then salvage and quarantine it or skip the damaged chunk, never crash
+// or allocate without bound.
 #include <unistd.h>
 
 #include <cstddef>
@@ -22,6 +23,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (!f) return 0;
   std::fwrite(data, 1, size, f);
   std::fclose(f);
+  const std::string_view bytes(reinterpret_cast<const char*>(data), size);
+  (void)gpuwatch::store::ScanBlock(bytes, [](const gpuwatch::store::SalvagedSeries& s) {
+    for (const auto& [m, chunk] : s.chunks)
+      if (m.length != chunk.size()) __builtin_trap();
+    return gpuwatch::Status::Ok();
+  });
   auto block = gpuwatch::store::Block::Open(path);
   if (!block.ok()) return 0;
   const auto& b = **block;

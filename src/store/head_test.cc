@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <functional>
 #include <random>
 
 #include "store/testing/scratch_dir.h"
@@ -22,6 +23,37 @@ Head::Input In(std::string gpu, std::vector<Sample> samples,
                std::string metric = "DCGM_FI_DEV_GPU_UTIL") {
   return {{{"__name__", metric}, {"gpu", gpu}, {"Hostname", "n1"}}, std::move(samples)};
 }
+
+// Runs `child` in a forked process, so that RLIMIT_FSIZE and SIGXFSZ never touch the test
+// runner, and expects it to return 0 (a nonzero code names the step that failed).
+void RunInChild(const std::function<int()>& child) {
+  const pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    signal(SIGXFSZ, SIG_IGN);
+    _exit(child());
+  }
+  int status = 0;
+  waitpid(pid, &status, 0);
+  ASSERT_TRUE(WIFEXITED(status));
+  ASSERT_EQ(WEXITSTATUS(status), 0);
+}
+
+// While alive, writes more than 8 bytes past `path`'s present end fail with EFBIG, as on a
+// full disk or under LimitFSIZE.
+class FileSizeLimit {
+ public:
+  explicit FileSizeLimit(const std::string& path) {
+    getrlimit(RLIMIT_FSIZE, &saved_);
+    rlimit tight = saved_;
+    tight.rlim_cur = std::filesystem::file_size(path) + 8;
+    setrlimit(RLIMIT_FSIZE, &tight);
+  }
+  ~FileSizeLimit() { setrlimit(RLIMIT_FSIZE, &saved_); }
+
+ private:
+  rlimit saved_{};
+};
 
 class HeadTest : public ::testing::Test {
  protected:
@@ -105,28 +137,17 @@ TEST_F(HeadTest, ReopenReplaysEverything) {
 // A batch that fails to reach the WAL (disk full) must not leave the log referring to a series
 // it never defined: the next batch's new series must replay under the right labels.
 TEST_F(HeadTest, FailedBatchDoesNotShiftSeriesRefs) {
-  pid_t pid = fork();
-  ASSERT_GE(pid, 0);
-  if (pid == 0) {
-    signal(SIGXFSZ, SIG_IGN);
+  RunInChild([&] {
     auto h = Head::Open(dir_, {});
-    if (!h.ok()) _exit(10);
-    if (!(*h)->Append({In("x", {{1000, 1}})}).ok()) _exit(11);
-    rlimit lim{};
-    getrlimit(RLIMIT_FSIZE, &lim);
-    rlimit tight = lim;
-    tight.rlim_cur = fs::file_size(dir_ + "/wal/00000001.wal") + 8;
-    setrlimit(RLIMIT_FSIZE, &tight);
-    auto failed = (*h)->Append({In("a", {{1000, 2}})});
-    if (failed.ok()) _exit(12);
-    setrlimit(RLIMIT_FSIZE, &lim);
-    if (!(*h)->Append({In("b", {{1000, 3}})}).ok()) _exit(13);
-    _exit(0);
-  }
-  int status = 0;
-  waitpid(pid, &status, 0);
-  ASSERT_TRUE(WIFEXITED(status));
-  ASSERT_EQ(WEXITSTATUS(status), 0);
+    if (!h.ok()) return 10;
+    if (!(*h)->Append({In("x", {{1000, 1}})}).ok()) return 11;
+    {
+      FileSizeLimit full(dir_ + "/wal/00000001.wal");
+      if ((*h)->Append({In("a", {{1000, 2}})}).ok()) return 12;
+    }
+    if (!(*h)->Append({In("b", {{1000, 3}})}).ok()) return 13;
+    return 0;
+  });
   auto head = OpenHead();
   auto b = head->Query(Sel("DCGM_FI_DEV_GPU_UTIL{gpu=\"b\"}"), 0, INT64_MAX);
   ASSERT_EQ(b.size(), 1u);
@@ -137,32 +158,22 @@ TEST_F(HeadTest, FailedBatchDoesNotShiftSeriesRefs) {
 // D12 (issue 17): a refused write (here: the file-size limit, as LimitFSIZE or a full disk)
 // takes its new series back, so no phantom label value stays behind.
 TEST_F(HeadTest, D12_RefusedWriteLeavesNoPhantomSeries) {
-  pid_t pid = fork();
-  ASSERT_GE(pid, 0);
-  if (pid == 0) {
-    signal(SIGXFSZ, SIG_IGN);
+  RunInChild([&] {
     auto h = Head::Open(dir_, {});
-    if (!h.ok()) _exit(10);
-    if (!(*h)->Append({In("x", {{1000, 1}})}).ok()) _exit(11);
-    rlimit lim{};
-    getrlimit(RLIMIT_FSIZE, &lim);
-    rlimit tight = lim;
-    tight.rlim_cur = fs::file_size(dir_ + "/wal/00000001.wal") + 8;
-    setrlimit(RLIMIT_FSIZE, &tight);
-    if ((*h)->Append({In("phantom", {{1000, 2}})}).ok()) _exit(12);
-    setrlimit(RLIMIT_FSIZE, &lim);
+    if (!h.ok()) return 10;
+    if (!(*h)->Append({In("x", {{1000, 1}})}).ok()) return 11;
+    {
+      FileSizeLimit full(dir_ + "/wal/00000001.wal");
+      if ((*h)->Append({In("phantom", {{1000, 2}})}).ok()) return 12;
+    }
     const auto values = (*h)->index().LabelValues("gpu", {});
-    if (values != std::vector<std::string>{"x"}) _exit(13);
-    if ((*h)->index().size() != 1) _exit(14);
+    if (values != std::vector<std::string>{"x"}) return 13;
+    if ((*h)->index().size() != 1) return 14;
     // The series can still be made by a later write that succeeds.
     auto again = (*h)->Append({In("phantom", {{1000, 2}})});
-    if (!again.ok() || again->accepted != 1 || again->new_series != 1) _exit(15);
-    _exit(0);
-  }
-  int status = 0;
-  waitpid(pid, &status, 0);
-  ASSERT_TRUE(WIFEXITED(status));
-  ASSERT_EQ(WEXITSTATUS(status), 0);
+    if (!again.ok() || again->accepted != 1 || again->new_series != 1) return 15;
+    return 0;
+  });
 }
 
 // D1 (issue 17): a sample near INT64_MIN once overflowed the rollup bucket arithmetic and

@@ -260,6 +260,7 @@ Result<std::optional<std::string>> WriteMerged(const std::string& blocks_dir, ui
   std::vector<MergeEntry> entries;
   std::unordered_map<std::string, size_t> by_key;
   BlockMeta meta;
+  meta.seq = seq;
   for (const Block* b : inputs) {
     meta.replaces.push_back(b->meta().seq);
     meta.wal_covers_before = std::max(meta.wal_covers_before, b->meta().wal_covers_before);
@@ -276,7 +277,7 @@ Result<std::optional<std::string>> WriteMerged(const std::string& blocks_dir, ui
       }
     }
   }
-  auto writer = BlockWriter::Create(blocks_dir, seq);
+  auto writer = BlockWriter::Create(blocks_dir, meta);
   if (!writer.ok()) return writer.status();
   bool any = false;
   for (auto& e : entries) {
@@ -298,13 +299,13 @@ Result<std::optional<std::string>> WriteMerged(const std::string& blocks_dir, ui
     const bool has_rollups = !e.rollups[1].empty() || !e.rollups[2].empty();
     if (good.empty() && !has_rollups) continue;
     any = true;
-    (*writer)->BeginSeries(e.labels);
+    GW_RETURN_IF_ERROR((*writer)->BeginSeries(e.labels));
     for (auto& [m, bytes] : good) GW_RETURN_IF_ERROR((*writer)->AddChunk(m, bytes));
     for (Tier t : kRollupTiers)
       GW_RETURN_IF_ERROR(WriteRollups(writer->get(), t, e.rollups[static_cast<int>(t)]));
   }
   if (!any) return std::optional<std::string>();
-  auto path = (*writer)->Finish(meta);
+  auto path = (*writer)->Finish();
   if (!path.ok()) return path.status();
   return std::optional<std::string>(*path);
 }
@@ -392,14 +393,17 @@ Status Store::LoadBlocks(StoreOpenReport* rep) {
   uint64_t max_seq = 0;
   std::vector<std::shared_ptr<const Block>> opened;
   std::set<uint64_t> replaced;
+  struct Unreadable {
+    uint64_t seq;
+    std::string name, reason;
+  };
+  std::vector<Unreadable> unreadable;
   for (const auto& [seq, name] : files) {
     max_seq = std::max(max_seq, seq);
     const std::string path = blocks_dir_ + "/" + name;
     auto b = Block::Open(path);
     if (!b.ok()) {
-      rep->quarantined.push_back("blocks/" + name + ": " + b.status().message());
-      GW_LOG_ERROR("store: {}", b.status().message());
-      if (!options_.read_only) MoveToQuarantine(dir_, path, b.status().message()).IgnoreError();
+      unreadable.push_back({seq, name, b.status().message()});
       continue;
     }
     for (uint64_t r : (*b)->meta().replaces) replaced.insert(r);
@@ -419,6 +423,54 @@ Status Store::LoadBlocks(StoreOpenReport* rep) {
     blocks_.push_back(b);
   }
   next_seq_ = max_seq + 1;
+  for (const auto& u : unreadable) {
+    const std::string path = blocks_dir_ + "/" + u.name;
+    if (replaced.count(u.seq)) {
+      // Its data is in the block that replaced it; only the deletion was left undone.
+      if (!options_.read_only && ::unlink(path.c_str()) == 0)
+        rep->removed.push_back("blocks/" + u.name + " (superseded, unreadable)");
+      continue;
+    }
+    std::string why = u.reason;
+    if (const auto meta = ReadBlockMetaRecord(path);
+        meta && !meta->replaces.empty() &&
+        std::all_of(meta->replaces.begin(), meta->replaces.end(), [&](uint64_t r) {
+          return std::any_of(blocks_.begin(), blocks_.end(),
+                             [&](const auto& b) { return b->meta().seq == r; });
+        })) {
+      // A compaction's output whose inputs all survive (a crash before they were deleted):
+      // they hold its data whole, so there is nothing to salvage.
+      why += "; the blocks it replaced are all still here and serve its data";
+      if (!options_.read_only) MoveToQuarantine(dir_, path, why).IgnoreError();
+    } else if (!options_.read_only) {
+      // Keep what the damage spared: the series records in front of each series' chunks let a
+      // scan rebuild them without the index (issue 17, D13).
+      std::string written;
+      auto salvage = SalvageBlock(path, u.seq, blocks_dir_, next_seq_, &written);
+      if (salvage.ok()) {
+        why += fmt::format(
+            "; salvaged {} series, {} chunks ({} raw samples){}; {} chunks lost, {} bytes "
+            "skipped{}",
+            salvage->series, salvage->chunks, salvage->samples,
+            written.empty() ? "" : " into blocks/" + BlockFileName(next_seq_), salvage->chunks_lost,
+            salvage->bytes_skipped,
+            salvage->first_damage.empty() ? ""
+                                          : " (first damage at " + salvage->first_damage + ")");
+      } else {
+        why += "; nothing salvaged: " + salvage.status().message();
+      }
+      if (!written.empty()) {
+        ++next_seq_;
+        if (auto b = Block::Open(written); b.ok())
+          blocks_.push_back(std::move(b).value());
+        else
+          why += "; the salvaged block does not open: " + b.status().message();
+      }
+      MoveToQuarantine(dir_, path, why).IgnoreError();
+    }
+    GW_LOG_ERROR("store: blocks/{}: {}", u.name, why);
+    rep->quarantined.push_back("blocks/" + u.name + ": " + why);
+  }
   return Status::Ok();
 }
 
@@ -591,12 +643,15 @@ Status Store::FlushLocked() {
           "flush to " + BlockFileName(seq) + " failed, the data stays in the WAL: " + st.message());
       return st;
     };
-    auto writer = BlockWriter::Create(blocks_dir_, seq);
+    BlockMeta meta;
+    meta.seq = seq;
+    meta.wal_covers_before = cut->wal_first_kept;
+    auto writer = BlockWriter::Create(blocks_dir_, meta);
     if (!writer.ok()) return fail(writer.status());
     std::vector<Sample> samples;
     std::vector<RollupPoint> rollups;
     for (const auto& fs : cut->series) {
-      (*writer)->BeginSeries(fs.labels);
+      if (Status st = (*writer)->BeginSeries(fs.labels); !st.ok()) return fail(st);
       samples.clear();
       for (const auto& c : fs.chunks) {
         ChunkMeta m;
@@ -614,9 +669,7 @@ Status Store::FlushLocked() {
         if (Status st = WriteRollups(writer->get(), t, rollups); !st.ok()) return fail(st);
       }
     }
-    BlockMeta meta;
-    meta.wal_covers_before = cut->wal_first_kept;
-    auto path = (*writer)->Finish(meta);
+    auto path = (*writer)->Finish();
     if (!path.ok()) return fail(path.status());
     auto block = Block::Open(*path);
     if (!block.ok()) return fail(block.status());
@@ -979,6 +1032,13 @@ Result<StoreCheckReport> Store::Check(const std::string& dir, bool quarantine) {
       auto written = WriteMerged(
           blocks_dir, max_seq, in, [](uint8_t) { return true; }, nullptr);
       if (!written.ok()) return written.status();
+    } else if (auto seq = ParseInt<uint64_t>(std::string_view(name).substr(0, 8))) {
+      // No index: rebuild from the series records, as opening the store would.
+      std::string written;
+      auto salvage = SalvageBlock(path, *seq, blocks_dir, max_seq + 1, &written);
+      if (!salvage.ok() && salvage.status().code() != StatusCode::kNotSupported)
+        return salvage.status();
+      if (!written.empty()) ++max_seq;
     }
     std::string why;
     for (const auto& d : damage) why += d.where + ": " + d.reason + "\n";

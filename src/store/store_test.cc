@@ -325,6 +325,34 @@ TEST_F(StoreTest, CrashAfterCompactionBeforeDeletingInputsDoesNotDoubleCount) {
   EXPECT_EQ((*h)[0].points[0].count, 3600);
 }
 
+// The triple fault: a compaction's output is damaged and its inputs survive (a crash before
+// their deletion). The inputs hold its data whole: the output is quarantined, not salvaged
+// beside them, and nothing is counted twice.
+TEST_F(StoreTest, D13_DamagedCompactionOutputWithItsInputsIsNotSalvagedTwice) {
+  auto s = OpenStore();
+  Fill(s.get(), 1, kT0, 1800);
+  ASSERT_TRUE(s->Flush().ok());
+  Fill(s.get(), 1, kT0 + 1800'000, 1800);
+  ASSERT_TRUE(s->Flush().ok());
+  const auto inputs = BlockFiles();
+  fs::create_directories(dir_ + "/saved");
+  for (const auto& f : inputs) fs::copy_file(f, dir_ + "/saved/" + fs::path(f).filename().string());
+  ASSERT_TRUE(s->Compact(false).ok());
+  s.reset();
+  const auto output = BlockFiles();
+  ASSERT_EQ(output.size(), 1u);
+  fs::resize_file(output[0], fs::file_size(output[0]) - 1);
+  for (const auto& f : inputs) fs::copy_file(dir_ + "/saved/" + fs::path(f).filename().string(), f);
+  StoreOpenReport rep;
+  s = OpenStore(Manual(), &rep);
+  ASSERT_EQ(rep.quarantined.size(), 1u);
+  EXPECT_NE(rep.quarantined[0].find("the blocks it replaced are all still here"),
+            std::string::npos)
+      << rep.quarantined[0];
+  EXPECT_EQ(CountSamples(*s, "DCGM_FI_DEV_GPU_TEMP", kT0, kT0 + kHourMs), 3600u);
+  EXPECT_EQ(BlockFiles().size(), 2u);
+}
+
 TEST_F(StoreTest, RetentionDropsTiersByAgeFromTheNewestSample) {
   StoreOptions o = Manual();
   o.raw_retention_ms = 2 * kHourMs;
@@ -420,7 +448,10 @@ TEST_F(StoreTest, DamagedChunkIsReportedSkippedAndQuarantinedKeepingTheRest) {
   EXPECT_EQ(r->size(), 4u);
 }
 
-TEST_F(StoreTest, TruncatedBlockIsQuarantinedOnOpenAndWalStillServes) {
+// Issue 17, D13: a block cut short lost all its samples (the index is at its end). Opening the
+// store now salvages the intact series from their records, quarantines the damaged file and
+// names what it kept; what was only in the WAL still serves.
+TEST_F(StoreTest, D13_TruncatedBlockIsSalvagedOnOpenAndWalStillServes) {
   {
     auto s = OpenStore();
     Fill(s.get(), 2, kT0, 600);
@@ -440,12 +471,28 @@ TEST_F(StoreTest, TruncatedBlockIsQuarantinedOnOpenAndWalStillServes) {
   auto check = Store::Check(dir_, false);
   ASSERT_TRUE(check.ok());
   EXPECT_TRUE(check->damaged());
+  EXPECT_NE(check->block_damage[0].reason.find("a scan finds 2 series"), std::string::npos)
+      << check->block_damage[0].reason;
   StoreOpenReport rep;
-  auto s = OpenStore(Manual(), &rep);
-  ASSERT_EQ(rep.quarantined.size(), 1u);
-  EXPECT_NE(rep.quarantined[0].find("footer"), std::string::npos) << rep.quarantined[0];
-  // What was only in the WAL is still there.
-  EXPECT_EQ(CountSamples(*s, "DCGM_FI_DEV_GPU_TEMP", kT0 + 600'000, kT0 + kHourMs), 1200u);
+  {
+    auto s = OpenStore(Manual(), &rep);
+    ASSERT_EQ(rep.quarantined.size(), 1u);
+    EXPECT_NE(rep.quarantined[0].find("footer"), std::string::npos) << rep.quarantined[0];
+    EXPECT_NE(rep.quarantined[0].find("salvaged 2 series, 34 chunks (1200 raw samples) into "
+                                      "blocks/00000002.gwb; 0 chunks lost"),
+              std::string::npos)
+        << rep.quarantined[0];
+    EXPECT_TRUE(fs::exists(dir_ + "/quarantine/" + fs::path(files[0]).filename().string()));
+    // The salvaged first part and what was only in the WAL.
+    EXPECT_EQ(CountSamples(*s, "DCGM_FI_DEV_GPU_TEMP", kT0, kT0 + kHourMs), 2400u);
+    ASSERT_TRUE(s->Close().ok());
+  }
+  // Once salvaged, the store is whole: nothing left to report, nothing counted twice.
+  auto again = Store::Check(dir_, false);
+  ASSERT_TRUE(again.ok());
+  EXPECT_FALSE(again->damaged());
+  auto s = OpenStore();
+  EXPECT_EQ(CountSamples(*s, "DCGM_FI_DEV_GPU_TEMP", kT0, kT0 + kHourMs), 2400u);
 }
 
 TEST_F(StoreTest, ReadOnlyOpenSeesWalWithoutChangingIt) {

@@ -1,6 +1,8 @@
 #include "store/internal/file_util.h"
 
 #include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 #include <zlib.h>
 
@@ -45,6 +47,33 @@ uint32_t Crc32(std::string_view data, uint32_t crc) {
     c = crc32(c, reinterpret_cast<const Bytef*>(data.data() + off), static_cast<uInt>(n));
   }
   return static_cast<uint32_t>(c);
+}
+
+Result<MappedFile> MappedFile::Open(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return Errno("open " + path);
+  struct stat sb {};
+  if (::fstat(fd, &sb) != 0) {
+    Status st = Errno("fstat " + path);
+    ::close(fd);
+    return st;
+  }
+  const auto size = static_cast<size_t>(sb.st_size);
+  void* data = nullptr;
+  if (size > 0) {
+    data = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0);
+    if (data == MAP_FAILED) {
+      Status st = Errno("mmap " + path);
+      ::close(fd);
+      return st;
+    }
+  }
+  ::close(fd);  // the mapping stays valid
+  return MappedFile(data, size);
+}
+
+MappedFile::~MappedFile() {
+  if (data_) ::munmap(data_, size_);
 }
 
 }  // namespace gpuwatch::store::internal

@@ -26,11 +26,11 @@ GW_PORT=$(port)
 GW2_PORT=$(port)
 NE_PORT=$(port)
 
-GPUWATCH_MOCK_NVML=8xH100 /usr/bin/time -v -o "$TMP/gw.time" build/bench/gpuwatch up \
+GPUWATCH_MOCK_NVML=8xH100 /usr/bin/time -v -o "$TMP/gw.time" build/bench/gpuwatch up --data-dir none \
   --listen "127.0.0.1:$GW_PORT" --nvml-lib build/bench/libgpuwatch-mock-nvml.so --log-level error &
 GW_PID=$!
 # A second agent that nobody scrapes: the collection cost alone (the 0.2 % target).
-GPUWATCH_MOCK_NVML=8xH100 /usr/bin/time -v -o "$TMP/gw2.time" build/bench/gpuwatch up \
+GPUWATCH_MOCK_NVML=8xH100 /usr/bin/time -v -o "$TMP/gw2.time" build/bench/gpuwatch up --data-dir none \
   --listen "127.0.0.1:$GW2_PORT" --nvml-lib build/bench/libgpuwatch-mock-nvml.so --log-level error &
 GW2_PID=$!
 /usr/bin/time -v -o "$TMP/ne.time" prometheus-node-exporter --web.listen-address="127.0.0.1:$NE_PORT" \

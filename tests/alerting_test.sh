@@ -45,10 +45,10 @@ cat >"$TMP/rules.json" <<'JSON'
            {"name": "MockGpuNoted", "expr": "DCGM_FI_DEV_GPU_TEMP{gpu=\"1\"} > 0", "for": "2s",
             "severity": "info", "summary": "recorded, never sent"}]}
 JSON
-rc=0; out=$("$GPUWATCH" up --job-socket off --nvml-lib "$MOCK" --rules "$TMP/rules.json" 2>&1) || rc=$?
+rc=0; out=$("$GPUWATCH" up --job-socket off --data-dir none --nvml-lib "$MOCK" --rules "$TMP/rules.json" 2>&1) || rc=$?
 [ "$rc" = 2 ] && grep -q -- "--rules needs --data-dir" <<<"$out" || fail "--rules without a store: $rc $out"
 echo '{"rules": [{"name": "x", "expr": "rate(up[5m]"}]}' >"$TMP/bad-rules.json"
-rc=0; out=$("$GPUWATCH" up --job-socket off --nvml-lib "$MOCK" --rules "$TMP/bad-rules.json" 2>&1) || rc=$?
+rc=0; out=$("$GPUWATCH" up --job-socket off --data-dir none --nvml-lib "$MOCK" --rules "$TMP/bad-rules.json" 2>&1) || rc=$?
 [ "$rc" = 2 ] && grep -q "bad-rules.json: rules\[0\] (x).expr" <<<"$out" || fail "a bad rule: $rc $out"
 
 PORT=$(free_port)

@@ -38,7 +38,7 @@ grep -q '^    processes  *yes$' "$TMP/caps.txt" || fail "status --capabilities: 
 "$GPUWATCH" status --nvml-lib /nonexistent/libnvidia-ml.so.1 >"$TMP/nonvml.txt" || fail "status without NVML"
 grep -q 'no GPU metrics: cannot load NVML library' "$TMP/nonvml.txt" || fail "no clear no-NVML message"
 PORT=$(free_port)
-"$GPUWATCH" up --job-socket off --listen "127.0.0.1:$PORT" --nvml-lib /nonexistent/libnvidia-ml.so.1 --host-interval 200ms \
+"$GPUWATCH" up --job-socket off --data-dir none --listen "127.0.0.1:$PORT" --nvml-lib /nonexistent/libnvidia-ml.so.1 --host-interval 200ms \
   >"$TMP/nonvml.log" 2>&1 &
 PIDS+=($!)
 wait_http "http://127.0.0.1:$PORT/healthz" 20 || fail "agent without NVML did not start"
@@ -50,14 +50,14 @@ grep -q '^gpuwatch_host_memory_total_bytes' "$TMP/nonvml.prom" || fail "no host 
 # D2 (issue 17): beyond loopback with no token the agent refuses to start, unless
 # --insecure-listen, which it logs loudly. D7: a second agent on the same port fails.
 PORT=$(free_port)
-rc=0; out=$("$GPUWATCH" up --job-socket off --listen "0.0.0.0:$PORT" --nvml-lib /nonexistent 2>&1) || rc=$?
+rc=0; out=$("$GPUWATCH" up --job-socket off --data-dir none --listen "0.0.0.0:$PORT" --nvml-lib /nonexistent 2>&1) || rc=$?
 [ "$rc" = 2 ] && grep -q 'serves beyond loopback, and no token is configured' <<<"$out" || fail "open listener without a token: rc $rc $out"
-"$GPUWATCH" up --job-socket off --listen "0.0.0.0:$PORT" --insecure-listen --nvml-lib /nonexistent >"$TMP/insecure.log" 2>&1 &
+"$GPUWATCH" up --job-socket off --data-dir none --listen "0.0.0.0:$PORT" --insecure-listen --nvml-lib /nonexistent >"$TMP/insecure.log" 2>&1 &
 INSECURE=$!
 PIDS+=($INSECURE)
 wait_http "http://127.0.0.1:$PORT/healthz" 20 || fail "agent with --insecure-listen did not start"
 grep -q 'INSECURE: --listen 0.0.0.0:' "$TMP/insecure.log" || fail "no warning for --insecure-listen"
-rc=0; out=$(timeout 20 "$GPUWATCH" up --job-socket off --listen "127.0.0.1:$PORT" --nvml-lib /nonexistent 2>&1) || rc=$?
+rc=0; out=$(timeout 20 "$GPUWATCH" up --job-socket off --data-dir none --listen "127.0.0.1:$PORT" --nvml-lib /nonexistent 2>&1) || rc=$?
 [ "$rc" = 2 ] && grep -q 'address in use' <<<"$out" || fail "second agent on a taken port: rc $rc $out"
 kill -TERM "$INSECURE"; wait "$INSECURE" || true
 

@@ -9,7 +9,7 @@ need_peer promtool prometheus
 
 AGENT_PORT=$(free_port)
 PROM_PORT=$(free_port)
-GPUWATCH_MOCK_NVML=8xH100 "$GPUWATCH" up --job-socket off --listen "127.0.0.1:$AGENT_PORT" --nvml-lib "$MOCK" \
+GPUWATCH_MOCK_NVML=8xH100 "$GPUWATCH" up --job-socket off --data-dir none --listen "127.0.0.1:$AGENT_PORT" --nvml-lib "$MOCK" \
   --hostname promtest-node >"$TMP/agent.log" 2>&1 &
 PIDS+=($!)
 wait_http "http://127.0.0.1:$AGENT_PORT/healthz" 20 || { cat "$TMP/agent.log"; fail "agent did not start"; }

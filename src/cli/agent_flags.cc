@@ -1,6 +1,13 @@
 #include "cli/agent_flags.h"
 
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdlib>
 #include <cstring>
+#include <filesystem>
 
 #include "cli/config_file.h"
 #include "cli/limits.h"
@@ -23,11 +30,26 @@ void AddStoreFlags(CLI::App* app, AgentFlags* f) {
   app->add_option("--retention-1h", f->retention_1h,
                   "How long 1-hour rollups are kept (default 365d)");
   app->add_option("--disk-budget", f->disk_budget,
-                  "Most disk the store may use; the oldest raw data goes first (default 5GiB)");
+                  "Most disk the store may use; the oldest raw data goes first (default: a "
+                  "tenth of the data dir's file system, 64MiB to 5GiB)");
   app->add_option("--wal-sync", f->wal_sync,
                   "always (fsync each write before acknowledging it, default), interval (every "
                   "second) or never (leave it to the OS)");
 }
+
+namespace {
+Result<store::StoreOptions> ApplyWalSync(const std::string& wal_sync, store::StoreOptions* o) {
+  if (wal_sync == "always")
+    o->head.wal.sync = store::SyncPolicy::kAlways;
+  else if (wal_sync == "interval")
+    o->head.wal.sync = store::SyncPolicy::kInterval;
+  else if (wal_sync == "never")
+    o->head.wal.sync = store::SyncPolicy::kNever;
+  else
+    return Status::InvalidArgument("bad --wal-sync '" + wal_sync + "': always, interval or never");
+  return *o;
+}
+}  // namespace
 
 Result<store::StoreOptions> MakeStoreOptions(const AgentFlags& f) {
   store::StoreOptions o;
@@ -40,6 +62,10 @@ Result<store::StoreOptions> MakeStoreOptions(const AgentFlags& f) {
     if (!ms.ok()) return ms.status();
     *out = *ms;
   }
+  if (f.disk_budget.empty()) {
+    o.disk_budget_bytes = DefaultDiskBudgetBytes(f.data_dir);
+    return ApplyWalSync(f.wal_sync, &o);
+  }
   auto budget = ParseByteSize(f.disk_budget);
   if (!budget.ok()) return budget.status();
   // A budget a few blocks cannot fit in deletes all history at the first retention pass
@@ -50,16 +76,47 @@ Result<store::StoreOptions> MakeStoreOptions(const AgentFlags& f) {
                                    std::to_string(*budget) +
                                    " bytes, below the minimum of 64MiB (units: MiB, GiB, TiB)");
   o.disk_budget_bytes = *budget;
-  if (f.wal_sync == "always")
-    o.head.wal.sync = store::SyncPolicy::kAlways;
-  else if (f.wal_sync == "interval")
-    o.head.wal.sync = store::SyncPolicy::kInterval;
-  else if (f.wal_sync == "never")
-    o.head.wal.sync = store::SyncPolicy::kNever;
-  else
-    return Status::InvalidArgument("bad --wal-sync '" + f.wal_sync +
-                                   "': always, interval or never");
-  return o;
+  return ApplyWalSync(f.wal_sync, &o);
+}
+
+std::string UserStateDir() {
+  if (const char* xdg = std::getenv("XDG_STATE_HOME"); xdg && *xdg)
+    return std::string(xdg) + "/gpuwatch";
+  if (const char* home = std::getenv("HOME"); home && *home)
+    return std::string(home) + "/.local/state/gpuwatch";
+  return "";
+}
+
+std::string DefaultDataDir() { return ::geteuid() == 0 ? "/var/lib/gpuwatch" : UserStateDir(); }
+
+Status ResolveDataDir(AgentFlags* f) {
+  if (f->data_dir == "none") {
+    f->data_dir.clear();
+    return Status::Ok();
+  }
+  if (!f->data_dir.empty()) return Status::Ok();
+  const std::string dir = DefaultDataDir();
+  if (dir.empty())
+    return Status::InvalidArgument(
+        "no --data-dir and no default for it (HOME is not set): give --data-dir DIR, or "
+        "--data-dir none to keep no history");
+  std::error_code ec;
+  const bool made = std::filesystem::create_directories(dir, ec);
+  if (ec)
+    return Status::IoError("cannot create the default data dir " + dir + ": " + ec.message() +
+                           " (give --data-dir DIR, or --data-dir none to keep no history)");
+  // A user's history and admin token are theirs alone; /var/lib/gpuwatch is root's anyway.
+  if (made && ::geteuid() != 0) ::chmod(dir.c_str(), 0700);
+  f->data_dir = dir;
+  return Status::Ok();
+}
+
+uint64_t DefaultDiskBudgetBytes(const std::string& data_dir) {
+  constexpr uint64_t kMin = 64ull << 20, kMax = 5ull << 30;
+  struct statvfs fs {};
+  if (data_dir.empty() || ::statvfs(data_dir.c_str(), &fs) != 0) return kMax;
+  const uint64_t total = static_cast<uint64_t>(fs.f_blocks) * fs.f_frsize;
+  return std::clamp<uint64_t>(total / 10, kMin, kMax);
 }
 
 void AddAgentFlags(CLI::App* app, AgentFlags* f) {
@@ -67,7 +124,8 @@ void AddAgentFlags(CLI::App* app, AgentFlags* f) {
                   "HTTP listen address host:port ([v6]:port); default 127.0.0.1:9470");
   app->add_option("--data-dir", f->data_dir,
                   "Directory for what the agent keeps on disk: the time-series store (wal/, "
-                  "blocks/) and events; without it nothing is kept");
+                  "blocks/) and events (default /var/lib/gpuwatch as root, else "
+                  "$XDG_STATE_HOME/gpuwatch or ~/.local/state/gpuwatch; none: keep nothing)");
   app->add_option("--config", f->config,
                   "Config file of 'key = value' lines (keys = these flag names)");
   app->add_option("--nvml-lib", f->nvml_lib, "NVML library to dlopen (default libnvidia-ml.so.1)");

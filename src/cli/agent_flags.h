@@ -35,7 +35,7 @@ struct AgentFlags {
   std::string retention_raw = "7d";
   std::string retention_1m = "90d";
   std::string retention_1h = "365d";
-  std::string disk_budget = "5GiB";
+  std::string disk_budget;  // empty: DefaultDiskBudgetBytes of the data dir's file system
   std::string wal_sync = "always";
   std::string job_socket = jobs::kDefaultJobSocket;
   std::string job_udp, job_tcp;
@@ -73,6 +73,21 @@ struct AgentFlags {
 
 void AddStoreFlags(CLI::App* app, AgentFlags* f);
 void AddAgentFlags(CLI::App* app, AgentFlags* f);
+// The per-user state directory of gpuwatch: $XDG_STATE_HOME/gpuwatch, else
+// ~/.local/state/gpuwatch (XDG base directories: state that outlives a restart). "" without
+// HOME.
+std::string UserStateDir();
+// Where `gpuwatch up` keeps its history when --data-dir is not given (issue 18):
+// /var/lib/gpuwatch as root, else UserStateDir().
+std::string DefaultDataDir();
+// Makes f->data_dir final: "none" keeps nothing (""); empty means DefaultDataDir(), created
+// (mode 0700 for a user's) when missing. An error names the directory and the way out.
+Status ResolveDataDir(AgentFlags* f);
+// The store's disk budget when --disk-budget is not given: a tenth of the file system that
+// holds `data_dir`, within 64 MiB .. 5 GiB, so that a small disk is never filled by history
+// (5 GiB when the file system cannot be read).
+uint64_t DefaultDiskBudgetBytes(const std::string& data_dir);
+
 Result<store::StoreOptions> MakeStoreOptions(const AgentFlags& f);
 // Every agent flag by its name without "--": the config file's keys, and the effective
 // configuration whose hash marks a config_change on the time line.

@@ -4,6 +4,11 @@
 #include "cli/agent_flags.h"
 
 #include <gtest/gtest.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <filesystem>
 
 #include "analyze/diagnoser.h"
 #include "analyze/testing/diagnose.h"
@@ -48,6 +53,59 @@ TEST(AgentFlagsTest, BadHangFlagsAreRefusedByName) {
   auto o = MakeOptions(flags, "test");
   ASSERT_FALSE(o.ok());
   EXPECT_NE(o.status().message().find("--job-hang-factor"), std::string::npos);
+}
+
+// Issue 18: with no --data-dir the agent keeps history in the XDG state dir (a user) or
+// /var/lib/gpuwatch (root); "none" keeps nothing.
+TEST(AgentFlagsTest, DataDirDefaultsToTheStateDirAndNoneKeepsNothing) {
+  const std::string tmp = ::testing::TempDir() + "/agent_flags_state_" + std::to_string(getpid());
+  std::filesystem::remove_all(tmp);
+  ASSERT_EQ(setenv("XDG_STATE_HOME", tmp.c_str(), 1), 0);
+  EXPECT_EQ(UserStateDir(), tmp + "/gpuwatch");
+  EXPECT_EQ(DefaultDataDir(), geteuid() == 0 ? "/var/lib/gpuwatch" : tmp + "/gpuwatch");
+  ASSERT_EQ(unsetenv("XDG_STATE_HOME"), 0);
+  const char* home = getenv("HOME");
+  if (home && *home) {
+    EXPECT_EQ(UserStateDir(), std::string(home) + "/.local/state/gpuwatch");
+  }
+
+  AgentFlags none;
+  none.data_dir = "none";
+  ASSERT_TRUE(ResolveDataDir(&none).ok());
+  EXPECT_EQ(none.data_dir, "");
+  AgentFlags given;
+  given.data_dir = tmp + "/given";
+  ASSERT_TRUE(ResolveDataDir(&given).ok());
+  EXPECT_EQ(given.data_dir, tmp + "/given") << "a given dir is kept as is";
+  if (geteuid() != 0) {
+    // Only where the default is the user's: root's would touch /var/lib.
+    ASSERT_EQ(setenv("XDG_STATE_HOME", tmp.c_str(), 1), 0);
+    AgentFlags dflt;
+    ASSERT_TRUE(ResolveDataDir(&dflt).ok());
+    EXPECT_EQ(dflt.data_dir, tmp + "/gpuwatch");
+    struct stat sb {};
+    ASSERT_EQ(stat(dflt.data_dir.c_str(), &sb), 0);
+    EXPECT_EQ(sb.st_mode & 0777, 0700u);
+    unsetenv("XDG_STATE_HOME");
+  }
+  std::filesystem::remove_all(tmp);
+}
+
+TEST(AgentFlagsTest, DefaultDiskBudgetFitsTheFileSystem) {
+  // A tenth of the file system, within 64 MiB .. 5 GiB; 5 GiB when it cannot be read.
+  const uint64_t b = DefaultDiskBudgetBytes(::testing::TempDir());
+  EXPECT_GE(b, 64ull << 20);
+  EXPECT_LE(b, 5ull << 30);
+  EXPECT_EQ(DefaultDiskBudgetBytes("/nonexistent/dir"), 5ull << 30);
+  AgentFlags f;
+  f.data_dir = ::testing::TempDir();
+  auto o = MakeStoreOptions(f);
+  ASSERT_TRUE(o.ok()) << o.status().ToString();
+  EXPECT_EQ(o->disk_budget_bytes, b);
+  f.disk_budget = "100MiB";
+  o = MakeStoreOptions(f);
+  ASSERT_TRUE(o.ok());
+  EXPECT_EQ(o->disk_budget_bytes, 100ull << 20);
 }
 
 }  // namespace

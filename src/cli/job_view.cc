@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <vector>
 
+#include "cli/agent_flags.h"
 #include "server/auth.h"
 
 namespace gpuwatch::cli {
@@ -173,11 +174,9 @@ Result<std::string> FindAgentToken(const std::string& token_file) {
   if (!token_file.empty()) return server::ReadTokenFile(token_file);
   if (const char* env = std::getenv("GPUWATCH_TOKEN_FILE"); env && *env)
     return server::ReadTokenFile(env);
+  // Where `gpuwatch up` keeps its data dir by default (cli/agent_flags.h).
   std::vector<std::string> dirs = {"/var/lib/gpuwatch"};
-  if (const char* xdg = std::getenv("XDG_STATE_HOME"); xdg && *xdg)
-    dirs.push_back(std::string(xdg) + "/gpuwatch");
-  else if (const char* home = std::getenv("HOME"); home && *home)
-    dirs.push_back(std::string(home) + "/.local/state/gpuwatch");
+  if (std::string user = UserStateDir(); !user.empty()) dirs.push_back(std::move(user));
   for (const auto& d : dirs) {
     const std::string path = d + "/" + server::kAdminTokenFile;
     if (::access(path.c_str(), R_OK) != 0) continue;

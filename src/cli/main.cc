@@ -121,7 +121,7 @@ int ServeAgent(const AgentFlags* flags, const server::AgentOptions& agent_opts,
     GW_LOG_INFO("store: {} series, {} samples in {} blocks and the WAL under {}", st.series,
                 st.samples, st.blocks, flags->data_dir);
   } else {
-    GW_LOG_INFO("no --data-dir: no history is kept and /api/v1/write and queries are off");
+    GW_LOG_INFO("--data-dir none: no history is kept and /api/v1/write and queries are off");
   }
   // Events and log lines are kept apart from the samples, with their own retention.
   if (db) {
@@ -226,6 +226,10 @@ int ServeAgent(const AgentFlags* flags, const server::AgentOptions& agent_opts,
 int RunAgent(CLI::App* app, AgentFlags* flags) {
   if (Status st = ApplyConfig(app, flags); !st.ok()) return Fail(st);
   if (Status st = SetLevel(flags->log_level); !st.ok()) return Fail(st);
+  const bool default_dir = flags->data_dir.empty();
+  if (Status st = ResolveDataDir(flags); !st.ok()) return Fail(st);
+  if (default_dir)
+    GW_LOG_INFO("keeping history in {} (--data-dir none: keep nothing)", flags->data_dir);
   auto opts = MakeOptions(*flags, GPUWATCH_VERSION);
   if (!opts.ok()) return Fail(opts.status());
   for (const auto& [key, value] : FlagFields(flags)) opts->config_text += key + "=" + *value + "\n";

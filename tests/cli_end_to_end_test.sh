@@ -81,6 +81,17 @@ grep -q "^DCGM_FI_DEV_GPU_UTIL{gpu=\"0\"" "$TMP/m.inflated" || fail "gzipped /me
 curl -fsS -D "$TMP/hdr2.txt" -H 'Accept-Encoding: br' -o /dev/null "http://127.0.0.1:$PORT/metrics"
 grep -qi '^Content-Encoding' "$TMP/hdr2.txt" && fail "a br-only client got a compressed body" 
 grep -q '^gpuwatch_xid_errors_total{gpu="2".*xid="79"} 1$' "$TMP/m.txt" || fail "XID 79 on GPU 2 not counted"
+# Issue 18: the stored series carry the labels a Prometheus scrape would give them, so that a
+# dcgm-exporter dashboard's {instance=~"$instance"} finds them; /metrics itself does not.
+INSTANCE="$(hostname):$PORT"
+for ((i = 0; i < 50; i++)); do
+  curl -fsS -G "http://127.0.0.1:$PORT/api/v1/query" \
+    --data-urlencode "query=count(DCGM_FI_DEV_GPU_UTIL{instance=\"$INSTANCE\",job=\"gpuwatch\"})" >"$TMP/inst.json"
+  grep -q '"value":\[[0-9.]*,"[1-9]' "$TMP/inst.json" && break
+  sleep 0.1
+done
+grep -q '"value":\[[0-9.]*,"[1-9]' "$TMP/inst.json" || fail "no stored DCGM series with instance=$INSTANCE, job=gpuwatch: $(cat "$TMP/inst.json")"
+grep -q 'instance=' "$TMP/m.txt" && fail "/metrics carries an instance label (a scrape adds it)"
 grep -q '^gpuwatch_xid_errors_total{gpu="1".*xid="31"} 1$' "$TMP/m.txt" || fail "XID 31 on GPU 1 not counted"
 grep -q '^DCGM_FI_DEV_GPU_UTIL{gpu="0"' "$TMP/m.txt" || fail "GPU 0 no longer served after GPU 2 was lost"
 grep -q '^DCGM_FI_DEV_GPU_UTIL{gpu="2"' "$TMP/m.txt" && fail "lost GPU 2 still reports utilization"

@@ -88,6 +88,10 @@ sleep 1.2
 curl -fsS -G "$URL/api/v1/query" --data-urlencode 'query=gpuwatch_job_step_duration_seconds{job="toy-live"}' \
   | python3 -c 'import json,sys; r=json.load(sys.stdin)["data"]["result"]; assert r and float(r[0]["value"][1]) > 0, r' \
   || fail "raw steps not in the store"
+# A job's series keep their own job label (honor_labels) and gain the scrape's instance.
+curl -fsS -G "$URL/api/v1/query" --data-urlencode 'query=gpuwatch_job_step_duration_seconds{job="toy-live",instance=~".+:[0-9]+"}' \
+  | python3 -c 'import json,sys; r=json.load(sys.stdin)["data"]["result"]; assert r, r' \
+  || fail "a job series lost its job label or has no instance"
 
 # 3. The agent restarts mid-job: the trainer never blocks or dies, and its steps resume.
 kill -TERM "$AGENT"; wait "$AGENT" || fail "agent did not stop cleanly"

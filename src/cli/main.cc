@@ -81,9 +81,12 @@ using EverySecond = std::function<bool(const server::Agent&, int http_port)>;
 // `flags` ask for, until SIGINT or SIGTERM (or until `every_second` says stop).
 int ServeAgent(const AgentFlags* flags, const server::AgentOptions& agent_opts,
                std::unique_ptr<collect::GpuSource> gpu, const EverySecond& every_second) {
-  const auto* opts = &agent_opts;
   auto addr = server::ParseListenAddress(flags->listen);
   if (!addr.ok()) return Fail(addr.status());
+  server::AgentOptions with_instance = agent_opts;
+  // The stored series' `instance`, as a scrape of this agent would name it (docs/metrics.md).
+  with_instance.instance = agent_opts.hostname + ":" + std::to_string(addr->port);
+  const auto* opts = &with_instance;
 
   // Block the stop signals in every thread; main waits for them with sigwait.
   sigset_t stop_signals;

@@ -335,7 +335,7 @@ void Agent::TickGpu() {
     }
   }
   // Outside the state lock: the append waits for the WAL's sync, and scrapes must not.
-  if (!to_store.empty()) StoreTick(to_store);
+  if (!to_store.empty()) StoreTick(std::move(to_store));
   FlushEvents();
 }
 
@@ -355,7 +355,20 @@ void Agent::FlushEvents() {
     GW_LOG_ERROR("cannot keep {} event(s) in the event store: {}", records.size(), st.message());
 }
 
-void Agent::StoreTick(const std::vector<store::Head::Input>& inputs) {
+void Agent::StoreTick(std::vector<store::Head::Input> inputs) {
+  // The labels a Prometheus scrape adds (honor_labels: a series' own `job`, a training job's
+  // id, is kept, as the exposition already carries it).
+  if (!options_.instance.empty()) {
+    for (auto& in : inputs) {
+      bool has_job = false, has_instance = false;
+      for (const auto& l : in.labels) {
+        has_job = has_job || l.name == "job";
+        has_instance = has_instance || l.name == "instance";
+      }
+      if (!has_instance) in.labels.push_back({"instance", options_.instance});
+      if (!has_job) in.labels.push_back({"job", std::string(kScrapeJobName)});
+    }
+  }
   auto r = store_->Append(inputs);
   if (!r.ok()) {
     // Collection goes on; the next tick tries again (the store logs nothing it did not keep).
@@ -411,7 +424,7 @@ void Agent::TickHost() {
       stored_host_ms_ = std::max(stored_host_ms_, state_.host->time_ms);
     }
   }
-  if (!to_store.empty()) StoreTick(to_store);
+  if (!to_store.empty()) StoreTick(std::move(to_store));
 }
 
 void Agent::TickProcesses() {
@@ -494,7 +507,7 @@ void Agent::TickJobs() {
     state_.tick_seconds["jobs"] = std::chrono::duration<double>(Clock::now() - start).count();
     ++state_.tick_counts["jobs"];
   }
-  if (!to_store.empty()) StoreTick(to_store);
+  if (!to_store.empty()) StoreTick(std::move(to_store));
 }
 
 Status Agent::StartKernelLog(const std::string& path) {

@@ -34,6 +34,7 @@
 #include "server/change_timeline.h"
 #include "server/job_logs.h"
 #include "server/live_diagnosis.h"
+#include "server/scrape_labels.h"
 #include "server/snapshots.h"
 #include "server/user_rules.h"
 #include "store/event_store.h"
@@ -44,6 +45,9 @@ namespace gpuwatch::server {
 
 struct AgentOptions {
   std::string hostname;
+  // The `instance` label of the agent's stored series, as a scrape would set it
+  // ("<hostname>:<port>"); "" stores the series without instance and job labels.
+  std::string instance;
   std::string version;
   std::string root_dir = "/";   // procfs/sysfs root (tests use fixture trees)
   std::string data_dir;         // "" keeps nothing on disk
@@ -181,7 +185,7 @@ class Agent {
   // Appends the events RecordEvent kept to the event store. REQUIRES: mu_ not held (the
   // append waits for an fsync, and scrapes must not).
   void FlushEvents();
-  void StoreTick(const std::vector<store::Head::Input>& inputs);  // tier thread
+  void StoreTick(std::vector<store::Head::Input> inputs);  // tier thread
   uint64_t store_errors_ = 0;
   void RunTiers();
   void RunEvents();

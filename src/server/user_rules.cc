@@ -8,6 +8,7 @@
 #include "common/strings.h"
 #include "query/engine.h"
 #include "query/promql.h"
+#include "server/scrape_labels.h"
 
 namespace gpuwatch::server {
 namespace {
@@ -173,7 +174,10 @@ std::vector<analyze::Finding> UserRuleEvaluator::Evaluate(const store::Querier& 
         const std::string_view host = store::LabelValue(labels, "Hostname");
         f.node = host.empty() ? node_ : std::string(host);
         if (auto gpu = ParseInt<int>(store::LabelValue(labels, "gpu"))) f.gpu = *gpu;
-        if (auto job = store::LabelValue(labels, "job"); !job.empty()) f.job = std::string(job);
+        // `job="gpuwatch"` is the scrape job every stored agent series carries, not a
+        // training job.
+        if (auto job = store::LabelValue(labels, "job"); !job.empty() && job != kScrapeJobName)
+          f.job = std::string(job);
         if (auto rank = ParseInt<int>(store::LabelValue(labels, "rank"))) f.rank = *rank;
         for (const char* nic : {"interface", "device"}) {
           if (auto v = store::LabelValue(labels, nic); !v.empty()) f.nic = std::string(v);

@@ -95,6 +95,35 @@ TEST(UserRulesTest, ARuleFiresAfterItsForAndClearsAfterItsHysteresis) {
   EXPECT_TRUE(at(211).empty());
 }
 
+// Issue 18: every stored agent series carries the scrape's job="gpuwatch"; that is no training
+// job, while a job series' own job label still names its job.
+TEST(UserRulesTest, TheScrapeJobLabelIsNoTrainingJob) {
+  query::testing::MemoryQuerier q;
+  q.Add({{"__name__", "DCGM_FI_DEV_GPU_TEMP"},
+         {"Hostname", "n1"},
+         {"gpu", "0"},
+         {"instance", "n1:9470"},
+         {"job", "gpuwatch"}},
+        {{kT0, 90.0}});
+  q.Add({{"__name__", "gpuwatch_job_data_wait_ratio"},
+         {"Hostname", "n1"},
+         {"instance", "n1:9470"},
+         {"job", "train-7"}},
+        {{kT0, 0.9}});
+  auto rules = ParseUserRules(R"({"rules": [{"name": "Hot", "expr": "DCGM_FI_DEV_GPU_TEMP > 83"},
+      {"name": "Starved", "expr": "gpuwatch_job_data_wait_ratio > 0.5"}]})");
+  ASSERT_TRUE(rules.ok()) << rules.status().message();
+  UserRuleEvaluator ev(*rules, "n1");
+  auto f = ev.Evaluate(q, kT0);
+  ASSERT_EQ(f.size(), 2u);
+  for (const auto& one : f) {
+    if (one.rule == "Hot")
+      EXPECT_FALSE(one.job.has_value()) << *one.job;
+    else
+      EXPECT_EQ(one.job.value_or(""), "train-7");
+  }
+}
+
 TEST(UserRulesTest, AFlickeringConditionStartsItsForOver) {
   query::testing::MemoryQuerier q;
   std::vector<store::Sample> v;

@@ -594,6 +594,20 @@ class Evaluator {
   Tier ChooseTier(int64_t need_min_ms, int64_t range_ms, bool prefers_raw) const {
     if (o_.force_tier) return *o_.force_tier;
     if (!o_.use_rollups) return Tier::kRaw;
+    // Only raw samples answer exactly as Prometheus does: windows (t - range, t] and the
+    // newest sample at or before t. A bucket [b, b + width) cannot say which of its samples
+    // lie on either side of a window edge inside it (issue 18: 24 promqltest cases answered
+    // wrong at steps >= 60 s). So raw is read whenever it holds the range; a rollup tier only
+    // where retention has trimmed raw and the rollup reaches further back (a coarser answer
+    // rather than none; downsampled views are the panel endpoint's job).
+    if (Reaches(Tier::kRaw, need_min_ms)) return Tier::kRaw;
+    if (!coverage_[static_cast<int>(Tier::kRaw)].empty()) {
+      bool rollup_older = false;
+      for (Tier tier : {Tier::k1m, Tier::k1h})
+        rollup_older = rollup_older ||
+                       StartBound(tier) + store::TierWidthMs(Tier::k1h) < StartBound(Tier::kRaw);
+      if (!rollup_older) return Tier::kRaw;
+    }
     const auto allowed = [&](Tier tier) {
       if (tier == Tier::kRaw) return true;
       const int64_t w = store::TierWidthMs(tier);

@@ -521,28 +521,50 @@ TEST_F(TierTest, RateFromBucketsMatchesRawAndSeesResetsInsideBuckets) {
   ExpectSame(raw_inc, rolled_inc, 3600 * 0.1);
 }
 
-TEST_F(TierTest, StepChoosesTheCoarsestTier) {
-  EXPECT_EQ(Range("avg_over_time(temp[5m])", std::nullopt, 15'000, kT0 + 60 * kMin, kT0 + 70 * kMin)
-                .tiers,
-            std::vector<Tier>{Tier::kRaw});
-  EXPECT_EQ(Range("avg_over_time(temp[5m])", std::nullopt, 5 * kMin).tiers,
-            std::vector<Tier>{Tier::k1m});
-  // A range shorter than three buckets stays on raw (rate needs two whole buckets).
-  EXPECT_EQ(Range("rate(temp[2m])", std::nullopt, 5 * kMin).tiers, std::vector<Tier>{Tier::kRaw});
-  // stddev cannot be computed from buckets: raw while raw has the data.
-  EXPECT_EQ(Range("stddev_over_time(temp[5m])", std::nullopt, 5 * kMin).tiers,
-            std::vector<Tier>{Tier::kRaw});
+// Issue 18: rollup buckets [b, b + w) cannot answer Prometheus's (t - range, t] windows or "the
+// newest sample at or before t" when a window edge falls inside a bucket, so every step size
+// reads raw while raw holds the range; rollups serve only what raw retention has dropped.
+TEST_F(TierTest, RawWhereverItHoldsTheRange) {
+  for (int64_t step : {int64_t{15'000}, 5 * kMin, 60 * kMin}) {
+    SCOPED_TRACE(step);
+    EXPECT_EQ(
+        Range("avg_over_time(temp[5m])", std::nullopt, step, kT0 + 180 * kMin, kT0 + 300 * kMin)
+            .tiers,
+        std::vector<Tier>{Tier::kRaw});
+    EXPECT_EQ(Range("temp", std::nullopt, step, kT0 + 180 * kMin, kT0 + 300 * kMin).tiers,
+              std::vector<Tier>{Tier::kRaw});
+  }
   EXPECT_EQ(
       Range("max_over_time(temp[3h])", std::nullopt, 60 * kMin, kT0 + 180 * kMin, kT0 + 300 * kMin)
           .tiers,
-      std::vector<Tier>{Tier::k1h});
-  // Instant selector on the 1m tier: the last of the newest bucket ending by t.
-  auto r = Range("temp", std::nullopt, 5 * kMin);
-  EXPECT_EQ(r.tiers, std::vector<Tier>{Tier::k1m});
-  const auto raw = Range("temp", Tier::kRaw, 5 * kMin);
-  ASSERT_EQ(r.matrix.size(), 1u);
-  // Raw takes the sample at t-5s, the bucket's last sample is at t-5s too.
-  ExpectSame(raw, r, 1e-12);
+      std::vector<Tier>{Tier::kRaw});
+}
+
+// promqltest's data sits on minute boundaries ("load 15s"/"load 1m" from 0). Prometheus's
+// window (t - 2m, t] at t = 4m holds the samples at 2m15s .. 4m (8 of them); the 1m buckets
+// inside [t - 2m, t) held 2m .. 3m45s instead, and the instant selector at a step that is no
+// bucket start took a bucket's first sample.
+TEST(TierExactness, WindowsAreOpenOnTheLeftAndClosedOnTheRightAtEveryStep) {
+  MemoryQuerier q;
+  q.Add(L({{"__name__", "m"}}), Gen(kT0, kT0 + 10 * kMin, 15'000, [](double s) { return s; }));
+  EngineOptions o;
+  auto r = RangeQuery(q, o, "count_over_time(m[2m])", kT0 + 2 * kMin, kT0 + 9 * kMin, kMin);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->tiers, std::vector<Tier>{Tier::kRaw});
+  ASSERT_EQ(r->matrix.size(), 1u);
+  ASSERT_EQ(r->matrix[0].points.size(), 8u);
+  for (const auto& p : r->matrix[0].points) EXPECT_EQ(p.value, 8) << p.t_ms;
+  r = RangeQuery(q, o, "sum_over_time(m[2m])", kT0 + 4 * kMin, kT0 + 4 * kMin, kMin);
+  ASSERT_TRUE(r.ok());
+  // Seconds 135, 150, ..., 240.
+  EXPECT_EQ(r->matrix[0].points[0].value, (135 + 240) * 8 / 2);
+  // A step off the bucket starts (90 s): the newest sample at or before t.
+  r = RangeQuery(q, o, "m", kT0 + 90'000, kT0 + 270'000, 90'000);
+  ASSERT_TRUE(r.ok());
+  ASSERT_EQ(r->matrix[0].points.size(), 3u);
+  EXPECT_EQ(r->matrix[0].points[0].value, 90);
+  EXPECT_EQ(r->matrix[0].points[1].value, 180);
+  EXPECT_EQ(r->matrix[0].points[2].value, 270);
 }
 
 TEST_F(TierTest, FallsBackToACoarserTierWhenRawIsTrimmed) {
@@ -571,13 +593,11 @@ TEST_F(TierTest, FallsBackToACoarserTierWhenRawIsTrimmed) {
   EXPECT_EQ(i->tiers, std::vector<Tier>{Tier::kRaw});
 }
 
-TEST_F(TierTest, YoungStoreUsesWhatTheStepAllows) {
-  // Nothing reaches a week back; every tier starts with the data.
+TEST_F(TierTest, YoungStoreReadsRaw) {
+  // Nothing reaches a week back; every tier starts with the data, raw included.
   const auto r = Range("avg_over_time(temp[5m])", std::nullopt, 5 * kMin, kT0 - 7 * 24 * 60 * kMin,
                        kT0 + 60 * kMin);
-  EXPECT_EQ(r.tiers, std::vector<Tier>{Tier::k1m});
-  const auto fine = Range("avg_over_time(temp[5m])", std::nullopt, 15'000, kT0, kT0 + 60 * kMin);
-  EXPECT_EQ(fine.tiers, std::vector<Tier>{Tier::kRaw});
+  EXPECT_EQ(r.tiers, std::vector<Tier>{Tier::kRaw});
 }
 
 }  // namespace

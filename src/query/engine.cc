@@ -316,17 +316,18 @@ std::optional<double> ExtrapolatedRate(const Window& w, bool is_counter, bool is
   const double sampled = static_cast<double>(last.t_ms - first.t_ms) / 1000;
   if (sampled <= 0) return std::nullopt;
   const double avg_interval = sampled / static_cast<double>(w.n - 1);
-  double duration_to_start = to_start;
+  // A sample missing near an edge means the series starts or ends inside the window: then
+  // extrapolate only half an interval. The zero-point cutoff comes after that limit, as in
+  // Prometheus 3 (prometheus/prometheus#13725); 2.x applied it first.
+  const double threshold = avg_interval * 1.1;
+  double duration_to_start = to_start < threshold ? to_start : avg_interval / 2;
   if (is_counter && result > 0 && first.value >= 0) {
     // A counter cannot be negative: do not extrapolate back past its zero point.
     const double to_zero = sampled * (first.value / result);
     if (to_zero < duration_to_start) duration_to_start = to_zero;
   }
-  const double threshold = avg_interval * 1.1;
-  double interval = sampled;
-  interval += duration_to_start < threshold ? duration_to_start : avg_interval / 2;
-  interval += to_end < threshold ? to_end : avg_interval / 2;
-  result = result * (interval / sampled);
+  const double duration_to_end = to_end < threshold ? to_end : avg_interval / 2;
+  result = result * ((sampled + duration_to_start + duration_to_end) / sampled);
   if (is_rate) result /= static_cast<double>(w.range_ms) / 1000;
   return result;
 }

@@ -126,6 +126,15 @@ TEST_F(EngineTest, ExactExtrapolationWithResetAndZeroPoint) {
   r = InstantQuery(z, opts_, "increase(c[1m])", kT0 + 60'000);
   ASSERT_TRUE(r.ok());
   EXPECT_DOUBLE_EQ(r->vector.at(0).value, 20.0 * (20 + 1) / 20);
+  // Issue 18: the half-interval limit comes first, then the zero point (Prometheus 3,
+  // prometheus/prometheus#13725). Samples at 30, 40, 50 s of 10, 20, 30 in (0, 60 s]: the start
+  // is 30 s away (over 1.1 intervals), so half an interval, 5 s; the zero point (10 s back)
+  // does not shorten that. Prometheus 2's order gave 10 s: 40 instead of 35.
+  MemoryQuerier h;
+  h.Add(L({{"__name__", "c"}}), {{kT0 + 30'000, 10}, {kT0 + 40'000, 20}, {kT0 + 50'000, 30}});
+  r = InstantQuery(h, opts_, "increase(c[1m])", kT0 + 60'000);
+  ASSERT_TRUE(r.ok());
+  EXPECT_DOUBLE_EQ(r->vector.at(0).value, 20.0 * (20 + 5 + 10) / 20);
 }
 
 TEST_F(EngineTest, OverTimeFunctions) {

@@ -31,10 +31,15 @@ std::string FormatDuration(int64_t ms) {
 // ---------------------------------------------------------------------------------------------
 // Label helpers.
 
+// The metric name and the metadata labels that go with it: Prometheus 3's type-and-unit
+// labels describe the named metric, so a function or operator that drops the name drops them
+// too (issue 18: 15 promqltest cases).
+bool IsNameOrMetadata(const store::Label& x) {
+  return x.name == store::kMetricNameLabel || x.name == "__type__" || x.name == "__unit__";
+}
+
 Labels DropName(Labels l) {
-  l.erase(std::remove_if(l.begin(), l.end(),
-                         [](const store::Label& x) { return x.name == store::kMetricNameLabel; }),
-          l.end());
+  l.erase(std::remove_if(l.begin(), l.end(), IsNameOrMetadata), l.end());
   return l;
 }
 
@@ -42,13 +47,9 @@ Labels DropName(Labels l) {
 // first function or operator).
 void DropNameInPlace(SharedLabels* l) {
   const Labels& v = *l;
-  if (std::none_of(v.begin(), v.end(),
-                   [](const store::Label& x) { return x.name == store::kMetricNameLabel; }))
-    return;
+  if (std::none_of(v.begin(), v.end(), IsNameOrMetadata)) return;
   Labels* m = l->Mutable();
-  m->erase(std::remove_if(m->begin(), m->end(),
-                          [](const store::Label& x) { return x.name == store::kMetricNameLabel; }),
-           m->end());
+  m->erase(std::remove_if(m->begin(), m->end(), IsNameOrMetadata), m->end());
 }
 
 bool Contains(const std::vector<std::string>& names, std::string_view n) {
@@ -157,12 +158,77 @@ struct KahanSum {
   double Value() const { return std::isinf(sum) ? sum : sum + c; }
 };
 
-// Prometheus's quantile: linear interpolation between the closest ranks.
+// Prometheus's kahanSumInc: one Kahan–Babuška step that gives up compensation once the sum is
+// infinite.
+void KahanInc(double inc, double* sum, double* c) {
+  const double t = *sum + inc;
+  if (std::isinf(t))
+    *c = 0;
+  else if (std::fabs(*sum) >= std::fabs(inc))
+    *c += (*sum - t) + inc;
+  else
+    *c += (inc - t) + *sum;
+  *sum = t;
+}
+
+// The mean as Prometheus 3 computes avg and avg_over_time: a compensated sum divided by the
+// count while the sum stays finite, then an incremental mean from the value it overflowed at,
+// so a mean of finite values near the double's limit stays finite (issue 18).
+class MeanAccumulator {
+ public:
+  void Add(double v) {
+    ++count_;
+    if (!incremental_) {
+      double sum = sum_, c = c_;
+      KahanInc(v, &sum, &c);
+      if (!std::isinf(sum) || count_ == 1) {
+        sum_ = sum, c_ = c;
+        return;
+      }
+      incremental_ = true;
+      mean_ = sum_ / (count_ - 1);
+      c_ /= count_ - 1;
+    }
+    const double q = (count_ - 1) / count_;
+    mean_ *= q;
+    c_ *= q;
+    KahanInc(v / count_, &mean_, &c_);
+  }
+  double Value() const {
+    if (incremental_) return mean_ + c_;
+    return sum_ / count_ + c_ / count_;
+  }
+
+ private:
+  double count_ = 0, sum_ = 0, c_ = 0, mean_ = 0;
+  bool incremental_ = false;
+};
+
+// Go's math.Max and math.Min, which PromQL's clamp functions use: an infinity wins, then NaN
+// wins (std::max and std::min give whichever argument comes first).
+double GoMax(double x, double y) {
+  if (std::isinf(x) && x > 0) return x;
+  if (std::isinf(y) && y > 0) return y;
+  if (std::isnan(x) || std::isnan(y)) return kNaN;
+  if (x == 0 && y == 0) return std::signbit(x) ? y : x;
+  return x > y ? x : y;
+}
+double GoMin(double x, double y) {
+  if (std::isinf(x) && x < 0) return x;
+  if (std::isinf(y) && y < 0) return y;
+  if (std::isnan(x) || std::isnan(y)) return kNaN;
+  if (x == 0 && y == 0) return std::signbit(x) ? x : y;
+  return x < y ? x : y;
+}
+
+// Prometheus's quantile: linear interpolation between the closest ranks, NaN ranked below
+// every number (Go's sort.Float64s order).
 double Quantile(double q, std::vector<double> v) {
   if (v.empty() || std::isnan(q)) return kNaN;
   if (q < 0) return -std::numeric_limits<double>::infinity();
   if (q > 1) return std::numeric_limits<double>::infinity();
-  std::sort(v.begin(), v.end());
+  std::sort(v.begin(), v.end(),
+            [](double a, double b) { return a < b || (std::isnan(a) && !std::isnan(b)); });
   const double rank = q * static_cast<double>(v.size() - 1);
   const size_t lo = static_cast<size_t>(std::max(0.0, std::floor(rank)));
   const size_t hi = std::min(v.size() - 1, lo + 1);
@@ -170,14 +236,30 @@ double Quantile(double q, std::vector<double> v) {
   return v[lo] * (1 - w) + v[hi] * w;
 }
 
+// Population variance as Prometheus computes it: stdvar/stddev by Welford's method (identical
+// values give exactly 0), *_over_time by Welford's method with Kahan-compensated terms.
 double Variance(const std::vector<double>& v) {
   if (v.empty()) return kNaN;
-  KahanSum s;
-  for (double x : v) s.Add(x);
-  const double mean = s.Value() / static_cast<double>(v.size());
-  KahanSum d;
-  for (double x : v) d.Add((x - mean) * (x - mean));
-  return d.Value() / static_cast<double>(v.size());
+  double count = 0, mean = 0, m2 = 0;
+  for (double x : v) {
+    ++count;
+    const double delta = x - mean;
+    mean += delta / count;
+    m2 += delta * (x - mean);
+  }
+  return m2 / count;
+}
+
+double VarianceOverTime(const std::vector<double>& v) {
+  if (v.empty()) return kNaN;
+  double count = 0, mean = 0, c_mean = 0, aux = 0, c_aux = 0;
+  for (double x : v) {
+    ++count;
+    const double delta = x - (mean + c_mean);
+    KahanInc(delta / count, &mean, &c_mean);
+    KahanInc(delta * (x - (mean + c_mean)), &aux, &c_aux);
+  }
+  return (aux + c_aux) / count;
 }
 
 bool Compare(BinOp op, double l, double r) {
@@ -395,6 +477,12 @@ std::optional<double> OverTime(Func f, const Window& w, double param) {
     }
     case Func::kSumOverTime:
     case Func::kAvgOverTime: {
+      if (f == Func::kAvgOverTime && !w.b) {
+        if (w.n == 0) return std::nullopt;
+        MeanAccumulator m;
+        for (size_t i = 0; i < w.n; ++i) m.Add(w.s[i].value);
+        return m.Value();
+      }
       KahanSum s;
       double count = 0;
       for (size_t i = 0; i < w.n; ++i) {
@@ -416,9 +504,9 @@ std::optional<double> OverTime(Func f, const Window& w, double param) {
       return r;
     }
     case Func::kStddevOverTime:
-      return std::sqrt(Variance(Values(w)));
+      return std::sqrt(VarianceOverTime(Values(w)));
     case Func::kStdvarOverTime:
-      return Variance(Values(w));
+      return VarianceOverTime(Values(w));
     case Func::kQuantileOverTime:
       return Quantile(param, Values(w));
     case Func::kChanges:
@@ -895,13 +983,13 @@ class Evaluator {
           break;
         }
         case Func::kClamp:
-          r = std::max(params[0], std::min(params[1], v));
+          r = GoMax(params[0], GoMin(params[1], v));
           break;
         case Func::kClampMin:
-          r = std::max(params[0], v);
+          r = GoMax(v, params[0]);
           break;
         case Func::kClampMax:
-          r = std::min(params[0], v);
+          r = GoMin(v, params[0]);
           break;
         case Func::kTimestamp:
           r = static_cast<double>(s.t_ms) / 1000;
@@ -1173,6 +1261,11 @@ class Evaluator {
       param = *p;
     }
     const AggOp op = e.agg_op;
+    // Prometheus converts k to an int64 before looking at the input: NaN and values past the
+    // range are errors, even over an empty vector.
+    if ((op == AggOp::kTopk || op == AggOp::kBottomk) &&
+        !(param <= 9223372036854774784.0 && param >= -9223372036854775808.0))
+      return Status::InvalidArgument("Scalar value " + FormatValue(param) + " overflows int64");
     std::vector<std::string> grouping = e.grouping;
     if (op == AggOp::kCountValues && !e.without) grouping.push_back(e.param->str);
 
@@ -1216,11 +1309,16 @@ class Evaluator {
       };
       double r = 0;
       switch (op) {
-        case AggOp::kSum:
-        case AggOp::kAvg: {
+        case AggOp::kSum: {
           KahanSum s;
           for (size_t i : g.members) s.Add(vec[i].value);
-          r = op == AggOp::kSum ? s.Value() : s.Value() / static_cast<double>(g.members.size());
+          r = s.Value();
+          break;
+        }
+        case AggOp::kAvg: {
+          MeanAccumulator m;
+          for (size_t i : g.members) m.Add(vec[i].value);
+          r = m.Value();
           break;
         }
         case AggOp::kCount:
@@ -1250,7 +1348,7 @@ class Evaluator {
           break;
         case AggOp::kTopk:
         case AggOp::kBottomk: {
-          if (!(param >= 1)) continue;  // also NaN
+          if (!(param >= 1)) continue;
           const size_t k = param >= static_cast<double>(g.members.size())
                                ? g.members.size()
                                : static_cast<size_t>(param);

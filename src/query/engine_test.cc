@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <limits>
 #include <map>
 #include <string>
 
@@ -135,6 +136,68 @@ TEST_F(EngineTest, ExactExtrapolationWithResetAndZeroPoint) {
   r = InstantQuery(h, opts_, "increase(c[1m])", kT0 + 60'000);
   ASSERT_TRUE(r.ok());
   EXPECT_DOUBLE_EQ(r->vector.at(0).value, 20.0 * (20 + 5 + 10) / 20);
+}
+
+// Issue 18's NaN and overflow class: each as Prometheus 3 answers it (promql/functions.go,
+// aggregation.go, quantile.go).
+TEST(EngineNumerics, NaNAndOverflowAnswerAsPrometheus) {
+  constexpr double kMax = std::numeric_limits<double>::max();
+  MemoryQuerier q;
+  const auto one = [&](const char* name, const char* i, double v) {
+    q.Add(L({{"__name__", name}, {"i", i}, {"__type__", "gauge"}}), {{kT0, v}});
+  };
+  one("n", "a", std::nan(""));
+  one("n", "b", 1);
+  one("n", "c", 2);
+  one("big", "a", kMax);
+  one("big", "b", kMax);
+  one("same", "a", 0.1);
+  one("same", "b", 0.1);
+  one("same", "c", 0.1);
+  q.Add(L({{"__name__", "bigt"}}), {{kT0, kMax}, {kT0 + 1000, kMax}, {kT0 + 2000, kMax}});
+  q.Add(L({{"__name__", "samet"}}), {{kT0, 0.1}, {kT0 + 1000, 0.1}, {kT0 + 2000, 0.1}});
+  EngineOptions o;
+  const auto value = [&](const std::string& query) {
+    auto r = InstantQuery(q, o, query, kT0 + 2000);
+    EXPECT_TRUE(r.ok()) << query << ": " << r.status().message();
+    if (!r.ok() || r->vector.size() != 1) return -12345.0;
+    return r->vector[0].value;
+  };
+  // NaN ranks below every number in quantile (Go's sort.Float64s).
+  EXPECT_EQ(value("quantile(0.5, n)"), 1);
+  EXPECT_TRUE(std::isnan(value("quantile(0, n)")));
+  EXPECT_EQ(value("quantile(1, n)"), 2);
+  // A mean of finite values is finite: the sum overflows, the incremental mean does not.
+  EXPECT_EQ(value("avg(big)"), kMax);
+  EXPECT_DOUBLE_EQ(value("avg_over_time(bigt[5s])"), kMax);  // within 4 ulps: the incremental mean
+  // Identical values have no spread.
+  EXPECT_EQ(value("stddev(same)"), 0);
+  EXPECT_EQ(value("stdvar(same)"), 0);
+  EXPECT_EQ(value("stddev_over_time(samet[5s])"), 0);
+  EXPECT_EQ(value("stdvar_over_time(samet[5s])"), 0);
+  // Go's math.Max/Min: a NaN bound makes NaN; an infinity wins over NaN.
+  EXPECT_TRUE(std::isnan(value("clamp(n{i=\"b\"}, NaN, 5)")));
+  EXPECT_TRUE(std::isnan(value("clamp_min(n{i=\"b\"}, NaN)")));
+  EXPECT_TRUE(std::isnan(value("clamp_max(n{i=\"b\"}, NaN)")));
+  EXPECT_EQ(value("clamp_min(n{i=\"a\"}, Inf)"), std::numeric_limits<double>::infinity());
+  // k is converted to an int64 first.
+  auto r = InstantQuery(q, o, "topk(NaN, n)", kT0);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().message(), "Scalar value NaN overflows int64");
+  EXPECT_FALSE(InstantQuery(q, o, "bottomk(1e20, nothing)", kT0).ok());
+  // topk and sort keep NaN last.
+  r = InstantQuery(q, o, "topk(2, n)", kT0);
+  ASSERT_TRUE(r.ok());
+  ASSERT_EQ(r->vector.size(), 2u);
+  for (const auto& x : r->vector) EXPECT_FALSE(std::isnan(x.value));
+  // __type__ and __unit__ go with the name.
+  r = InstantQuery(q, o, "abs(n{i=\"b\"})", kT0);
+  ASSERT_TRUE(r.ok());
+  ASSERT_EQ(r->vector.size(), 1u);
+  EXPECT_EQ(store::LabelsToString(r->vector[0].metric), "{i=\"b\"}");
+  r = InstantQuery(q, o, "n{i=\"b\"}", kT0);
+  ASSERT_TRUE(r.ok());
+  EXPECT_NE(store::LabelsToString(r->vector[0].metric).find("__type__"), std::string::npos);
 }
 
 TEST_F(EngineTest, OverTimeFunctions) {

@@ -1191,49 +1191,57 @@ class Evaluator {
     return out;
   }
 
+  // Prometheus's VectorBinop: one-to-one, or many-to-one (group_left) and one-to-many
+  // (group_right, handled as group_left with the sides swapped and swapped back for the
+  // operation).
   Result<Value> VectorVector(const Expr& e, Value l, Value r, int64_t t) {
     const BinOp op = e.bin_op;
     const bool cmp = IsComparison(op);
-    std::unordered_map<std::string, size_t> right;
-    for (size_t i = 0; i < r.vec.size(); ++i) {
-      auto [it, inserted] =
-          right.emplace(SignatureKey(r.vec[i].metric, e.matching_on, e.matching_labels), i);
-      if (!inserted)
-        return Status::InvalidArgument(
-            "found duplicate series for the match group on the right hand-side of the "
-            "operation: [" +
-            store::LabelsToString(r.vec[it->second].metric) + ", " +
-            store::LabelsToString(r.vec[i].metric) +
-            "];many-to-many matching not allowed: matching labels must be unique on one side");
-    }
-    std::unordered_map<std::string, size_t> matched;  // signature → lhs index
-    std::unordered_map<std::string, bool> results;
+    const bool one_to_many = e.card == Expr::Card::kOneToMany;
+    const bool one_to_one = e.card == Expr::Card::kOneToOne;
     Value out;
     out.type = ValueType::kVector;
-    for (size_t i = 0; i < l.vec.size(); ++i) {
-      auto& s = l.vec[i];
-      const std::string sig = SignatureKey(s.metric, e.matching_on, e.matching_labels);
-      auto it = right.find(sig);
-      if (it == right.end()) continue;
-      auto [m, first] = matched.emplace(sig, i);
-      if (!first)
+    if (l.vec.empty() || r.vec.empty()) return out;
+    Vector& many = one_to_many ? r.vec : l.vec;
+    Vector& one = one_to_many ? l.vec : r.vec;
+    const auto sig = [&](const Labels& m) {
+      return SignatureKey(m, e.matching_on, e.matching_labels);
+    };
+    std::unordered_map<std::string, size_t> one_side;
+    for (size_t i = 0; i < one.size(); ++i) {
+      auto [it, inserted] = one_side.emplace(sig(one[i].metric), i);
+      if (!inserted)
         return Status::InvalidArgument(
-            "multiple matches for labels: many-to-one matching must be explicit "
-            "(group_left/group_right, which gpuwatch does not support): " +
-            store::LabelsToString(l.vec[m->second].metric) + " and " +
-            store::LabelsToString(s.metric));
-      const double rv = r.vec[it->second].value;
+            "found duplicate series for the match group on the " +
+            std::string(one_to_many ? "left" : "right") + " hand-side of the operation: [" +
+            store::LabelsToString(one[it->second].metric) + ", " +
+            store::LabelsToString(one[i].metric) +
+            "];many-to-many matching not allowed: matching labels must be unique on one side");
+    }
+    // Per match signature: the lhs seen (one-to-one), or the result label sets made from it
+    // (many-to-one, where they must differ).
+    std::unordered_map<std::string, size_t> matched;
+    std::unordered_map<std::string, std::unordered_map<std::string, bool>> made;
+    for (size_t i = 0; i < many.size(); ++i) {
+      auto& s = many[i];
+      const std::string key = sig(s.metric);
+      auto it = one_side.find(key);
+      if (it == one_side.end()) continue;
+      const InstantSample& o = one[it->second];
+      const double lv = one_to_many ? o.value : s.value;
+      const double rv = one_to_many ? s.value : o.value;
       double value;
       if (cmp) {
-        const bool keep = Compare(op, s.value, rv);
+        const bool keep = Compare(op, lv, rv);
         if (!e.return_bool && !keep) continue;
-        value = e.return_bool ? (keep ? 1 : 0) : s.value;
+        value = e.return_bool ? (keep ? 1 : 0) : lv;
       } else {
-        value = Arith(op, s.value, rv);
+        value = Arith(op, lv, rv);
       }
+      // The result's labels come from the "many" side (the left for one-to-one).
       Labels metric = std::move(s.metric);
       if (!cmp || e.return_bool) metric = DropName(std::move(metric));
-      if (e.has_matching) {
+      if (one_to_one && e.has_matching) {
         // Prometheus: on() keeps only its labels (so __name__ goes unless listed); ignoring()
         // removes its labels and leaves __name__ to the rule above.
         if (e.matching_on)
@@ -1241,9 +1249,27 @@ class Evaluator {
         else
           metric = Delete(std::move(metric), e.matching_labels);
       }
-      if (!results.emplace(LabelsKey(metric), true).second)
+      for (const auto& name : e.include_labels) {
+        // group_x(labels) copies them from the "one" side; absent there, absent here.
+        metric = Delete(std::move(metric), {name});
+        const std::string_view v = store::LabelValue(o.metric, name);
+        if (!v.empty()) {
+          metric.push_back({name, std::string(v)});
+          std::sort(metric.begin(), metric.end());
+        }
+      }
+      if (one_to_one) {
+        auto [m, first] = matched.emplace(key, i);
+        if (!first)
+          return Status::InvalidArgument(
+              "multiple matches for labels: many-to-one matching must be explicit "
+              "(group_left/group_right): " +
+              store::LabelsToString(many[m->second].metric) + " and " +
+              store::LabelsToString(metric));
+      } else if (!made[key].emplace(LabelsKey(metric), true).second) {
         return Status::InvalidArgument(
             "multiple matches for labels: grouping labels must ensure unique matches");
+      }
       out.vec.push_back({std::move(metric), value, t});
     }
     return out;

@@ -309,6 +309,52 @@ TEST_F(EngineTest, VectorMatching) {
   EXPECT_NE(r.status().message().find("many-to-many matching not allowed"), std::string::npos);
 }
 
+// The dcgm-exporter dashboards' join: every GPU series times an info series of its node,
+// copying the info's labels (issue 18: 25 of 27 refused dashboard queries).
+TEST(EngineMatching, GroupLeftAndGroupRightAsPrometheus) {
+  MemoryQuerier q;
+  for (const char* gpu : {"0", "1"})
+    q.Add(L({{"__name__", "util"}, {"gpu", gpu}, {"instance", "n1"}}),
+          {{kT0, gpu[0] == '0' ? 10.0 : 20.0}});
+  q.Add(L({{"__name__", "node_info"}, {"instance", "n1"}, {"model", "H100"}, {"rack", "r7"}}),
+        {{kT0, 1}});
+  q.Add(L({{"__name__", "node_info"}, {"instance", "n2"}, {"model", "A100"}, {"rack", "r8"}}),
+        {{kT0, 1}});
+  EngineOptions o;
+  const auto map = [&](const std::string& query) {
+    auto r = InstantQuery(q, o, query, kT0);
+    EXPECT_TRUE(r.ok()) << query << ": " << r.status().message();
+    return r.ok() ? AsMap(*r) : std::map<std::string, double>{};
+  };
+  // Many-to-one: the many side's labels (name dropped by *), plus `model` from the one side.
+  EXPECT_EQ(map("util * on(instance) group_left(model) node_info"),
+            (std::map<std::string, double>{{"{gpu=\"0\", instance=\"n1\", model=\"H100\"}", 10},
+                                           {"{gpu=\"1\", instance=\"n1\", model=\"H100\"}", 20}}));
+  // One-to-many: the same from the other side; the operands keep their order.
+  EXPECT_EQ(map("node_info * on(instance) group_right(rack) util"),
+            (std::map<std::string, double>{{"{gpu=\"0\", instance=\"n1\", rack=\"r7\"}", 10},
+                                           {"{gpu=\"1\", instance=\"n1\", rack=\"r7\"}", 20}}));
+  EXPECT_EQ(map("node_info - on(instance) group_right util"),
+            (std::map<std::string, double>{{"{gpu=\"0\", instance=\"n1\"}", -9},
+                                           {"{gpu=\"1\", instance=\"n1\"}", -19}}));
+  // A comparison filter keeps the left value and the many side's name.
+  EXPECT_EQ(map("util > on(instance) group_left node_info * 15"),
+            (std::map<std::string, double>{{"util{gpu=\"1\", instance=\"n1\"}", 20}}));
+  // A label absent on the one side is absent in the result.
+  EXPECT_EQ(map("util * on(instance) group_left(nothere) node_info"),
+            (std::map<std::string, double>{{"{gpu=\"0\", instance=\"n1\"}", 10},
+                                           {"{gpu=\"1\", instance=\"n1\"}", 20}}));
+  // Two "one" series for a match: many-to-many.
+  auto r =
+      InstantQuery(q, o, "util * ignoring(instance, model, rack, gpu) group_left node_info", kT0);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("on the right hand-side"), std::string::npos)
+      << r.status().message();
+  // Results that collide: the grouping labels must keep them apart.
+  r = InstantQuery(q, o, "sum without (gpu) (util) + on(instance) group_left util", kT0);
+  ASSERT_FALSE(r.ok());
+}
+
 TEST_F(EngineTest, SameLabelsetAfterDroppingNameIsAnError) {
   MemoryQuerier q;
   q.Add(L({{"__name__", "a"}, {"gpu", "0"}}), {{kT0, 1}});

@@ -422,9 +422,27 @@ class Parser {
         node->matching_labels = std::move(labels).value();
         SkipSpace();
         const size_t group_pos = pos_;
-        if (TakeWord("group_left") || TakeWord("group_right"))
-          return Error(group_pos, "group_left/group_right (many-to-one matching) is not supported",
-                       StatusCode::kNotSupported);
+        const bool left = TakeWord("group_left");
+        if (left || TakeWord("group_right")) {
+          if (IsSetOperator(op))
+            return Error(group_pos, "no grouping allowed for \"" + std::string(BinOpName(op)) +
+                                        "\" operation");
+          node->card = left ? Expr::Card::kManyToOne : Expr::Card::kOneToMany;
+          SkipSpace();
+          // The label list is optional: `group_left` alone copies nothing.
+          if (pos_ < s_.size() && s_[pos_] == '(') {
+            auto include = ParseLabelList("grouping opts");
+            if (!include.ok()) return include.status();
+            node->include_labels = std::move(include).value();
+          }
+          if (node->matching_on)
+            for (const auto& l : node->include_labels)
+              if (std::find(node->matching_labels.begin(), node->matching_labels.end(), l) !=
+                  node->matching_labels.end())
+                return Error(group_pos, "label \"" + l +
+                                            "\" must not occur in ON and GROUP "
+                                            "clause at once");
+        }
       }
       // ^ is right-associative; the others are left-associative.
       auto rhs = ParseBinary(op == BinOp::kPow ? prec : prec + 1);

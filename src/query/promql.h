@@ -140,6 +140,11 @@ struct Expr {
   bool has_matching = false;  // on(...) or ignoring(...) was written
   bool matching_on = false;   // on(...) rather than ignoring(...)
   std::vector<std::string> matching_labels;
+  // group_left (many-to-one: many series on the left per match) or group_right (one-to-many),
+  // with the labels copied from the "one" side into the result (`include_labels`).
+  enum class Card { kOneToOne, kManyToOne, kOneToMany };
+  Card card = Card::kOneToOne;
+  std::vector<std::string> include_labels;
 
   Func func = Func::kAbs;
   std::vector<ExprPtr> args;

@@ -147,13 +147,27 @@ TEST(PromqlParse, ErrorsNamePositionAndReason) {
 }
 
 TEST(PromqlParse, UnsupportedFeaturesSaySo) {
-  for (const char* q : {"x[5m:1m]", "x @ 100", "a * on(g) group_left(x) b",
-                        "histogram_quantile(0.9, rate(x[5m]))"}) {
+  for (const char* q : {"x[5m:1m]", "x @ 100", "histogram_quantile(0.9, rate(x[5m]))"}) {
     auto e = ParseExpr(q);
     ASSERT_FALSE(e.ok()) << q;
     EXPECT_EQ(e.status().code(), StatusCode::kNotSupported) << q;
     EXPECT_NE(e.status().message().find("not supported"), std::string::npos) << q;
   }
+}
+
+TEST(PromqlParse, GroupModifiers) {
+  auto e = ParseExpr("a * on(g) group_left(x, y) b");
+  ASSERT_TRUE(e.ok()) << e.status().message();
+  EXPECT_EQ((*e)->card, Expr::Card::kManyToOne);
+  EXPECT_EQ((*e)->include_labels, (std::vector<std::string>{"x", "y"}));
+  e = ParseExpr("a / ignoring(g) group_right b");
+  ASSERT_TRUE(e.ok()) << e.status().message();
+  EXPECT_EQ((*e)->card, Expr::Card::kOneToMany);
+  EXPECT_TRUE((*e)->include_labels.empty());
+  EXPECT_EQ(ErrorOf("a and on(g) group_left b"),
+            "1:13: parse error: no grouping allowed for \"and\" operation");
+  EXPECT_EQ(ErrorOf("a + on(g) group_left(g) b"),
+            "1:11: parse error: label \"g\" must not occur in ON and GROUP clause at once");
 }
 
 TEST(PromqlParse, BoundsDepthAndSize) {

@@ -5,9 +5,11 @@
 #include <algorithm>
 #include <cctype>
 #include <charconv>
+#include <chrono>
 #include <cmath>
 #include <limits>
 #include <memory>
+#include <numbers>
 #include <optional>
 #include <unordered_map>
 #include <utility>
@@ -295,6 +297,8 @@ double Arith(BinOp op, double l, double r) {
       return std::fmod(l, r);
     case BinOp::kPow:
       return std::pow(l, r);
+    case BinOp::kAtan2:
+      return std::atan2(l, r);
     default:
       return kNaN;
   }
@@ -426,24 +430,45 @@ std::optional<double> InstantDelta(const Window& w, bool is_rate) {
   return result / dt;
 }
 
-// Least-squares slope per second, like Prometheus's deriv.
-std::optional<double> Deriv(const Window& w) {
-  if (w.n < 2) return std::nullopt;
-  const int64_t t0 = w.s[0].t_ms;
-  double n = 0, sx = 0, sy = 0, sxy = 0, sxx = 0;
+// Prometheus's linearRegression: least squares over (seconds since `intercept_ms`, value) with
+// compensated sums; a constant series has slope 0 (and an infinite one no answer).
+struct Regression {
+  double slope = 0, intercept = 0;
+};
+Regression LinearRegression(const Window& w, int64_t intercept_ms) {
+  double n = 0, sx = 0, cx = 0, sy = 0, cy = 0, sxy = 0, cxy = 0, sxx = 0, cxx = 0;
+  const double init_y = w.s[0].value;
+  bool const_y = true;
   for (size_t i = 0; i < w.n; ++i) {
-    const double x = static_cast<double>(w.s[i].t_ms - t0) / 1000;
     const double y = w.s[i].value;
+    if (const_y && i > 0 && y != init_y) const_y = false;
     n += 1;
-    sx += x;
-    sy += y;
-    sxy += x * y;
-    sxx += x * x;
+    const double x = static_cast<double>(w.s[i].t_ms - intercept_ms) / 1000;
+    KahanInc(x, &sx, &cx);
+    KahanInc(y, &sy, &cy);
+    KahanInc(x * y, &sxy, &cxy);
+    KahanInc(x * x, &sxx, &cxx);
   }
+  if (const_y) {
+    if (std::isinf(init_y)) return {kNaN, kNaN};
+    return {0, init_y};
+  }
+  sx += cx;
+  sy += cy;
+  sxy += cxy;
+  sxx += cxx;
   const double cov = sxy - sx * sy / n;
   const double var = sxx - sx * sx / n;
-  if (var == 0) return std::nullopt;
-  return cov / var;
+  Regression r;
+  r.slope = cov / var;
+  r.intercept = sy / n - r.slope * sx / n;
+  return r;
+}
+
+// Slope per second, like Prometheus's deriv (the regression anchored at the first sample).
+std::optional<double> Deriv(const Window& w) {
+  if (w.n < 2) return std::nullopt;
+  return LinearRegression(w, w.s[0].t_ms).slope;
 }
 
 std::vector<double> Values(const Window& w) {
@@ -452,8 +477,14 @@ std::vector<double> Values(const Window& w) {
   return v;
 }
 
-std::optional<double> OverTime(Func f, const Window& w, double param) {
+double Median(std::vector<double> v) { return Quantile(0.5, std::move(v)); }
+
+// One range function over one window at evaluation time `t_ms` (predict_linear's anchor);
+// `params` are its scalar arguments in order.
+std::optional<double> OverTime(Func f, const Window& w, const std::vector<double>& params,
+                               int64_t t_ms) {
   if (w.n == 0) return std::nullopt;
+  const double param = params.empty() ? 0 : params[0];
   switch (f) {
     case Func::kRate:
       return ExtrapolatedRate(w, true, true);
@@ -469,6 +500,21 @@ std::optional<double> OverTime(Func f, const Window& w, double param) {
       return Deriv(w);
     case Func::kLastOverTime:
       return w.s[w.n - 1].value;
+    case Func::kFirstOverTime:
+      return w.b ? w.b[0].first : w.s[0].value;
+    case Func::kPresentOverTime:
+      return 1;
+    case Func::kMadOverTime: {
+      auto v = Values(w);
+      const double median = Median(v);
+      for (double& x : v) x = std::fabs(x - median);
+      return Median(std::move(v));
+    }
+    case Func::kPredictLinear: {
+      if (w.n < 2) return std::nullopt;
+      const Regression r = LinearRegression(w, t_ms);
+      return r.slope * param + r.intercept;
+    }
     case Func::kCountOverTime: {
       if (!w.b) return static_cast<double>(w.n);
       double c = 0;
@@ -536,6 +582,10 @@ bool IsRangeFunc(Func f) {
     case Func::kIdelta:
     case Func::kDeriv:
     case Func::kLastOverTime:
+    case Func::kFirstOverTime:
+    case Func::kPresentOverTime:
+    case Func::kMadOverTime:
+    case Func::kPredictLinear:
     case Func::kCountOverTime:
     case Func::kSumOverTime:
     case Func::kAvgOverTime:
@@ -555,7 +605,129 @@ bool IsRangeFunc(Func f) {
 // Functions a rollup bucket cannot answer exactly (it holds no sum of squares and no
 // distribution): their selectors read raw data whenever raw reaches back far enough.
 bool PrefersRaw(Func f) {
-  return f == Func::kStddevOverTime || f == Func::kStdvarOverTime || f == Func::kQuantileOverTime;
+  return f == Func::kStddevOverTime || f == Func::kStdvarOverTime || f == Func::kQuantileOverTime ||
+         f == Func::kMadOverTime || f == Func::kPredictLinear;
+}
+
+int64_t FloorDiv(int64_t a, int64_t b) { return a / b - ((a % b != 0) && ((a < 0) != (b < 0))); }
+
+// The date functions of a Unix time in seconds, in UTC, as Go's time package gives them.
+double DatePart(Func f, int64_t unix_s) {
+  using namespace std::chrono;
+  const int64_t days = FloorDiv(unix_s, 86400);
+  const int64_t secs_of_day = unix_s - days * 86400;
+  const sys_days day{std::chrono::days(days)};
+  const year_month_day ymd{day};
+  switch (f) {
+    case Func::kDayOfMonth:
+      return static_cast<unsigned>(ymd.day());
+    case Func::kDayOfWeek:
+      return weekday(day).c_encoding();  // Sunday = 0
+    case Func::kDayOfYear:
+      return static_cast<double>((day - sys_days{ymd.year() / January / 1}).count() + 1);
+    case Func::kDaysInMonth:
+      return static_cast<unsigned>((ymd.year() / ymd.month() / last).day());
+    case Func::kHour:
+      return static_cast<double>(secs_of_day / 3600);
+    case Func::kMinute:
+      return static_cast<double>(secs_of_day % 3600 / 60);
+    case Func::kMonth:
+      return static_cast<unsigned>(ymd.month());
+    case Func::kYear:
+      return static_cast<int>(ymd.year());
+    default:
+      return kNaN;
+  }
+}
+
+// Natural order of label values, as Prometheus's sort_by_label (facette.io/natsort): runs of
+// digits compare as numbers, the rest byte by byte.
+bool NatLess(std::string_view a, std::string_view b) {
+  size_t i = 0, j = 0;
+  while (i < a.size() && j < b.size()) {
+    const bool da = std::isdigit(static_cast<unsigned char>(a[i]));
+    const bool db = std::isdigit(static_cast<unsigned char>(b[j]));
+    if (da && db) {
+      size_t ie = i, je = j;
+      while (ie < a.size() && std::isdigit(static_cast<unsigned char>(a[ie]))) ++ie;
+      while (je < b.size() && std::isdigit(static_cast<unsigned char>(b[je]))) ++je;
+      std::string_view na = a.substr(i, ie - i), nb = b.substr(j, je - j);
+      while (na.size() > 1 && na[0] == '0') na.remove_prefix(1);
+      while (nb.size() > 1 && nb[0] == '0') nb.remove_prefix(1);
+      if (na.size() != nb.size()) return na.size() < nb.size();
+      if (na != nb) return na < nb;
+      i = ie, j = je;
+      continue;
+    }
+    if (a[i] != b[j]) return a[i] < b[j];
+    ++i, ++j;
+  }
+  return a.size() - i < b.size() - j;
+}
+
+// sort_by_label's order: by the listed labels' values naturally, then by the whole label set.
+int CompareByLabels(const Labels& a, const Labels& b, const std::vector<std::string_view>& names) {
+  for (std::string_view n : names) {
+    const std::string_view x = store::LabelValue(a, n), y = store::LabelValue(b, n);
+    if (x == y) continue;
+    return NatLess(x, y) ? -1 : 1;
+  }
+  return a < b ? -1 : (b < a ? 1 : 0);
+}
+
+// Prometheus's BucketQuantile over classic buckets: (upper bound, cumulative count) pairs.
+double BucketQuantile(double q, std::vector<std::pair<double, double>> buckets) {
+  if (std::isnan(q)) return kNaN;
+  if (q < 0) return -std::numeric_limits<double>::infinity();
+  if (q > 1) return std::numeric_limits<double>::infinity();
+  std::sort(buckets.begin(), buckets.end(),
+            [](const auto& a, const auto& b) { return a.first < b.first; });
+  if (buckets.empty() || !(std::isinf(buckets.back().first) && buckets.back().first > 0))
+    return kNaN;
+  // Buckets with the same upper bound (from series differing only in other labels) add up.
+  std::vector<std::pair<double, double>> merged;
+  for (const auto& b : buckets) {
+    if (!merged.empty() && merged.back().first == b.first)
+      merged.back().second += b.second;
+    else
+      merged.push_back(b);
+  }
+  buckets = std::move(merged);
+  // Counts must not decrease; differences of floating-point noise (relative 1e-12) are
+  // evened out, real decreases forced up.
+  const auto almost_equal = [](double a, double b) {
+    constexpr double kEps = 1e-12, kMinNormal = 2.2250738585072014e-308;
+    if (a == b) return true;
+    const double abs_sum = std::fabs(a) + std::fabs(b), diff = std::fabs(a - b);
+    if (a == 0 || b == 0 || abs_sum < kMinNormal) return diff < kEps * kMinNormal;
+    return diff / std::min(abs_sum, std::numeric_limits<double>::max()) < kEps;
+  };
+  double prev = buckets[0].second;
+  for (size_t i = 1; i < buckets.size(); ++i) {
+    const double cur = buckets[i].second;
+    if (cur == prev) continue;
+    if (almost_equal(prev, cur) || cur < prev) {
+      buckets[i].second = prev;
+      continue;
+    }
+    prev = cur;
+  }
+  if (buckets.size() < 2) return kNaN;
+  const double observations = buckets.back().second;
+  if (observations == 0) return kNaN;
+  double rank = q * observations;
+  size_t b = 0;
+  while (b < buckets.size() - 1 && !(buckets[b].second >= rank)) ++b;
+  if (b == buckets.size() - 1) return buckets[buckets.size() - 2].first;
+  if (b == 0 && buckets[0].first <= 0) return buckets[0].first;
+  double start = 0, count = buckets[b].second;
+  const double end = buckets[b].first;
+  if (b > 0) {
+    start = buckets[b - 1].first;
+    count -= buckets[b - 1].second;
+    rank -= buckets[b - 1].second;
+  }
+  return start + (end - start) * (rank / count);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -874,26 +1046,49 @@ class Evaluator {
     Value out;
     out.type = e.type;
     if (IsRangeFunc(f)) {
-      const Expr& sel = *e.args.back();
-      double param = 0;
-      if (f == Func::kQuantileOverTime) {
-        auto p = ScalarArg(*e.args[0], t);
+      const Expr* sel = nullptr;
+      std::vector<double> params;
+      for (const auto& a : e.args) {
+        if (a->type == ValueType::kMatrix) {
+          sel = a.get();
+          continue;
+        }
+        auto p = ScalarArg(*a, t);
         if (!p.ok()) return p.status();
-        param = *p;
+        params.push_back(*p);
       }
-      const Loaded& d = Data(sel);
+      const bool keeps_name = f == Func::kLastOverTime || f == Func::kFirstOverTime;
+      const Loaded& d = Data(*sel);
       for (const auto& ls : d.series) {
-        const Window w = WindowAt(d, ls, t - sel.offset_ms, sel.range_ms);
+        const Window w = WindowAt(d, ls, t - sel->offset_ms, sel->range_ms);
         GW_RETURN_IF_ERROR(AddWork(static_cast<int64_t>(w.n) + 1));
-        auto v = OverTime(f, w, param);
+        auto v = OverTime(f, w, params, t - sel->offset_ms);
         if (!v) continue;
-        out.vec.push_back({f == Func::kLastOverTime ? ls.labels : ls.nameless, *v, t});
+        out.vec.push_back({keeps_name ? ls.labels : ls.nameless, *v, t});
       }
       return out;
     }
     switch (f) {
       case Func::kTime:
         return ScalarValue(static_cast<double>(t) / 1000);
+      case Func::kPi:
+        return ScalarValue(std::numbers::pi);
+      case Func::kDayOfMonth:
+      case Func::kDayOfWeek:
+      case Func::kDayOfYear:
+      case Func::kDaysInMonth:
+      case Func::kHour:
+      case Func::kMinute:
+      case Func::kMonth:
+      case Func::kYear:
+        if (e.args.empty()) {
+          // No argument: the evaluation time, as vector(time()).
+          out.vec.push_back({{}, DatePart(f, FloorDiv(t, 1000)), t});
+          return out;
+        }
+        break;
+      case Func::kHistogramQuantile:
+        return HistogramQuantile(e, t);
       case Func::kVector: {
         auto s = ScalarArg(*e.args[0], t);
         if (!s.ok()) return s.status();
@@ -936,6 +1131,20 @@ class Evaluator {
       }
       case Func::kLabelReplace:
         return LabelReplace(e, std::move(out));
+      case Func::kLabelJoin:
+        return LabelJoin(e, std::move(out));
+      case Func::kSortByLabel:
+      case Func::kSortByLabelDesc: {
+        const bool desc = f == Func::kSortByLabelDesc;
+        std::vector<std::string_view> names;
+        for (size_t i = 1; i < e.args.size(); ++i) names.push_back(e.args[i]->str);
+        std::stable_sort(out.vec.begin(), out.vec.end(),
+                         [&](const InstantSample& a, const InstantSample& b) {
+                           const int c = CompareByLabels(a.metric, b.metric, names);
+                           return desc ? c > 0 : c < 0;
+                         });
+        return out;
+      }
       case Func::kClamp:
         if (params[1] < params[0]) {
           out.vec.clear();
@@ -993,6 +1202,63 @@ class Evaluator {
           break;
         case Func::kTimestamp:
           r = static_cast<double>(s.t_ms) / 1000;
+          break;
+        case Func::kAcos:
+          r = std::acos(v);
+          break;
+        case Func::kAcosh:
+          r = std::acosh(v);
+          break;
+        case Func::kAsin:
+          r = std::asin(v);
+          break;
+        case Func::kAsinh:
+          r = std::asinh(v);
+          break;
+        case Func::kAtan:
+          r = std::atan(v);
+          break;
+        case Func::kAtanh:
+          r = std::atanh(v);
+          break;
+        case Func::kCos:
+          r = std::cos(v);
+          break;
+        case Func::kCosh:
+          r = std::cosh(v);
+          break;
+        case Func::kSin:
+          r = std::sin(v);
+          break;
+        case Func::kSinh:
+          r = std::sinh(v);
+          break;
+        case Func::kTan:
+          r = std::tan(v);
+          break;
+        case Func::kTanh:
+          r = std::tanh(v);
+          break;
+        case Func::kDeg:
+          r = v * 180 / std::numbers::pi;
+          break;
+        case Func::kRad:
+          r = v * std::numbers::pi / 180;
+          break;
+        case Func::kDayOfMonth:
+        case Func::kDayOfWeek:
+        case Func::kDayOfYear:
+        case Func::kDaysInMonth:
+        case Func::kHour:
+        case Func::kMinute:
+        case Func::kMonth:
+        case Func::kYear:
+          // The value is a Unix time in seconds (Go's int64 conversion truncates it).
+          if (!std::isfinite(v) || std::fabs(v) > 9.2e18) {
+            r = kNaN;
+          } else {
+            r = DatePart(f, static_cast<int64_t>(v));
+          }
           break;
         default:
           return Status::Internal("function " + std::string(FuncName(f)) + " not evaluated");
@@ -1085,6 +1351,54 @@ class Evaluator {
         out.append(groups[idx].data(), groups[idx].size());
       i = j - 1;
     }
+    return out;
+  }
+
+  Result<Value> LabelJoin(const Expr& e, Value in) {
+    const std::string& dst = e.args[1]->str;
+    const std::string& sep = e.args[2]->str;
+    for (auto& s : in.vec) {
+      std::string value;
+      for (size_t i = 3; i < e.args.size(); ++i) {
+        if (i > 3) value += sep;
+        value += store::LabelValue(s.metric, e.args[i]->str);
+      }
+      if (value.size() > store::kMaxLabelValueBytes)
+        return Status::InvalidArgument("label_join(): value of \"" + dst + "\" is too long");
+      SetLabel(s.metric.Mutable(), dst, value);
+    }
+    return in;
+  }
+
+  // histogram_quantile(φ, v) over classic histograms: the series of v grouped by their labels
+  // without `le` and the name; each group's buckets give one quantile.
+  Result<Value> HistogramQuantile(const Expr& e, int64_t t) {
+    auto q = ScalarArg(*e.args[0], t);
+    if (!q.ok()) return q.status();
+    auto in = Eval(*e.args[1], t);
+    if (!in.ok()) return in;
+    struct Group {
+      Labels metric;
+      std::vector<std::pair<double, double>> buckets;
+    };
+    std::vector<Group> groups;
+    std::unordered_map<std::string, size_t> index;
+    for (auto& s : in->vec) {
+      const std::string_view le = store::LabelValue(s.metric, "le");
+      // Go's strconv.ParseFloat: a series whose le does not parse is left out.
+      std::string text(le);
+      char* end = nullptr;
+      const double upper = text.empty() ? 0 : std::strtod(text.c_str(), &end);
+      if (text.empty() || end != text.c_str() + text.size()) continue;
+      Labels m = Delete(DropName(s.metric.get()), {"le"});
+      auto [it, fresh] = index.try_emplace(LabelsKey(m), groups.size());
+      if (fresh) groups.push_back({std::move(m), {}});
+      groups[it->second].buckets.push_back({upper, s.value});
+    }
+    Value out;
+    out.type = ValueType::kVector;
+    for (auto& g : groups)
+      out.vec.push_back({std::move(g.metric), BucketQuantile(*q, std::move(g.buckets)), t});
     return out;
   }
 

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <limits>
 #include <map>
+#include <numbers>
 #include <string>
 
 #include "query/testing/memory_querier.h"
@@ -716,6 +717,81 @@ TEST_F(TierTest, YoungStoreReadsRaw) {
   const auto r = Range("avg_over_time(temp[5m])", std::nullopt, 5 * kMin, kT0 - 7 * 24 * 60 * kMin,
                        kT0 + 60 * kMin);
   EXPECT_EQ(r.tiers, std::vector<Tier>{Tier::kRaw});
+}
+
+}  // namespace
+}  // namespace gpuwatch::query
+
+namespace gpuwatch::query {
+namespace {
+
+// Issue 18's missing functions, each against a value worked out from Prometheus's definition
+// (promql/functions.go, quantile.go).
+TEST(EngineFunctions, TheStandardFunctionsAnswerAsPrometheus) {
+  MemoryQuerier q;
+  q.Add(L({{"__name__", "lat_bucket"}, {"job", "a"}, {"le", "0.1"}}), {{kT0, 1}});
+  q.Add(L({{"__name__", "lat_bucket"}, {"job", "a"}, {"le", "0.2"}}), {{kT0, 2}});
+  q.Add(L({{"__name__", "lat_bucket"}, {"job", "a"}, {"le", "+Inf"}}), {{kT0, 3}});
+  q.Add(L({{"__name__", "lat_bucket"}, {"job", "a"}, {"le", "bad"}}), {{kT0, 99}});
+  q.Add(L({{"__name__", "lin"}}), Gen(kT0, kT0 + 61'000, 15'000, [](double s) { return 2 * s; }));
+  q.Add(L({{"__name__", "mad"}}),
+        {{kT0 + 1000, 1}, {kT0 + 2000, 2}, {kT0 + 3000, 3}, {kT0 + 4000, 4}, {kT0 + 5000, 100}});
+  q.Add(L({{"__name__", "when"}}), {{kT0, 1709214300}});  // 2024-02-29T13:45:00Z, a Thursday
+  for (const char* inst : {"n10", "n9", "n1"})
+    q.Add(L({{"__name__", "up"}, {"instance", inst}, {"a", "1"}, {"b", "2"}}), {{kT0, 1}});
+  EngineOptions o;
+  const auto at = [&](const std::string& query, int64_t t) {
+    auto r = InstantQuery(q, o, query, t);
+    EXPECT_TRUE(r.ok()) << query << ": " << r.status().message();
+    return r.ok() ? *r : QueryResult{};
+  };
+  const auto value = [&](const std::string& query, int64_t t = kT0) {
+    auto r = at(query, t);
+    if (r.vector.size() != 1) {
+      ADD_FAILURE() << query << ": " << r.vector.size() << " samples";
+      return -12345.0;
+    }
+    return r.vector[0].value;
+  };
+  // Classic buckets: rank 1.5 of 3 falls halfway into (0.1, 0.2]; past the last finite
+  // bucket the answer is its bound; a bad `le` is left out.
+  EXPECT_DOUBLE_EQ(value("histogram_quantile(0.5, lat_bucket)"), 0.15);
+  EXPECT_DOUBLE_EQ(value("histogram_quantile(0.99, lat_bucket)"), 0.2);
+  EXPECT_DOUBLE_EQ(value("histogram_quantile(0.1, lat_bucket)"), 0.03);
+  EXPECT_EQ(store::LabelsToString(at("histogram_quantile(0.5, lat_bucket)", kT0).vector[0].metric),
+            "{job=\"a\"}");
+  // y = 2 t: the slope, and the line 60 s past the evaluation time.
+  EXPECT_DOUBLE_EQ(value("deriv(lin[1m])", kT0 + 60'000), 2);
+  EXPECT_DOUBLE_EQ(value("predict_linear(lin[1m], 60)", kT0 + 60'000), 240);
+  EXPECT_EQ(value("present_over_time(lin[1m])", kT0 + 60'000), 1);
+  EXPECT_EQ(value("first_over_time(lin[1m])", kT0 + 60'000), 30);  // (0, 60 s]: 15 s first
+  EXPECT_EQ(value("mad_over_time(mad[1m])", kT0 + 5000), 1);
+  // Dates of the sample value, in UTC.
+  EXPECT_EQ(value("day_of_month(when)"), 29);
+  EXPECT_EQ(value("day_of_week(when)"), 4);
+  EXPECT_EQ(value("day_of_year(when)"), 60);
+  EXPECT_EQ(value("days_in_month(when)"), 29);
+  EXPECT_EQ(value("hour(when)"), 13);
+  EXPECT_EQ(value("minute(when)"), 45);
+  EXPECT_EQ(value("month(when)"), 2);
+  EXPECT_EQ(value("year(when)"), 2024);
+  EXPECT_EQ(value("hour()", 1709214300'000), 13) << "no argument: the evaluation time";
+  // Trigonometry and atan2 (precedence of *).
+  EXPECT_DOUBLE_EQ(value("deg(vector(pi()))"), 180);
+  EXPECT_DOUBLE_EQ(value("vector(1) atan2 vector(1)"), std::numbers::pi / 4);
+  EXPECT_DOUBLE_EQ(value("vector(1) atan2 vector(1) * 2"), std::numbers::pi / 2);  // left to right
+  // label_join keeps the name; sort_by_label orders naturally.
+  auto r = at(R"(label_join(up{instance="n1"}, "ab", "-", "a", "b"))", kT0);
+  ASSERT_EQ(r.vector.size(), 1u);
+  EXPECT_EQ(store::LabelsToString(r.vector[0].metric),
+            "up{a=\"1\", ab=\"1-2\", b=\"2\", instance=\"n1\"}");
+  r = at(R"(sort_by_label(up, "instance"))", kT0);
+  ASSERT_EQ(r.vector.size(), 3u);
+  EXPECT_EQ(store::LabelValue(r.vector[0].metric, "instance"), "n1");
+  EXPECT_EQ(store::LabelValue(r.vector[1].metric, "instance"), "n9");
+  EXPECT_EQ(store::LabelValue(r.vector[2].metric, "instance"), "n10");
+  r = at(R"(sort_by_label_desc(up, "instance"))", kT0);
+  EXPECT_EQ(store::LabelValue(r.vector[0].metric, "instance"), "n10");
 }
 
 }  // namespace

@@ -48,11 +48,12 @@ struct BinOpInfo {
 };
 
 constexpr BinOpInfo kBinOps[] = {
-    {BinOp::kAdd, "+", 4},   {BinOp::kSub, "-", 4}, {BinOp::kMul, "*", 5},
-    {BinOp::kDiv, "/", 5},   {BinOp::kMod, "%", 5}, {BinOp::kPow, "^", 6},
-    {BinOp::kEq, "==", 3},   {BinOp::kNe, "!=", 3}, {BinOp::kGt, ">", 3},
-    {BinOp::kLt, "<", 3},    {BinOp::kGe, ">=", 3}, {BinOp::kLe, "<=", 3},
-    {BinOp::kAnd, "and", 2}, {BinOp::kOr, "or", 1}, {BinOp::kUnless, "unless", 2},
+    {BinOp::kAdd, "+", 4},         {BinOp::kSub, "-", 4},   {BinOp::kMul, "*", 5},
+    {BinOp::kDiv, "/", 5},         {BinOp::kMod, "%", 5},   {BinOp::kAtan2, "atan2", 5},
+    {BinOp::kPow, "^", 6},         {BinOp::kEq, "==", 3},   {BinOp::kNe, "!=", 3},
+    {BinOp::kGt, ">", 3},          {BinOp::kLt, "<", 3},    {BinOp::kGe, ">=", 3},
+    {BinOp::kLe, "<=", 3},         {BinOp::kAnd, "and", 2}, {BinOp::kOr, "or", 1},
+    {BinOp::kUnless, "unless", 2},
 };
 constexpr int kPowPrecedence = 6;
 
@@ -87,6 +88,7 @@ struct FuncInfo {
   std::vector<ValueType> args;
   int min_args;  // trailing arguments beyond this are optional
   ValueType returns;
+  bool variadic = false;  // the last argument's type repeats without limit
 };
 
 const std::vector<FuncInfo>& Funcs() {
@@ -94,42 +96,73 @@ const std::vector<FuncInfo>& Funcs() {
       {Func::kAbs, "abs", {V}, 1, V},
       {Func::kAbsent, "absent", {V}, 1, V},
       {Func::kAbsentOverTime, "absent_over_time", {M}, 1, V},
+      {Func::kAcos, "acos", {V}, 1, V},
+      {Func::kAcosh, "acosh", {V}, 1, V},
+      {Func::kAsin, "asin", {V}, 1, V},
+      {Func::kAsinh, "asinh", {V}, 1, V},
+      {Func::kAtan, "atan", {V}, 1, V},
+      {Func::kAtanh, "atanh", {V}, 1, V},
       {Func::kAvgOverTime, "avg_over_time", {M}, 1, V},
       {Func::kCeil, "ceil", {V}, 1, V},
       {Func::kChanges, "changes", {M}, 1, V},
       {Func::kClamp, "clamp", {V, S, S}, 3, V},
       {Func::kClampMax, "clamp_max", {V, S}, 2, V},
       {Func::kClampMin, "clamp_min", {V, S}, 2, V},
+      {Func::kCos, "cos", {V}, 1, V},
+      {Func::kCosh, "cosh", {V}, 1, V},
       {Func::kCountOverTime, "count_over_time", {M}, 1, V},
+      {Func::kDayOfMonth, "day_of_month", {V}, 0, V},
+      {Func::kDayOfWeek, "day_of_week", {V}, 0, V},
+      {Func::kDayOfYear, "day_of_year", {V}, 0, V},
+      {Func::kDaysInMonth, "days_in_month", {V}, 0, V},
+      {Func::kDeg, "deg", {V}, 1, V},
       {Func::kDelta, "delta", {M}, 1, V},
       {Func::kDeriv, "deriv", {M}, 1, V},
       {Func::kExp, "exp", {V}, 1, V},
+      {Func::kFirstOverTime, "first_over_time", {M}, 1, V},
       {Func::kFloor, "floor", {V}, 1, V},
+      {Func::kHistogramQuantile, "histogram_quantile", {S, V}, 2, V},
+      {Func::kHour, "hour", {V}, 0, V},
       {Func::kIdelta, "idelta", {M}, 1, V},
       {Func::kIncrease, "increase", {M}, 1, V},
       {Func::kIrate, "irate", {M}, 1, V},
+      {Func::kLabelJoin, "label_join", {V, Str, Str, Str}, 3, V, true},
       {Func::kLabelReplace, "label_replace", {V, Str, Str, Str, Str}, 5, V},
       {Func::kLastOverTime, "last_over_time", {M}, 1, V},
       {Func::kLn, "ln", {V}, 1, V},
       {Func::kLog10, "log10", {V}, 1, V},
       {Func::kLog2, "log2", {V}, 1, V},
+      {Func::kMadOverTime, "mad_over_time", {M}, 1, V},
       {Func::kMaxOverTime, "max_over_time", {M}, 1, V},
       {Func::kMinOverTime, "min_over_time", {M}, 1, V},
+      {Func::kMinute, "minute", {V}, 0, V},
+      {Func::kMonth, "month", {V}, 0, V},
+      {Func::kPi, "pi", {}, 0, S},
+      {Func::kPredictLinear, "predict_linear", {M, S}, 2, V},
+      {Func::kPresentOverTime, "present_over_time", {M}, 1, V},
       {Func::kQuantileOverTime, "quantile_over_time", {S, M}, 2, V},
+      {Func::kRad, "rad", {V}, 1, V},
       {Func::kRate, "rate", {M}, 1, V},
       {Func::kResets, "resets", {M}, 1, V},
       {Func::kRound, "round", {V, S}, 1, V},
       {Func::kScalar, "scalar", {V}, 1, S},
       {Func::kSgn, "sgn", {V}, 1, V},
+      {Func::kSin, "sin", {V}, 1, V},
+      {Func::kSinh, "sinh", {V}, 1, V},
       {Func::kSort, "sort", {V}, 1, V},
+      {Func::kSortByLabel, "sort_by_label", {V, Str}, 1, V, true},
+      {Func::kSortByLabelDesc, "sort_by_label_desc", {V, Str}, 1, V, true},
       {Func::kSortDesc, "sort_desc", {V}, 1, V},
       {Func::kSqrt, "sqrt", {V}, 1, V},
       {Func::kStddevOverTime, "stddev_over_time", {M}, 1, V},
       {Func::kStdvarOverTime, "stdvar_over_time", {M}, 1, V},
       {Func::kSumOverTime, "sum_over_time", {M}, 1, V},
+      {Func::kTan, "tan", {V}, 1, V},
+      {Func::kTanh, "tanh", {V}, 1, V},
       {Func::kTime, "time", {}, 0, S},
       {Func::kTimestamp, "timestamp", {V}, 1, V},
       {Func::kVector, "vector", {S}, 1, V},
+      {Func::kYear, "year", {V}, 0, V},
   };
   return kFuncs;
 }
@@ -137,50 +170,21 @@ const std::vector<FuncInfo>& Funcs() {
 // PromQL functions outside the subset: named in the error so a user knows it is a choice,
 // not a typo.
 constexpr std::string_view kUnsupportedFuncs[] = {
-    "acos",
-    "acosh",
-    "asin",
-    "asinh",
-    "atan",
-    "atanh",
-    "cos",
-    "cosh",
-    "days_in_month",
-    "day_of_month",
-    "day_of_week",
-    "day_of_year",
-    "deg",
     "double_exponential_smoothing",
-    "first_over_time",
     "histogram_avg",
     "histogram_count",
     "histogram_fraction",
-    "histogram_quantile",
     "histogram_stddev",
     "histogram_stdvar",
     "histogram_sum",
     "holt_winters",
-    "hour",
     "info",
-    "label_join",
-    "limitk",
     "limit_ratio",
-    "mad_over_time",
-    "minute",
-    "month",
-    "pi",
-    "predict_linear",
-    "present_over_time",
-    "rad",
-    "sin",
-    "sinh",
-    "sort_by_label",
-    "sort_by_label_desc",
-    "tan",
-    "tanh",
+    "limitk",
+    "ts_of_first_over_time",
+    "ts_of_last_over_time",
     "ts_of_max_over_time",
     "ts_of_min_over_time",
-    "year",
 };
 
 bool IsIdentStart(char c) {
@@ -362,7 +366,7 @@ class Parser {
     const std::string_view rest = s_.substr(pos_);
     if (IsIdentStart(rest[0])) {
       const std::string_view w = PeekWord();
-      for (BinOp o : {BinOp::kAnd, BinOp::kOr, BinOp::kUnless}) {
+      for (BinOp o : {BinOp::kAnd, BinOp::kOr, BinOp::kUnless, BinOp::kAtan2}) {
         if (EqualsIgnoreCase(w, BinOpName(o))) {
           *op = o;
           *len = w.size();
@@ -921,19 +925,30 @@ class Parser {
     }
     GW_RETURN_IF_ERROR(Expect(')', "in function call"));
     const size_t n = e->args.size();
-    if (n < static_cast<size_t>(info->min_args) || n > info->args.size()) {
+    if (n < static_cast<size_t>(info->min_args) || (!info->variadic && n > info->args.size())) {
       const std::string want =
-          info->min_args == static_cast<int>(info->args.size())
+          info->variadic ? "at least " + std::to_string(info->min_args)
+          : info->min_args == static_cast<int>(info->args.size())
               ? std::to_string(info->min_args)
               : std::to_string(info->min_args) + " or " + std::to_string(info->args.size());
       return Error(at, "expected " + want + " argument(s) in call to \"" + name + "\", got " +
                            std::to_string(n));
     }
     for (size_t i = 0; i < n; ++i) {
-      if (e->args[i]->type != info->args[i])
-        return Error(e->args[i]->pos, "expected type " + std::string(TypeWords(info->args[i])) +
+      const ValueType want = info->args[std::min(i, info->args.size() - 1)];
+      if (e->args[i]->type != want)
+        return Error(e->args[i]->pos, "expected type " + std::string(TypeWords(want)) +
                                           " in call to function \"" + name + "\", got " +
                                           std::string(TypeWords(e->args[i]->type)));
+    }
+    if (info->func == Func::kLabelJoin) {
+      if (!store::IsValidLabelName(e->args[1]->str))
+        return Error(e->args[1]->pos,
+                     "invalid destination label name in label_join(): " + e->args[1]->str);
+      for (size_t i = 3; i < n; ++i)
+        if (!store::IsValidLabelName(e->args[i]->str))
+          return Error(e->args[i]->pos,
+                       "invalid source label name in label_join(): " + e->args[i]->str);
     }
     if (info->func == Func::kLabelReplace) {
       if (!store::IsValidLabelName(e->args[1]->str))

@@ -89,9 +89,18 @@ TEST(PromqlParse, FunctionsAreTypeChecked) {
   EXPECT_EQ(ErrorOf("round()"),
             "1:1: parse error: expected 1 or 2 argument(s) in call to \"round\", got 0");
   EXPECT_EQ(ErrorOf("foo_bar(x)"), "1:1: parse error: unknown function with name \"foo_bar\"");
-  auto e = ParseExpr("histogram_quantile(0.9, x)");
+  auto e = ParseExpr("histogram_avg(x)");
   ASSERT_FALSE(e.ok());
   EXPECT_EQ(e.status().code(), StatusCode::kNotSupported);
+  // Variadic: label_join's sources, sort_by_label's labels.
+  EXPECT_TRUE(ParseExpr(R"(label_join(x, "d", ",", "a", "b", "c"))").ok());
+  EXPECT_EQ(ErrorOf(R"(label_join(x, "d"))"),
+            "1:1: parse error: expected at least 3 argument(s) in call to \"label_join\", got 2");
+  EXPECT_EQ(ErrorOf(R"(label_join(x, "1d", ",", "a"))"),
+            "1:15: parse error: invalid destination label name in label_join(): 1d");
+  EXPECT_TRUE(ParseExpr(R"(sort_by_label(x, "a", "b"))").ok());
+  EXPECT_TRUE(ParseExpr("hour()").ok());
+  EXPECT_TRUE(ParseExpr("a atan2 b * 2").ok());
 }
 
 TEST(PromqlParse, ErrorsNamePositionAndReason) {
@@ -147,7 +156,7 @@ TEST(PromqlParse, ErrorsNamePositionAndReason) {
 }
 
 TEST(PromqlParse, UnsupportedFeaturesSaySo) {
-  for (const char* q : {"x[5m:1m]", "x @ 100", "histogram_quantile(0.9, rate(x[5m]))"}) {
+  for (const char* q : {"x[5m:1m]", "x @ 100", "histogram_avg(rate(x[5m]))"}) {
     auto e = ParseExpr(q);
     ASSERT_FALSE(e.ok()) << q;
     EXPECT_EQ(e.status().code(), StatusCode::kNotSupported) << q;

@@ -907,13 +907,16 @@ class Evaluator {
     const bool prefers_raw =
         parent && parent->kind == Expr::Kind::kCall && PrefersRaw(parent->func);
     const int64_t lookback = o_.lookback.count();
-    const int64_t need_min = start_ms_ - e.offset_ms - (matrix ? e.range_ms : lookback);
+    // With @ every step reads the same instant; else the query's span.
+    const int64_t first_t = e.at == Expr::At::kNone ? start_ms_ : AtTime(e);
+    const int64_t last_t = e.at == Expr::At::kNone ? end_ms_ : AtTime(e);
+    const int64_t need_min = first_t - e.offset_ms - (matrix ? e.range_ms : lookback);
     const Tier tier = ChooseTier(need_min, matrix ? e.range_ms : 0, prefers_raw);
     tiers_.push_back(tier);
     Loaded d;
     d.tier = tier;
     d.width_ms = store::TierWidthMs(tier);
-    const int64_t maxt = end_ms_ - e.offset_ms;
+    const int64_t maxt = last_t - e.offset_ms;
     int64_t count = 0;
     if (tier == Tier::kRaw) {
       auto r = q_.SelectRaw(e.matchers, need_min, maxt);
@@ -930,7 +933,7 @@ class Evaluator {
       // Matrix: whole buckets in [t - range, t). Instant: the bucket holding t (its first
       // sample may be at t) back to the newest one ending within the lookback, which is at
       // least one bucket width so the 1h tier is never empty between bucket ends.
-      const int64_t mint = matrix ? need_min : start_ms_ - e.offset_ms - InstantLookback(w) - w;
+      const int64_t mint = matrix ? need_min : first_t - e.offset_ms - InstantLookback(w) - w;
       // An instant selector reads only each bucket's first and last sample.
       auto r =
           q_.SelectRollups(tier, e.matchers, mint, matrix ? maxt - w : maxt,
@@ -954,6 +957,23 @@ class Evaluator {
     return Status::Ok();
   }
 
+  // The instant a selector's @ modifier names: a time, or the query's start or end (an
+  // instant query's both are its time).
+  int64_t AtTime(const Expr& e) const {
+    switch (e.at) {
+      case Expr::At::kStart:
+        return start_ms_;
+      case Expr::At::kEnd:
+        return end_ms_;
+      default:
+        return e.at_ms;
+    }
+  }
+  // Where a selector looks at step t: its @ time or t, moved back by its offset.
+  int64_t SelectorTime(const Expr& e, int64_t t) const {
+    return (e.at == Expr::At::kNone ? t : AtTime(e)) - e.offset_ms;
+  }
+
   int64_t InstantLookback(int64_t width_ms) const {
     return std::max<int64_t>(o_.lookback.count(), width_ms);
   }
@@ -973,7 +993,7 @@ class Evaluator {
 
   Result<Value> InstantSelector(const Expr& e, int64_t t) {
     const Loaded& d = Data(e);
-    const int64_t ts = t - e.offset_ms;
+    const int64_t ts = SelectorTime(e, t);
     GW_RETURN_IF_ERROR(AddWork(static_cast<int64_t>(d.series.size())));
     Value out;
     out.type = ValueType::kVector;
@@ -1021,7 +1041,7 @@ class Evaluator {
     Value out;
     out.type = ValueType::kMatrix;
     for (const auto& ls : d.series) {
-      const Window w = WindowAt(d, ls, t - e.offset_ms, e.range_ms);
+      const Window w = WindowAt(d, ls, SelectorTime(e, t), e.range_ms);
       if (w.n == 0) continue;
       Series s;
       s.metric = ls.labels;
@@ -1060,9 +1080,9 @@ class Evaluator {
       const bool keeps_name = f == Func::kLastOverTime || f == Func::kFirstOverTime;
       const Loaded& d = Data(*sel);
       for (const auto& ls : d.series) {
-        const Window w = WindowAt(d, ls, t - sel->offset_ms, sel->range_ms);
+        const Window w = WindowAt(d, ls, SelectorTime(*sel, t), sel->range_ms);
         GW_RETURN_IF_ERROR(AddWork(static_cast<int64_t>(w.n) + 1));
-        auto v = OverTime(f, w, params, t - sel->offset_ms);
+        auto v = OverTime(f, w, params, SelectorTime(*sel, t));
         if (!v) continue;
         out.vec.push_back({keeps_name ? ls.labels : ls.nameless, *v, t});
       }
@@ -1278,7 +1298,7 @@ class Evaluator {
     if (e.func == Func::kAbsentOverTime) {
       const Loaded& d = Data(arg);
       for (const auto& ls : d.series)
-        if (WindowAt(d, ls, t - arg.offset_ms, arg.range_ms).n > 0) present = true;
+        if (WindowAt(d, ls, SelectorTime(arg, t), arg.range_ms).n > 0) present = true;
     } else {
       auto v = Eval(arg, t);
       if (!v.ok()) return v;

@@ -796,3 +796,44 @@ TEST(EngineFunctions, TheStandardFunctionsAnswerAsPrometheus) {
 
 }  // namespace
 }  // namespace gpuwatch::query
+
+namespace gpuwatch::query {
+namespace {
+
+// The @ modifier: the selector's time is fixed, whatever the step; offset moves back from it.
+TEST(EngineAt, SelectorsAtAFixedTimeStartOrEnd) {
+  MemoryQuerier q;
+  q.Add(L({{"__name__", "m"}}), Gen(kT0, kT0 + 10 * kMin, 15'000, [](double s) { return s; }));
+  EngineOptions o;
+  const double at_s = static_cast<double>(kT0) / 1000 + 120;  // value 120 there
+  auto r = RangeQuery(q, o, "m @ " + std::to_string(at_s), kT0 + 5 * kMin, kT0 + 8 * kMin, kMin);
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  ASSERT_EQ(r->matrix.size(), 1u);
+  ASSERT_EQ(r->matrix[0].points.size(), 4u);
+  for (const auto& p : r->matrix[0].points) EXPECT_EQ(p.value, 120) << p.t_ms;
+  EXPECT_EQ(r->matrix[0].points[0].t_ms, kT0 + 5 * kMin) << "the steps' own times";
+  r = RangeQuery(q, o, "m @ start()", kT0 + 5 * kMin, kT0 + 8 * kMin, kMin);
+  ASSERT_TRUE(r.ok());
+  for (const auto& p : r->matrix[0].points) EXPECT_EQ(p.value, 300);
+  r = RangeQuery(q, o, "m @ end() offset 1m", kT0 + 5 * kMin, kT0 + 8 * kMin, kMin);
+  ASSERT_TRUE(r.ok());
+  for (const auto& p : r->matrix[0].points) EXPECT_EQ(p.value, 420);
+  // A range selector under a function, and an instant query (start = end = its time).
+  r = RangeQuery(q, o, "count_over_time(m[1m] @ end())", kT0 + 2 * kMin, kT0 + 3 * kMin, kMin);
+  ASSERT_TRUE(r.ok());
+  for (const auto& p : r->matrix[0].points) EXPECT_EQ(p.value, 4);
+  auto i = InstantQuery(q, o, "m @ " + std::to_string(at_s), kT0 + 9 * kMin);
+  ASSERT_TRUE(i.ok());
+  ASSERT_EQ(i->vector.size(), 1u);
+  EXPECT_EQ(i->vector[0].value, 120);
+  i = InstantQuery(q, o, "m @ start()", kT0 + 9 * kMin);
+  ASSERT_TRUE(i.ok());
+  EXPECT_EQ(i->vector[0].value, 540);
+  // Before the data: nothing.
+  i = InstantQuery(q, o, "m @ 100", kT0 + 9 * kMin);
+  ASSERT_TRUE(i.ok());
+  EXPECT_TRUE(i->vector.empty());
+}
+
+}  // namespace
+}  // namespace gpuwatch::query

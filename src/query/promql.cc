@@ -4,6 +4,7 @@
 #include <cctype>
 #include <charconv>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <limits>
 #include <string>
@@ -25,6 +26,8 @@ std::string_view ValueTypeName(ValueType type) {
 }
 
 namespace {
+
+std::string FormatNumber(double v);
 
 // Prometheus's words for types in error messages.
 std::string_view TypeWords(ValueType type) {
@@ -761,23 +764,89 @@ class Parser {
     return e;
   }
 
-  // Range `[5m]` and `offset 5m` after a selector; `@` and subqueries are refused.
+  // A duration in a range or after offset: Prometheus's units (5m, 1h30m), or a plain number
+  // of seconds (`[10]`, `offset 1.5`; standard since Prometheus 3.0).
+  Result<int64_t> ParseDurationOrSeconds(size_t dur_pos, bool allow_zero) {
+    while (pos_ < s_.size() &&
+           (std::isalnum(static_cast<unsigned char>(s_[pos_])) || s_[pos_] == '.'))
+      ++pos_;
+    const std::string_view text = s_.substr(dur_pos, pos_ - dur_pos);
+    const bool numeric = !text.empty() && std::all_of(text.begin(), text.end(), [](char c) {
+      return std::isdigit(static_cast<unsigned char>(c)) || c == '.';
+    });
+    if (!numeric) {
+      if (allow_zero && text == "0") return int64_t{0};
+      auto d = ParseDurationMs(text, opts_.max_duration_ms);
+      if (!d.ok()) return Error(dur_pos, d.status().message());
+      return *d;
+    }
+    double secs = 0;
+    const auto r = std::from_chars(text.data(), text.data() + text.size(), secs);
+    if (r.ec != std::errc() || r.ptr != text.data() + text.size())
+      return Error(dur_pos, "bad duration \"" + std::string(text) + "\"");
+    if (!(secs * 1000 <= static_cast<double>(opts_.max_duration_ms)))
+      return Error(dur_pos, "bad duration \"" + std::string(text) + "\": longer than the limit");
+    const auto ms = static_cast<int64_t>(std::llround(secs * 1000));
+    if (ms <= 0 && !allow_zero) return Error(dur_pos, "duration must be greater than 0");
+    return ms;
+  }
+
+  // `@ <unix seconds>`, `@ start()`, `@ end()`.
+  Status ParseAt(Expr* e, size_t at) {
+    if (e->kind != Expr::Kind::kVectorSelector && e->kind != Expr::Kind::kMatrixSelector)
+      return Error(at,
+                   "@ modifier must be preceded by an instant vector selector or range vector "
+                   "selector or a subquery");
+    if (e->at != Expr::At::kNone) return Error(at, "@ <timestamp> may not be set multiple times");
+    ++pos_;
+    SkipSpace();
+    const std::string_view w = PeekWord();
+    if (w == "start" || w == "end") {
+      pos_ += w.size();
+      GW_RETURN_IF_ERROR(Expect('(', "in @ modifier"));
+      GW_RETURN_IF_ERROR(Expect(')', "in @ modifier"));
+      e->at = w == "start" ? Expr::At::kStart : Expr::At::kEnd;
+      return Status::Ok();
+    }
+    const size_t num_pos = pos_;
+    bool negative = false;
+    if (pos_ < s_.size() && (s_[pos_] == '-' || s_[pos_] == '+')) {
+      negative = s_[pos_] == '-';
+      ++pos_;
+      SkipSpace();
+    }
+    const std::string_view word = PeekWord();
+    if (EqualsIgnoreCase(word, "inf") || EqualsIgnoreCase(word, "nan"))
+      return Error(num_pos, "timestamp out of bounds for @ modifier: " +
+                                std::string(EqualsIgnoreCase(word, "nan") ? "NaN"
+                                            : negative                    ? "-Inf"
+                                                                          : "Inf"));
+    auto n = ParseNumber();
+    if (!n.ok()) return Error(num_pos, "unexpected " + Describe(num_pos) + " in @ modifier");
+    const double secs = negative ? -(*n)->number : (*n)->number;
+    // Prometheus's timestamp.FromFloatSeconds, within int64 milliseconds.
+    if (!std::isfinite(secs) || std::fabs(secs) > 9.2e15)
+      return Error(num_pos, "timestamp out of bounds for @ modifier: " + FormatNumber(secs));
+    e->at = Expr::At::kTime;
+    e->at_ms = static_cast<int64_t>(std::llround(secs * 1000));
+    return Status::Ok();
+  }
+
+  // Range `[5m]`, `offset 5m` and `@ t` after a selector; subqueries are refused.
   Result<ExprPtr> ParsePostfix(ExprPtr e) {
     while (true) {
       SkipSpace();
       const size_t at = pos_;
       if (pos_ < s_.size() && s_[pos_] == '[') {
-        if (e->kind != Expr::Kind::kVectorSelector || e->offset_ms != 0)
-          return Error(at, e->kind == Expr::Kind::kVectorSelector
-                               ? "a range [..] must come before offset"
-                               : "ranges only allowed for vector selectors (subqueries are not "
-                                 "supported)");
+        if (e->kind != Expr::Kind::kVectorSelector)
+          return Error(at,
+                       "ranges only allowed for vector selectors (subqueries are not supported)");
+        if (e->offset_ms != 0) return Error(at, "no offset modifiers allowed before range");
+        if (e->at != Expr::At::kNone) return Error(at, "no @ modifiers allowed before range");
         ++pos_;
         SkipSpace();
-        const size_t dur_pos = pos_;
-        while (pos_ < s_.size() && std::isalnum(static_cast<unsigned char>(s_[pos_]))) ++pos_;
-        auto range = ParseDurationMs(s_.substr(dur_pos, pos_ - dur_pos), opts_.max_duration_ms);
-        if (!range.ok()) return Error(dur_pos, range.status().message());
+        auto range = ParseDurationOrSeconds(pos_, /*allow_zero=*/false);
+        if (!range.ok()) return range.status();
         SkipSpace();
         if (pos_ < s_.size() && s_[pos_] == ':')
           return Error(pos_, "subqueries are not supported", StatusCode::kNotSupported);
@@ -787,8 +856,10 @@ class Parser {
         e->range_ms = *range;
         continue;
       }
-      if (pos_ < s_.size() && s_[pos_] == '@')
-        return Error(at, "the @ modifier is not supported", StatusCode::kNotSupported);
+      if (pos_ < s_.size() && s_[pos_] == '@') {
+        GW_RETURN_IF_ERROR(ParseAt(e.get(), at));
+        continue;
+      }
       if (EqualsIgnoreCase(PeekWord(), "offset")) {
         if ((e->kind != Expr::Kind::kVectorSelector && e->kind != Expr::Kind::kMatrixSelector) ||
             e->offset_ms != 0)
@@ -802,10 +873,8 @@ class Parser {
           ++pos_;
           SkipSpace();
         }
-        const size_t dur_pos = pos_;
-        while (pos_ < s_.size() && std::isalnum(static_cast<unsigned char>(s_[pos_]))) ++pos_;
-        auto off = ParseDurationMs(s_.substr(dur_pos, pos_ - dur_pos), opts_.max_duration_ms);
-        if (!off.ok()) return Error(dur_pos, off.status().message());
+        auto off = ParseDurationOrSeconds(pos_, /*allow_zero=*/true);
+        if (!off.ok()) return off.status();
         e->offset_ms = negative ? -*off : *off;
         continue;
       }
@@ -1029,6 +1098,13 @@ void AppendMatchers(const Expr& e, std::string* out) {
   }
   if (e.kind == Expr::Kind::kMatrixSelector) *out += "[" + FormatDurationMs(e.range_ms) + "]";
   if (e.offset_ms != 0) *out += " offset " + FormatDurationMs(e.offset_ms);
+  if (e.at == Expr::At::kStart) *out += " @ start()";
+  if (e.at == Expr::At::kEnd) *out += " @ end()";
+  if (e.at == Expr::At::kTime) {
+    char buf[64];
+    std::snprintf(buf, sizeof(buf), " @ %.3f", static_cast<double>(e.at_ms) / 1000);
+    *out += buf;
+  }
 }
 
 std::string JoinLabels(const std::vector<std::string>& v) {

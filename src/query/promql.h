@@ -166,6 +166,11 @@ struct Expr {
   std::vector<store::Matcher> matchers;
   int64_t offset_ms = 0;
   int64_t range_ms = 0;
+  // The @ modifier: the selector is evaluated at a fixed time (at_ms), or at the query's
+  // start or end, whatever the step; offset applies from there.
+  enum class At { kNone, kTime, kStart, kEnd };
+  At at = At::kNone;
+  int64_t at_ms = 0;
 
   BinOp bin_op = BinOp::kAdd;
   bool return_bool = false;

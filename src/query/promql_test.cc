@@ -110,8 +110,8 @@ TEST(PromqlParse, ErrorsNamePositionAndReason) {
   EXPECT_EQ(ErrorOf("x{a=\"b\""),
             "1:8: parse error: unexpected end of input in label matching, expected \",\" or \"}\"");
   EXPECT_EQ(ErrorOf("x +\n  )"), "2:3: parse error: unexpected \")\"");
-  EXPECT_EQ(ErrorOf("x[5]"),
-            "1:3: parse error: bad duration \"5\": expected a unit (ms, s, m, h, d, w, y)");
+  EXPECT_EQ(ErrorOf("x[5x]"),
+            "1:3: parse error: bad duration \"5x\": expected a unit (ms, s, m, h, d, w, y)");
   EXPECT_EQ(ErrorOf("x[0s]"), "1:3: parse error: bad duration \"0s\": must be greater than 0");
   EXPECT_EQ(
       ErrorOf("x[5m1h]"),
@@ -156,12 +156,34 @@ TEST(PromqlParse, ErrorsNamePositionAndReason) {
 }
 
 TEST(PromqlParse, UnsupportedFeaturesSaySo) {
-  for (const char* q : {"x[5m:1m]", "x @ 100", "histogram_avg(rate(x[5m]))"}) {
+  for (const char* q : {"x[5m:1m]", "histogram_avg(rate(x[5m]))"}) {
     auto e = ParseExpr(q);
     ASSERT_FALSE(e.ok()) << q;
     EXPECT_EQ(e.status().code(), StatusCode::kNotSupported) << q;
     EXPECT_NE(e.status().message().find("not supported"), std::string::npos) << q;
   }
+}
+
+// Prometheus 3: a number is a duration in seconds where a duration belongs.
+TEST(PromqlParse, NumbersAsDurations) {
+  EXPECT_EQ(Parsed("x[10]"), "x[10s]");
+  EXPECT_EQ(Parsed("x[1.5]"), "x[1s500ms]");
+  EXPECT_EQ(Parsed("x offset 90"), "x offset 1m30s");
+  EXPECT_EQ(ErrorOf("x[0]"), "1:3: parse error: duration must be greater than 0");
+}
+
+TEST(PromqlParse, AtModifier) {
+  EXPECT_EQ(Parsed("x @ 100"), "x @ 100.000");
+  EXPECT_EQ(Parsed("x[5m] @ 1.5 offset 1m"), "x[5m] offset 1m @ 1.500");
+  EXPECT_EQ(Parsed("x offset 1m @ -100"), "x offset 1m @ -100.000");
+  EXPECT_EQ(Parsed("rate(x[5m] @ start())"), "rate(x[5m] @ start())");
+  EXPECT_EQ(Parsed("x @ end()"), "x @ end()");
+  EXPECT_EQ(ErrorOf("x @ 1 @ 2"), "1:7: parse error: @ <timestamp> may not be set multiple times");
+  EXPECT_EQ(ErrorOf("x @ 1 [5m]"), "1:7: parse error: no @ modifiers allowed before range");
+  EXPECT_EQ(ErrorOf("sum(x) @ 1"),
+            "1:8: parse error: @ modifier must be preceded by an instant vector selector or range "
+            "vector selector or a subquery");
+  EXPECT_EQ(ErrorOf("x @ Inf"), "1:5: parse error: timestamp out of bounds for @ modifier: Inf");
 }
 
 TEST(PromqlParse, GroupModifiers) {

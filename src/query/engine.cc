@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cmath>
 #include <limits>
+#include <map>
 #include <memory>
 #include <numbers>
 #include <optional>
@@ -750,6 +751,8 @@ Value ScalarValue(double v) {
 
 Status Exhausted(const std::string& what) { return Status::ResourceExhausted(what); }
 
+Status CheckUniqueLabels(Vector* v);
+
 class Evaluator {
  public:
   Evaluator(const store::Querier& q, const EngineOptions& o, int64_t start_ms, int64_t end_ms,
@@ -759,12 +762,21 @@ class Evaluator {
   }
 
   // Reads every selector's data once, for all steps.
-  Status Load(const Expr& e, const Expr* parent) {
+  Status Load(const Expr& e, const Expr* parent) { return Load(e, parent, start_ms_, end_ms_); }
+
+  // As Load, for steps from `first_t` to `last_t`: a subquery's selectors are evaluated at its
+  // own steps, back to a range before the first outer step.
+  Status Load(const Expr& e, const Expr* parent, int64_t first_t, int64_t last_t) {
     if (e.kind == Expr::Kind::kVectorSelector || e.kind == Expr::Kind::kMatrixSelector)
-      return LoadSelector(e, parent);
+      return LoadSelector(e, parent, first_t, last_t);
+    if (e.kind == Expr::Kind::kSubquery) {
+      const int64_t lo = (e.at == Expr::At::kNone ? first_t : AtTime(e)) - e.offset_ms;
+      const int64_t hi = (e.at == Expr::At::kNone ? last_t : AtTime(e)) - e.offset_ms;
+      return Load(*e.lhs, &e, SubqueryFirstStep(e, lo), hi);
+    }
     for (const Expr* c : {e.lhs.get(), e.rhs.get(), e.param.get()})
-      if (c) GW_RETURN_IF_ERROR(Load(*c, &e));
-    for (const auto& a : e.args) GW_RETURN_IF_ERROR(Load(*a, &e));
+      if (c) GW_RETURN_IF_ERROR(Load(*c, &e, first_t, last_t));
+    for (const auto& a : e.args) GW_RETURN_IF_ERROR(Load(*a, &e, first_t, last_t));
     return Status::Ok();
   }
 
@@ -834,6 +846,17 @@ class Evaluator {
         return Call(e, t);
       case Expr::Kind::kAggregate:
         return Aggregate(e, t);
+      case Expr::Kind::kSubquery: {
+        auto series = Subquery(e, t);
+        if (!series.ok()) return series.status();
+        Value out;
+        out.type = ValueType::kMatrix;
+        for (auto& s : *series) {
+          GW_RETURN_IF_ERROR(AddSamples(static_cast<int64_t>(s.points.size())));
+          out.mat.push_back(std::move(s));
+        }
+        return out;
+      }
     }
     return Status::Internal("unknown expression kind");
   }
@@ -901,15 +924,15 @@ class Evaluator {
     return Tier::kRaw;
   }
 
-  Status LoadSelector(const Expr& e, const Expr* parent) {
+  Status LoadSelector(const Expr& e, const Expr* parent, int64_t span_first, int64_t span_last) {
     GW_RETURN_IF_ERROR(CheckTime());
     const bool matrix = e.kind == Expr::Kind::kMatrixSelector;
     const bool prefers_raw =
         parent && parent->kind == Expr::Kind::kCall && PrefersRaw(parent->func);
     const int64_t lookback = o_.lookback.count();
-    // With @ every step reads the same instant; else the query's span.
-    const int64_t first_t = e.at == Expr::At::kNone ? start_ms_ : AtTime(e);
-    const int64_t last_t = e.at == Expr::At::kNone ? end_ms_ : AtTime(e);
+    // With @ every step reads the same instant; else the steps' span.
+    const int64_t first_t = e.at == Expr::At::kNone ? span_first : AtTime(e);
+    const int64_t last_t = e.at == Expr::At::kNone ? span_last : AtTime(e);
     const int64_t need_min = first_t - e.offset_ms - (matrix ? e.range_ms : lookback);
     const Tier tier = ChooseTier(need_min, matrix ? e.range_ms : 0, prefers_raw);
     tiers_.push_back(tier);
@@ -969,6 +992,61 @@ class Evaluator {
         return e.at_ms;
     }
   }
+  int64_t SubqueryStep(const Expr& e) const {
+    return e.step_ms > 0 ? e.step_ms : std::max<int64_t>(1, o_.default_subquery_step.count());
+  }
+  // A subquery's steps are the multiples of its resolution (Prometheus aligns them to the
+  // epoch, so overlapping windows of successive outer steps share them); the first one after
+  // `lo - range`.
+  int64_t SubqueryFirstStep(const Expr& e, int64_t lo) const {
+    const int64_t step = SubqueryStep(e);
+    return (FloorDiv(lo - e.range_ms, step) + 1) * step;
+  }
+
+  // The subquery's series in its window at outer step t, (t' - range, t'] with t' its @ time
+  // or t, minus its offset: the inner expression evaluated at each multiple of the resolution
+  // there. Inner results are kept by time, so a range query's overlapping windows evaluate
+  // each inner step once.
+  Result<std::vector<Series>> Subquery(const Expr& e, int64_t t) {
+    const int64_t hi = SelectorTime(e, t);
+    const int64_t step = SubqueryStep(e);
+    auto& cache = subquery_cache_[&e];
+    cache.erase(cache.begin(), cache.lower_bound(hi - e.range_ms));
+    std::map<Labels, size_t> index;
+    std::vector<Series> out;
+    for (int64_t ti = SubqueryFirstStep(e, hi); ti <= hi; ti += step) {
+      GW_RETURN_IF_ERROR(CheckTime());
+      auto it = cache.find(ti);
+      if (it == cache.end()) {
+        auto v = Eval(*e.lhs, ti);
+        if (!v.ok()) return v.status();
+        GW_RETURN_IF_ERROR(CheckUniqueLabels(&v->vec));
+        it = cache.emplace(ti, std::move(v->vec)).first;
+      }
+      GW_RETURN_IF_ERROR(AddWork(static_cast<int64_t>(it->second.size()) + 1));
+      for (const auto& s : it->second) {
+        auto [pos, fresh] = index.try_emplace(s.metric.get(), out.size());
+        if (fresh) out.push_back(Series{s.metric, {}});
+        out[pos->second].points.push_back({ti, s.value});
+      }
+    }
+    std::sort(out.begin(), out.end(),
+              [](const Series& a, const Series& b) { return a.metric < b.metric; });
+    return out;
+  }
+
+  // A window over points a subquery produced, for the range functions.
+  static Window PointsWindow(const std::vector<store::Sample>& points, int64_t end_ms,
+                             int64_t range_ms) {
+    Window w;
+    w.s = points.data();
+    w.n = points.size();
+    w.start_ms = end_ms - range_ms;
+    w.end_ms = end_ms;
+    w.range_ms = range_ms;
+    return w;
+  }
+
   // Where a selector looks at step t: its @ time or t, moved back by its offset.
   int64_t SelectorTime(const Expr& e, int64_t t) const {
     return (e.at == Expr::At::kNone ? t : AtTime(e)) - e.offset_ms;
@@ -1078,6 +1156,21 @@ class Evaluator {
         params.push_back(*p);
       }
       const bool keeps_name = f == Func::kLastOverTime || f == Func::kFirstOverTime;
+      if (sel->kind == Expr::Kind::kSubquery) {
+        auto series = Subquery(*sel, t);
+        if (!series.ok()) return series.status();
+        const int64_t end = SelectorTime(*sel, t);
+        std::vector<store::Sample> points;
+        for (auto& s : *series) {
+          points.clear();
+          for (const auto& p : s.points) points.push_back({p.t_ms, p.value});
+          auto v = OverTime(f, PointsWindow(points, end, sel->range_ms), params, end);
+          if (!v) continue;
+          out.vec.push_back(
+              {keeps_name ? s.metric : SharedLabels(DropName(s.metric.get())), *v, t});
+        }
+        return out;
+      }
       const Loaded& d = Data(*sel);
       for (const auto& ls : d.series) {
         const Window w = WindowAt(d, ls, SelectorTime(*sel, t), sel->range_ms);
@@ -1295,7 +1388,11 @@ class Evaluator {
     Value out;
     out.type = ValueType::kVector;
     bool present = false;
-    if (e.func == Func::kAbsentOverTime) {
+    if (e.func == Func::kAbsentOverTime && arg.kind == Expr::Kind::kSubquery) {
+      auto series = Subquery(arg, t);
+      if (!series.ok()) return series.status();
+      present = !series->empty();
+    } else if (e.func == Func::kAbsentOverTime) {
       const Loaded& d = Data(arg);
       for (const auto& ls : d.series)
         if (WindowAt(d, ls, SelectorTime(arg, t), arg.range_ms).n > 0) present = true;
@@ -1739,6 +1836,7 @@ class Evaluator {
   const int64_t start_ms_, end_ms_, step_ms_;
   store::TierCoverage coverage_[store::kNumTiers];
   std::unordered_map<const Expr*, Loaded> data_;
+  std::unordered_map<const Expr*, std::map<int64_t, Vector>> subquery_cache_;
   std::unordered_map<const Expr*, std::unique_ptr<re2::RE2>> regex_cache_;
   std::vector<Tier> tiers_;
   int64_t samples_ = 0;

@@ -39,6 +39,9 @@ inline constexpr int64_t kMaxTimeMs = 9'223'372'036'854;
 struct EngineOptions {
   // How far back an instant selector looks for a sample (Prometheus's lookback delta).
   std::chrono::milliseconds lookback{std::chrono::minutes(5)};
+  // A subquery written without a resolution (`x[5m:]`) steps by this: Prometheus's default
+  // global evaluation_interval.
+  std::chrono::milliseconds default_subquery_step{std::chrono::minutes(1)};
   // Samples (raw samples or rollup buckets) read from the store plus points held in a range
   // query's result, per query.
   int64_t max_samples = 50'000'000;

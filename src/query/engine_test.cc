@@ -837,3 +837,52 @@ TEST(EngineAt, SelectorsAtAFixedTimeStartOrEnd) {
 
 }  // namespace
 }  // namespace gpuwatch::query
+
+namespace gpuwatch::query {
+namespace {
+
+// Subqueries: the inner expression at every multiple of the resolution in (t - range, t].
+TEST(EngineSubquery, InnerStepsAlignedToTheResolution) {
+  MemoryQuerier q;
+  q.Add(L({{"__name__", "m"}}), Gen(kT0, kT0 + 20 * kMin, 15'000, [](double s) { return s; }));
+  EngineOptions o;
+  const auto value = [&](const std::string& query, int64_t t) {
+    auto r = InstantQuery(q, o, query, t);
+    EXPECT_TRUE(r.ok()) << query << ": " << r.status().message();
+    if (!r.ok() || r->vector.size() != 1) return -12345.0;
+    return r->vector[0].value;
+  };
+  const int64_t t = kT0 + 10 * kMin;
+  // Steps 8m30s, 9m, 9m30s, 10m: m there is 510 … 600.
+  EXPECT_EQ(value("max_over_time(m[2m:30s])", t), 600);
+  EXPECT_EQ(value("min_over_time(m[2m:30s])", t), 510);
+  EXPECT_EQ(value("count_over_time(m[2m:30s])", t), 4);
+  // An outer step off the grid: steps 8m30s … 10m again for t = 10m10s.
+  EXPECT_EQ(value("count_over_time(m[2m:30s])", t + 10'000), 4);
+  EXPECT_EQ(value("max_over_time(m[2m:30s])", t + 10'000), 600);
+  // Without a resolution: the default 1m. Nested, and with offset.
+  EXPECT_EQ(value("count_over_time(m[5m:])", t), 5);
+  EXPECT_DOUBLE_EQ(value("max_over_time(rate(m[1m])[5m:1m])", t), 1);
+  EXPECT_EQ(value("max_over_time(m[2m:30s] offset 1m)", t), 540);
+  EXPECT_EQ(value("max_over_time(m[2m:30s] @ 300)", t), -12345.0) << "before the data";
+  // A subquery alone, in an instant query, is a range vector.
+  auto r = InstantQuery(q, o, "rate(m[1m])[5m:1m]", t);
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  ASSERT_EQ(r->matrix.size(), 1u);
+  ASSERT_EQ(r->matrix[0].points.size(), 5u);
+  EXPECT_EQ(r->matrix[0].points.back().t_ms, t);
+  for (const auto& p : r->matrix[0].points) EXPECT_DOUBLE_EQ(p.value, 1);
+  // Over a range query, the grid points are the raw samples: the same as the raw window.
+  auto sub = RangeQuery(q, o, "sum_over_time(m[1m:15s])", kT0 + 2 * kMin, kT0 + 19 * kMin, kMin);
+  auto raw = RangeQuery(q, o, "sum_over_time(m[1m])", kT0 + 2 * kMin, kT0 + 19 * kMin, kMin);
+  ASSERT_TRUE(sub.ok() && raw.ok());
+  ASSERT_EQ(sub->matrix.size(), 1u);
+  ASSERT_EQ(sub->matrix[0].points.size(), raw->matrix[0].points.size());
+  for (size_t i = 0; i < raw->matrix[0].points.size(); ++i)
+    EXPECT_EQ(sub->matrix[0].points[i].value, raw->matrix[0].points[i].value) << i;
+  // A range query may not return a range vector.
+  EXPECT_FALSE(RangeQuery(q, o, "m[5m:1m]", kT0, kT0 + kMin, 15'000).ok());
+}
+
+}  // namespace
+}  // namespace gpuwatch::query

@@ -791,9 +791,14 @@ class Parser {
     return ms;
   }
 
+  static bool TakesModifiers(const Expr& e) {
+    return e.kind == Expr::Kind::kVectorSelector || e.kind == Expr::Kind::kMatrixSelector ||
+           e.kind == Expr::Kind::kSubquery;
+  }
+
   // `@ <unix seconds>`, `@ start()`, `@ end()`.
   Status ParseAt(Expr* e, size_t at) {
-    if (e->kind != Expr::Kind::kVectorSelector && e->kind != Expr::Kind::kMatrixSelector)
+    if (!TakesModifiers(*e))
       return Error(at,
                    "@ modifier must be preceded by an instant vector selector or range vector "
                    "selector or a subquery");
@@ -832,24 +837,45 @@ class Parser {
     return Status::Ok();
   }
 
-  // Range `[5m]`, `offset 5m` and `@ t` after a selector; subqueries are refused.
+  // Range `[5m]`, subquery `[30m:1m]`, `offset 5m` and `@ t` after an expression.
   Result<ExprPtr> ParsePostfix(ExprPtr e) {
     while (true) {
       SkipSpace();
       const size_t at = pos_;
       if (pos_ < s_.size() && s_[pos_] == '[') {
-        if (e->kind != Expr::Kind::kVectorSelector)
-          return Error(at,
-                       "ranges only allowed for vector selectors (subqueries are not supported)");
-        if (e->offset_ms != 0) return Error(at, "no offset modifiers allowed before range");
-        if (e->at != Expr::At::kNone) return Error(at, "no @ modifiers allowed before range");
         ++pos_;
         SkipSpace();
         auto range = ParseDurationOrSeconds(pos_, /*allow_zero=*/false);
         if (!range.ok()) return range.status();
         SkipSpace();
-        if (pos_ < s_.size() && s_[pos_] == ':')
-          return Error(pos_, "subqueries are not supported", StatusCode::kNotSupported);
+        if (TakeChar(':')) {
+          // A subquery: any instant vector expression, evaluated every step over the range.
+          if (e->type != V)
+            return Error(at, "subquery is only allowed on instant vector, got " +
+                                 std::string(TypeWords(e->type)) + " instead");
+          SkipSpace();
+          int64_t step = 0;
+          if (!Peek(']')) {
+            auto st = ParseDurationOrSeconds(pos_, /*allow_zero=*/false);
+            if (!st.ok()) return st.status();
+            step = *st;
+          }
+          GW_RETURN_IF_ERROR(Expect(']', "in subquery"));
+          auto sq = std::make_unique<Expr>();
+          sq->kind = Expr::Kind::kSubquery;
+          sq->type = M;
+          sq->pos = at;
+          sq->range_ms = *range;
+          sq->step_ms = step;
+          sq->lhs = std::move(e);
+          GW_RETURN_IF_ERROR(SetHeight(sq.get(), at));
+          e = std::move(sq);
+          continue;
+        }
+        if (e->kind != Expr::Kind::kVectorSelector)
+          return Error(at, "ranges only allowed for vector selectors");
+        if (e->offset_ms != 0) return Error(at, "no offset modifiers allowed before range");
+        if (e->at != Expr::At::kNone) return Error(at, "no @ modifiers allowed before range");
         GW_RETURN_IF_ERROR(Expect(']', "in range"));
         e->kind = Expr::Kind::kMatrixSelector;
         e->type = M;
@@ -861,11 +887,10 @@ class Parser {
         continue;
       }
       if (EqualsIgnoreCase(PeekWord(), "offset")) {
-        if ((e->kind != Expr::Kind::kVectorSelector && e->kind != Expr::Kind::kMatrixSelector) ||
-            e->offset_ms != 0)
+        if (!TakesModifiers(*e) || e->offset_ms != 0)
           return Error(at,
                        "offset modifier must be preceded by an instant vector selector or "
-                       "range vector selector");
+                       "range vector selector or a subquery");
         pos_ += 6;
         SkipSpace();
         const bool negative = pos_ < s_.size() && s_[pos_] == '-';
@@ -1079,6 +1104,8 @@ std::string QuoteString(const std::string& s) {
   return out + "\"";
 }
 
+void AppendModifiers(const Expr& e, std::string* out);
+
 void AppendMatchers(const Expr& e, std::string* out) {
   std::string name;
   std::vector<std::string> rest;
@@ -1097,6 +1124,10 @@ void AppendMatchers(const Expr& e, std::string* out) {
     *out += '}';
   }
   if (e.kind == Expr::Kind::kMatrixSelector) *out += "[" + FormatDurationMs(e.range_ms) + "]";
+  AppendModifiers(e, out);
+}
+
+void AppendModifiers(const Expr& e, std::string* out) {
   if (e.offset_ms != 0) *out += " offset " + FormatDurationMs(e.offset_ms);
   if (e.at == Expr::At::kStart) *out += " @ start()";
   if (e.at == Expr::At::kEnd) *out += " @ end()";
@@ -1215,6 +1246,9 @@ std::string ExprToString(const Expr& e) {
       if (e.return_bool) op += " bool";
       if (e.has_matching)
         op += std::string(e.matching_on ? " on" : " ignoring") + JoinLabels(e.matching_labels);
+      if (e.card != Expr::Card::kOneToOne)
+        op += std::string(e.card == Expr::Card::kManyToOne ? " group_left" : " group_right") +
+              JoinLabels(e.include_labels);
       return "(" + ExprToString(*e.lhs) + " " + op + " " + ExprToString(*e.rhs) + ")";
     }
     case Expr::Kind::kCall: {
@@ -1222,6 +1256,12 @@ std::string ExprToString(const Expr& e) {
       out += '(';
       for (size_t i = 0; i < e.args.size(); ++i) out += (i ? ", " : "") + ExprToString(*e.args[i]);
       return out + ")";
+    }
+    case Expr::Kind::kSubquery: {
+      std::string out = ExprToString(*e.lhs) + "[" + FormatDurationMs(e.range_ms) + ":" +
+                        (e.step_ms ? FormatDurationMs(e.step_ms) : "") + "]";
+      AppendModifiers(e, &out);
+      return out;
     }
     case Expr::Kind::kAggregate: {
       std::string out(AggOpName(e.agg_op));

@@ -154,6 +154,7 @@ struct Expr {
     kBinary,          // bin_op, lhs, rhs, return_bool, matching
     kCall,            // func, args
     kAggregate,       // agg_op, without, grouping, param (or null), lhs = the aggregated vector
+    kSubquery,        // lhs[range_ms:step_ms] offset_ms @ at: lhs evaluated every step_ms
   };
   Kind kind = Kind::kNumber;
   ValueType type = ValueType::kScalar;  // what evaluating the node yields
@@ -166,6 +167,7 @@ struct Expr {
   std::vector<store::Matcher> matchers;
   int64_t offset_ms = 0;
   int64_t range_ms = 0;
+  int64_t step_ms = 0;  // a subquery's resolution; 0: EngineOptions::default_subquery_step
   // The @ modifier: the selector is evaluated at a fixed time (at_ms), or at the query's
   // start or end, whatever the step; offset applies from there.
   enum class At { kNone, kTime, kStart, kEnd };

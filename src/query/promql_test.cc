@@ -145,7 +145,7 @@ TEST(PromqlParse, ErrorsNamePositionAndReason) {
   EXPECT_EQ(ErrorOf("x{a=~\"(\"}"), "1:3: parse error: bad regex '(': missing ): ^(?:()$");
   EXPECT_EQ(ErrorOf("rate(x[5m]) offset 1m"),
             "1:13: parse error: offset modifier must be preceded by an instant vector selector or "
-            "range vector selector");
+            "range vector selector or a subquery");
   EXPECT_EQ(ErrorOf("5m"),
             "1:1: parse error: unexpected \"5m\" (durations are only allowed in a range [..] or "
             "after offset)");
@@ -156,7 +156,7 @@ TEST(PromqlParse, ErrorsNamePositionAndReason) {
 }
 
 TEST(PromqlParse, UnsupportedFeaturesSaySo) {
-  for (const char* q : {"x[5m:1m]", "histogram_avg(rate(x[5m]))"}) {
+  for (const char* q : {"histogram_avg(rate(x[5m]))", "limitk(1, x)"}) {
     auto e = ParseExpr(q);
     ASSERT_FALSE(e.ok()) << q;
     EXPECT_EQ(e.status().code(), StatusCode::kNotSupported) << q;
@@ -184,6 +184,22 @@ TEST(PromqlParse, AtModifier) {
             "1:8: parse error: @ modifier must be preceded by an instant vector selector or range "
             "vector selector or a subquery");
   EXPECT_EQ(ErrorOf("x @ Inf"), "1:5: parse error: timestamp out of bounds for @ modifier: Inf");
+}
+
+TEST(PromqlParse, Subqueries) {
+  EXPECT_EQ(Parsed("rate(x[5m])[30m:1m]"), "rate(x[5m])[30m:1m]");
+  EXPECT_EQ(Parsed("x[10m:]"), "x[10m:]");
+  EXPECT_EQ(Parsed("(a + b)[5m:1m] offset 1m @ 100"), "(a + b)[5m:1m] offset 1m @ 100.000");
+  EXPECT_EQ(Parsed("max_over_time(x offset 5m[10m:30s])"), "max_over_time(x offset 5m[10m:30s])");
+  EXPECT_EQ(Parsed("max_over_time(x[1h:5m])[2h:10m]"), "max_over_time(x[1h:5m])[2h:10m]")
+      << "nested";
+  EXPECT_EQ(ErrorOf("1[5m:1m]"),
+            "1:2: parse error: subquery is only allowed on instant vector, got scalar instead");
+  EXPECT_EQ(ErrorOf("x[5m][10m:1m]"),
+            "1:6: parse error: subquery is only allowed on instant vector, got range vector "
+            "instead");
+  EXPECT_EQ(ErrorOf("x offset 5m[10m]"),
+            "1:12: parse error: no offset modifiers allowed before range");
 }
 
 TEST(PromqlParse, GroupModifiers) {

@@ -1720,7 +1720,7 @@ class Evaluator {
     const AggOp op = e.agg_op;
     // Prometheus converts k to an int64 before looking at the input: NaN and values past the
     // range are errors, even over an empty vector.
-    if ((op == AggOp::kTopk || op == AggOp::kBottomk) &&
+    if ((op == AggOp::kTopk || op == AggOp::kBottomk || op == AggOp::kLimitk) &&
         !(param <= 9223372036854774784.0 && param >= -9223372036854775808.0))
       return Status::InvalidArgument("Scalar value " + FormatValue(param) + " overflows int64");
     std::vector<std::string> grouping = e.grouping;
@@ -1803,6 +1803,20 @@ class Evaluator {
         case AggOp::kQuantile:
           r = Quantile(param, values());
           break;
+        case AggOp::kLimitk: {
+          // Prometheus's limitk: any k of the group; it takes them in input order, which for
+          // both is series order (sorted by labels).
+          if (!(param >= 1)) continue;
+          const size_t k = param >= static_cast<double>(g.members.size())
+                               ? g.members.size()
+                               : static_cast<size_t>(param);
+          for (size_t i = 0; i < k; ++i) {
+            InstantSample s = std::move(vec[g.members[i]]);
+            s.t_ms = t;
+            out.vec.push_back(std::move(s));
+          }
+          continue;
+        }
         case AggOp::kTopk:
         case AggOp::kBottomk: {
           if (!(param >= 1)) continue;

@@ -792,6 +792,13 @@ TEST(EngineFunctions, TheStandardFunctionsAnswerAsPrometheus) {
   EXPECT_EQ(store::LabelValue(r.vector[2].metric, "instance"), "n10");
   r = at(R"(sort_by_label_desc(up, "instance"))", kT0);
   EXPECT_EQ(store::LabelValue(r.vector[0].metric, "instance"), "n10");
+  // limitk: k series of each group as they come (by labels), names kept.
+  r = at("limitk(2, up)", kT0);
+  ASSERT_EQ(r.vector.size(), 2u);
+  EXPECT_EQ(store::LabelValue(r.vector[0].metric, "__name__"), "up");
+  EXPECT_EQ(at("limitk(5, up)", kT0).vector.size(), 3u);
+  EXPECT_EQ(at("limitk by (instance) (1, up)", kT0).vector.size(), 3u);
+  EXPECT_FALSE(InstantQuery(q, o, "limitk(NaN, up)", kT0).ok());
 }
 
 }  // namespace

@@ -78,6 +78,7 @@ constexpr AggInfo kAggs[] = {
     {AggOp::kStddev, "stddev", false},    {AggOp::kStdvar, "stdvar", false},
     {AggOp::kQuantile, "quantile", true}, {AggOp::kTopk, "topk", true},
     {AggOp::kBottomk, "bottomk", true},   {AggOp::kCountValues, "count_values", true},
+    {AggOp::kLimitk, "limitk", true},
 };
 
 constexpr ValueType S = ValueType::kScalar;
@@ -183,7 +184,6 @@ constexpr std::string_view kUnsupportedFuncs[] = {
     "holt_winters",
     "info",
     "limit_ratio",
-    "limitk",
     "ts_of_first_over_time",
     "ts_of_last_over_time",
     "ts_of_max_over_time",
@@ -451,6 +451,15 @@ class Parser {
                                             "clause at once");
         }
       }
+      SkipSpace();
+      if (const std::string_view w = PeekWord();
+          (w == "fill" || w == "fill_left" || w == "fill_right") &&
+          s_.substr(pos_ + w.size()).starts_with("("))
+        return Error(pos_,
+                     "the " + std::string(w) +
+                         "() binary operator modifier (experimental in Prometheus) is not "
+                         "supported",
+                     StatusCode::kNotSupported);
       // ^ is right-associative; the others are left-associative.
       auto rhs = ParseBinary(op == BinOp::kPow ? prec : prec + 1);
       if (!rhs.ok()) return rhs.status();
@@ -771,6 +780,9 @@ class Parser {
            (std::isalnum(static_cast<unsigned char>(s_[pos_])) || s_[pos_] == '.'))
       ++pos_;
     const std::string_view text = s_.substr(dur_pos, pos_ - dur_pos);
+    if (pos_ < s_.size() && s_[pos_] == '(')  // (5m + 1m), step(), range()
+      return Error(dur_pos, "duration expressions (experimental in Prometheus) are not supported",
+                   StatusCode::kNotSupported);
     const bool numeric = !text.empty() && std::all_of(text.begin(), text.end(), [](char c) {
       return std::isdigit(static_cast<unsigned char>(c)) || c == '.';
     });
@@ -848,6 +860,9 @@ class Parser {
         auto range = ParseDurationOrSeconds(pos_, /*allow_zero=*/false);
         if (!range.ok()) return range.status();
         SkipSpace();
+        if (pos_ < s_.size() && std::string_view("+-*/%^").find(s_[pos_]) != std::string_view::npos)
+          return Error(pos_, "duration expressions (experimental in Prometheus) are not supported",
+                       StatusCode::kNotSupported);
         if (TakeChar(':')) {
           // A subquery: any instant vector expression, evaluated every step over the range.
           if (e->type != V)
@@ -886,6 +901,11 @@ class Parser {
         GW_RETURN_IF_ERROR(ParseAt(e.get(), at));
         continue;
       }
+      if (const std::string_view w = PeekWord(); w == "anchored" || w == "smoothed")
+        return Error(at,
+                     "the " + std::string(w) +
+                         " range selector modifier (experimental in Prometheus) is not supported",
+                     StatusCode::kNotSupported);
       if (EqualsIgnoreCase(PeekWord(), "offset")) {
         if (!TakesModifiers(*e) || e->offset_ms != 0)
           return Error(at,

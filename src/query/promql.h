@@ -60,6 +60,7 @@ enum class AggOp {
   kQuantile,
   kTopk,
   kBottomk,
+  kLimitk,  // the first k series of each group, in input (label) order
   kCountValues,
 };
 std::string_view AggOpName(AggOp op);

@@ -156,7 +156,10 @@ TEST(PromqlParse, ErrorsNamePositionAndReason) {
 }
 
 TEST(PromqlParse, UnsupportedFeaturesSaySo) {
-  for (const char* q : {"histogram_avg(rate(x[5m]))", "limitk(1, x)"}) {
+  for (const char* q : {"histogram_avg(rate(x[5m]))", "limit_ratio(0.5, x)",
+                        // Prometheus 3's experimental syntax.
+                        "rate(x[5m+1m])", "x offset (1h)", "x[step()]", "x[5m] anchored",
+                        "rate(x[5m] smoothed)", "a + fill(0) b", "a * on(g) fill_left(1) b"}) {
     auto e = ParseExpr(q);
     ASSERT_FALSE(e.ok()) << q;
     EXPECT_EQ(e.status().code(), StatusCode::kNotSupported) << q;

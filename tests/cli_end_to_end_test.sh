@@ -92,6 +92,20 @@ for ((i = 0; i < 50; i++)); do
 done
 grep -q '"value":\[[0-9.]*,"[1-9]' "$TMP/inst.json" || fail "no stored DCGM series with instance=$INSTANCE, job=gpuwatch: $(cat "$TMP/inst.json")"
 grep -q 'instance=' "$TMP/m.txt" && fail "/metrics carries an instance label (a scrape adds it)"
+# The dashboard's panel endpoint over the real HTTP server: buckets and a named 400.
+NOW=$(date +%s)
+curl -fsS -G "http://127.0.0.1:$PORT/api/v1/panel" --data-urlencode 'match=DCGM_FI_DEV_GPU_UTIL{gpu="0"}' \
+  --data-urlencode "start=$((NOW - 60))" --data-urlencode "end=$NOW" --data-urlencode width=60 >"$TMP/panel.json" \
+  || fail "/api/v1/panel failed"
+python3 -c '
+import json, sys
+d = json.load(open(sys.argv[1]))["data"]
+assert d["tier"] == "raw" and d["step"] == 1 and len(d["times"]) == 61, d
+s = d["series"][0]
+assert s["metric"]["gpu"] == "0" and any(v is not None for v in s["last"]), s
+' "$TMP/panel.json" || fail "/api/v1/panel: $(head -c 300 "$TMP/panel.json")"
+code=$(curl -s -o "$TMP/panel_bad.json" -w '%{http_code}' "http://127.0.0.1:$PORT/api/v1/panel?match=x&start=1&end=2&width=0")
+[ "$code" = 400 ] && grep -q 'parameter ."width."' "$TMP/panel_bad.json" || fail "/api/v1/panel width=0: $code $(cat "$TMP/panel_bad.json")"
 grep -q '^gpuwatch_xid_errors_total{gpu="1".*xid="31"} 1$' "$TMP/m.txt" || fail "XID 31 on GPU 1 not counted"
 grep -q '^DCGM_FI_DEV_GPU_UTIL{gpu="0"' "$TMP/m.txt" || fail "GPU 0 no longer served after GPU 2 was lost"
 grep -q '^DCGM_FI_DEV_GPU_UTIL{gpu="2"' "$TMP/m.txt" && fail "lost GPU 2 still reports utilization"

@@ -12,6 +12,7 @@
 #include "server/event_api.h"
 #include "server/exposition.h"
 #include "server/gzip.h"
+#include "server/panel_api.h"
 #include "server/query_api.h"
 #include "server/remote_write_handler.h"
 #include "topo/archive.h"
@@ -363,6 +364,16 @@ void HttpServer::AddQueryRoutes() {
     srv.Route("GET", path, query);
     srv.Route("POST", path, query, {.parse_form = true});
   }
+  // The dashboard's charts, downsampled here (server/panel_api.h).
+  srv.Route("GET", std::string(kPanelApiPath), [this](const Request& req, Response& res) {
+    ApiRequest api;
+    api.path = req.path;
+    for (const auto& [k, v] : req.params) api.params.emplace(k, v);
+    api.now_ms = WallClockMs();
+    const ApiResponse r = HandlePanelApi(*store_, api);
+    res.status = r.http_status;
+    res.Set(r.body, "application/json");
+  });
 }
 
 Status HttpServer::Start(const ListenAddress& addr) {

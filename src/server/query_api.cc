@@ -432,6 +432,10 @@ Result<int64_t> ParseApiDurationMs(std::string_view text) {
   return d;
 }
 
+ApiResponse ApiError(int http_status, std::string_view type, std::string_view message) {
+  return Error(http_status, type, message);
+}
+
 bool IsQueryApiPath(std::string_view path) {
   if (path.substr(0, kPrefix.size()) != kPrefix) return false;
   const std::string_view rest = path.substr(kPrefix.size());

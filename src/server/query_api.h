@@ -47,5 +47,8 @@ Result<int64_t> ParseApiTimestampMs(std::string_view text);
 Result<int64_t> ParseApiDurationMs(std::string_view text);
 // Prometheus's rendering of a sample value: shortest round-trip, "+Inf", "-Inf", "NaN".
 std::string FormatSampleValue(double v);
+// Prometheus's error body ({"status":"error","errorType":…,"error":…}), for the other JSON
+// APIs that answer in the same shape (the panel endpoint).
+ApiResponse ApiError(int http_status, std::string_view type, std::string_view message);
 
 }  // namespace gpuwatch::server

@@ -838,9 +838,25 @@ class Parser {
                                 std::string(EqualsIgnoreCase(word, "nan") ? "NaN"
                                             : negative                    ? "-Inf"
                                                                           : "Inf"));
-    auto n = ParseNumber();
-    if (!n.ok()) return Error(num_pos, "unexpected " + Describe(num_pos) + " in @ modifier");
-    const double secs = negative ? -(*n)->number : (*n)->number;
+    double secs = 0;
+    // A duration counts from the epoch (`@ 1m40s` is `@ 100`), as Prometheus reads it.
+    size_t end = pos_;
+    while (end < s_.size() && std::isalnum(static_cast<unsigned char>(s_[end]))) ++end;
+    const std::string_view token = s_.substr(pos_, end - pos_);
+    if (!token.empty() && std::isdigit(static_cast<unsigned char>(token[0])) &&
+        !std::all_of(token.begin(), token.end(),
+                     [](char c) { return std::isdigit(static_cast<unsigned char>(c)); }) &&
+        token.find_first_of("eExX") == std::string_view::npos) {
+      auto d = ParseDurationMs(token, std::numeric_limits<int64_t>::max());
+      if (!d.ok()) return Error(pos_, d.status().message());
+      pos_ = end;
+      secs = static_cast<double>(*d) / 1000;
+    } else {
+      auto n = ParseNumber();
+      if (!n.ok()) return Error(num_pos, "unexpected " + Describe(num_pos) + " in @ modifier");
+      secs = (*n)->number;
+    }
+    if (negative) secs = -secs;
     // Prometheus's timestamp.FromFloatSeconds, within int64 milliseconds.
     if (!std::isfinite(secs) || std::fabs(secs) > 9.2e15)
       return Error(num_pos, "timestamp out of bounds for @ modifier: " + FormatNumber(secs));

@@ -181,6 +181,8 @@ TEST(PromqlParse, AtModifier) {
   EXPECT_EQ(Parsed("x offset 1m @ -100"), "x offset 1m @ -100.000");
   EXPECT_EQ(Parsed("rate(x[5m] @ start())"), "rate(x[5m] @ start())");
   EXPECT_EQ(Parsed("x @ end()"), "x @ end()");
+  EXPECT_EQ(Parsed("x @ 1m40s"), "x @ 100.000") << "a duration counts from the epoch";
+  EXPECT_EQ(Parsed("x @ 1e3"), "x @ 1000.000");
   EXPECT_EQ(ErrorOf("x @ 1 @ 2"), "1:7: parse error: @ <timestamp> may not be set multiple times");
   EXPECT_EQ(ErrorOf("x @ 1 [5m]"), "1:7: parse error: no @ modifiers allowed before range");
   EXPECT_EQ(ErrorOf("sum(x) @ 1"),

@@ -14,6 +14,10 @@ test_pkgs=(libgtest-dev libgmock-dev python3 curl prometheus prometheus-alertman
 bench_pkgs=(libbenchmark-dev prometheus-node-exporter time)
 
 want=("${build_pkgs[@]}")
+# The dashboard's build (web/): node and npm, unless they are there already (from Debian or
+# elsewhere: NodeSource's nodejs carries its own npm and conflicts with Debian's).
+command -v node >/dev/null || want+=(nodejs)
+command -v npm >/dev/null || want+=(npm)
 case "${1:-build}" in
   build) ;;
   test) want+=("${test_pkgs[@]}") ;;

@@ -92,6 +92,18 @@ for ((i = 0; i < 50; i++)); do
 done
 grep -q '"value":\[[0-9.]*,"[1-9]' "$TMP/inst.json" || fail "no stored DCGM series with instance=$INSTANCE, job=gpuwatch: $(cat "$TMP/inst.json")"
 grep -q 'instance=' "$TMP/m.txt" && fail "/metrics carries an instance label (a scrape adds it)"
+# The dashboard at /, from the binary: the page and its two assets, or (a build without node)
+# a page that says why it is missing.
+curl -fsS "http://127.0.0.1:$PORT/" >"$TMP/index.html" || fail "GET / failed"
+if grep -q 'The dashboard was not built' "$TMP/index.html"; then
+  echo "cli_end_to_end_test: the dashboard was not built here: $(grep -o 'not built: [^<]*' "$TMP/index.html")" >&2
+else
+  grep -q '<div id="app"></div>' "$TMP/index.html" || fail "GET / is not the dashboard: $(head -c 200 "$TMP/index.html")"
+  curl -fsS -H 'Accept-Encoding: gzip' -D "$TMP/js.hdr" -o "$TMP/app.js.gz" "http://127.0.0.1:$PORT/assets/app.js" || fail "app.js"
+  grep -qi '^Content-Encoding: gzip' "$TMP/js.hdr" || fail "app.js not gzipped for a gzip client"
+  gzip -dc "$TMP/app.js.gz" | grep -q '/api/v1/panel' || fail "app.js does not read the panel endpoint"
+  curl -fsS -o /dev/null "http://127.0.0.1:$PORT/assets/app.css" || fail "app.css"
+fi
 # The dashboard's panel endpoint over the real HTTP server: buckets and a named 400.
 NOW=$(date +%s)
 curl -fsS -G "http://127.0.0.1:$PORT/api/v1/panel" --data-urlencode 'match=DCGM_FI_DEV_GPU_UTIL{gpu="0"}' \

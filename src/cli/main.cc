@@ -37,6 +37,7 @@
 #include "model/metric_catalog.h"
 #include "server/agent.h"
 #include "server/api.h"
+#include "server/dashboard_assets.h"
 #include "server/http_server.h"
 #include "store/event_store.h"
 #include "store/store.h"
@@ -205,6 +206,8 @@ int ServeAgent(const AgentFlags* flags, const server::AgentOptions& agent_opts,
   GW_LOG_INFO("gpuwatch {} agent on {} serving http://{}:{}/metrics", GPUWATCH_VERSION,
               opts->hostname, url_host, http.port());
   if (!agent.job_socket_path().empty()) GW_LOG_INFO("jobs report to {}", agent.job_socket_path());
+  if (const std::string_view why = server::DashboardNotBuiltReason(); !why.empty())
+    GW_LOG_WARN("the dashboard at / was not built into this binary: {}", why);
   int sig = 0;
   const timespec second{1, 0};
   while (true) {

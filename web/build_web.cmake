@@ -1,0 +1,44 @@
+# One step of the dashboard build, run by web/CMakeLists.txt as `cmake -P`:
+#   STEP=install  npm ci in WORK from SRC's package.json and package-lock.json
+#   STEP=bundle   node build.mjs: SRC/src → OUT/app.js, OUT/app.css
+# A step that cannot run writes OUT/NOT_BUILT with the reason and still succeeds: the agent
+# then builds without the dashboard and its page says why.
+file(MAKE_DIRECTORY ${WORK} ${OUT})
+set(reason "")
+if(NOT NODE OR NOT NPM)
+  set(reason "node and npm were not found when gpuwatch was built (scripts/deps.sh installs them)")
+elseif(STEP STREQUAL "install")
+  file(REMOVE ${OUT}/NOT_BUILT)
+  configure_file(${SRC}/package.json ${WORK}/package.json COPYONLY)
+  configure_file(${SRC}/package-lock.json ${WORK}/package-lock.json COPYONLY)
+  configure_file(${SRC}/build.mjs ${WORK}/build.mjs COPYONLY)
+  # --ignore-scripts: esbuild's binary comes as its platform package; nothing else runs.
+  execute_process(COMMAND ${NPM} ci --no-audit --no-fund --ignore-scripts --loglevel=error
+                  WORKING_DIRECTORY ${WORK} RESULT_VARIABLE rc OUTPUT_VARIABLE out
+                  ERROR_VARIABLE err TIMEOUT 600)
+  if(NOT rc EQUAL 0)
+    string(REGEX REPLACE "\n+$" "" err "${err}")
+    set(reason "npm ci failed (${rc}): ${err}")
+  endif()
+elseif(STEP STREQUAL "bundle")
+  if(EXISTS ${OUT}/NOT_BUILT)
+    file(READ ${OUT}/NOT_BUILT reason)
+  else()
+    configure_file(${SRC}/build.mjs ${WORK}/build.mjs COPYONLY)
+    execute_process(COMMAND ${NODE} ${WORK}/build.mjs ${OUT} ${WORK}/node_modules ${SRC}
+                    RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err TIMEOUT 300)
+    if(NOT rc EQUAL 0)
+      set(reason "the bundle failed (${rc}): ${err}")
+    endif()
+  endif()
+endif()
+if(reason)
+  message(WARNING "gpuwatch: the dashboard is not built: ${reason}")
+  file(WRITE ${OUT}/NOT_BUILT "${reason}")
+  file(REMOVE ${OUT}/app.js ${OUT}/app.css)
+endif()
+if(STEP STREQUAL "install")
+  file(TOUCH ${WORK}/installed.stamp)
+else()
+  file(TOUCH ${OUT}/built.stamp)
+endif()

@@ -676,16 +676,16 @@ int CompareByLabels(const Labels& a, const Labels& b, const std::vector<std::str
   return a < b ? -1 : (b < a ? 1 : 0);
 }
 
-// Prometheus's BucketQuantile over classic buckets: (upper bound, cumulative count) pairs.
-double BucketQuantile(double q, std::vector<std::pair<double, double>> buckets) {
-  if (std::isnan(q)) return kNaN;
-  if (q < 0) return -std::numeric_limits<double>::infinity();
-  if (q > 1) return std::numeric_limits<double>::infinity();
+// Classic buckets as Prometheus prepares them: sorted by upper bound, buckets with the same
+// bound (series differing in other labels) added up, counts made non-decreasing (differences
+// of floating-point noise, relative 1e-12, evened out; real decreases forced up). False when
+// the +Inf bucket is missing.
+bool PrepareBuckets(std::vector<std::pair<double, double>>* buckets_in) {
+  auto& buckets = *buckets_in;
   std::sort(buckets.begin(), buckets.end(),
             [](const auto& a, const auto& b) { return a.first < b.first; });
   if (buckets.empty() || !(std::isinf(buckets.back().first) && buckets.back().first > 0))
-    return kNaN;
-  // Buckets with the same upper bound (from series differing only in other labels) add up.
+    return false;
   std::vector<std::pair<double, double>> merged;
   for (const auto& b : buckets) {
     if (!merged.empty() && merged.back().first == b.first)
@@ -694,8 +694,6 @@ double BucketQuantile(double q, std::vector<std::pair<double, double>> buckets) 
       merged.push_back(b);
   }
   buckets = std::move(merged);
-  // Counts must not decrease; differences of floating-point noise (relative 1e-12) are
-  // evened out, real decreases forced up.
   const auto almost_equal = [](double a, double b) {
     constexpr double kEps = 1e-12, kMinNormal = 2.2250738585072014e-308;
     if (a == b) return true;
@@ -713,6 +711,45 @@ double BucketQuantile(double q, std::vector<std::pair<double, double>> buckets) 
     }
     prev = cur;
   }
+  return true;
+}
+
+// Prometheus's BucketFraction: the share of observations between lower and upper, by linear
+// interpolation inside the buckets (the lowest bucket starting at 0 when its bound is
+// positive, as histogram_quantile assumes).
+double BucketFraction(double lower, double upper, std::vector<std::pair<double, double>> buckets) {
+  if (!PrepareBuckets(&buckets)) return kNaN;
+  const double count = buckets.back().second;
+  if (count == 0 || std::isnan(lower) || std::isnan(upper)) return kNaN;
+  if (lower >= upper) return 0;
+  double rank = 0, lower_rank = 0, upper_rank = 0;
+  bool lower_set = false, upper_set = false;
+  for (size_t i = 0; i < buckets.size(); ++i) {
+    const double lo = i > 0                  ? buckets[i - 1].first
+                      : buckets[0].first > 0 ? 0
+                                             : -std::numeric_limits<double>::infinity();
+    const double hi = buckets[i].first;
+    const double c = buckets[i].second;
+    const auto interpolate = [&](double v) { return rank + (c - rank) * (v - lo) / (hi - lo); };
+    if (!lower_set && lo >= lower) lower_rank = rank, lower_set = true;
+    if (!upper_set && lo >= upper) upper_rank = rank, upper_set = true;
+    if (lower_set && upper_set) break;
+    if (!lower_set && lo < lower && hi > lower) lower_rank = interpolate(lower), lower_set = true;
+    if (!upper_set && lo < upper && hi > upper) upper_rank = interpolate(upper), upper_set = true;
+    if (lower_set && upper_set) break;
+    rank = c;
+  }
+  if (!lower_set || lower_rank > count) lower_rank = count;
+  if (!upper_set || upper_rank > count) upper_rank = count;
+  return (upper_rank - lower_rank) / count;
+}
+
+// Prometheus's BucketQuantile over classic buckets: (upper bound, cumulative count) pairs.
+double BucketQuantile(double q, std::vector<std::pair<double, double>> buckets) {
+  if (std::isnan(q)) return kNaN;
+  if (q < 0) return -std::numeric_limits<double>::infinity();
+  if (q > 1) return std::numeric_limits<double>::infinity();
+  if (!PrepareBuckets(&buckets)) return kNaN;
   if (buckets.size() < 2) return kNaN;
   const double observations = buckets.back().second;
   if (observations == 0) return kNaN;
@@ -1201,7 +1238,8 @@ class Evaluator {
         }
         break;
       case Func::kHistogramQuantile:
-        return HistogramQuantile(e, t);
+      case Func::kHistogramFraction:
+        return Histogram(e, t);
       case Func::kVector: {
         auto s = ScalarArg(*e.args[0], t);
         if (!s.ok()) return s.status();
@@ -1487,12 +1525,17 @@ class Evaluator {
     return in;
   }
 
-  // histogram_quantile(φ, v) over classic histograms: the series of v grouped by their labels
-  // without `le` and the name; each group's buckets give one quantile.
-  Result<Value> HistogramQuantile(const Expr& e, int64_t t) {
-    auto q = ScalarArg(*e.args[0], t);
-    if (!q.ok()) return q.status();
-    auto in = Eval(*e.args[1], t);
+  // histogram_quantile(φ, v) and histogram_fraction(lower, upper, v) over classic histograms:
+  // the series of v grouped by their labels without `le` and the name; each group's buckets
+  // give one value.
+  Result<Value> Histogram(const Expr& e, int64_t t) {
+    std::vector<double> params;
+    for (size_t i = 0; i + 1 < e.args.size(); ++i) {
+      auto p = ScalarArg(*e.args[i], t);
+      if (!p.ok()) return p.status();
+      params.push_back(*p);
+    }
+    auto in = Eval(*e.args.back(), t);
     if (!in.ok()) return in;
     struct Group {
       Labels metric;
@@ -1514,8 +1557,12 @@ class Evaluator {
     }
     Value out;
     out.type = ValueType::kVector;
-    for (auto& g : groups)
-      out.vec.push_back({std::move(g.metric), BucketQuantile(*q, std::move(g.buckets)), t});
+    for (auto& g : groups) {
+      const double v = e.func == Func::kHistogramQuantile
+                           ? BucketQuantile(params[0], std::move(g.buckets))
+                           : BucketFraction(params[0], params[1], std::move(g.buckets));
+      out.vec.push_back({std::move(g.metric), v, t});
+    }
     return out;
   }
 
@@ -1653,9 +1700,24 @@ class Evaluator {
     // (many-to-one, where they must differ).
     std::unordered_map<std::string, size_t> matched;
     std::unordered_map<std::string, std::unordered_map<std::string, bool>> made;
+    // Two series of the left side for one match is an error even when the comparison would
+    // filter them away (Prometheus's operators.test), so that is checked first, before any
+    // series is consumed.
+    std::vector<std::string> keys(many.size());
+    for (size_t i = 0; i < many.size(); ++i) {
+      keys[i] = sig(many[i].metric);
+      if (!one_to_one || !one_side.count(keys[i])) continue;
+      auto [m, first] = matched.emplace(keys[i], i);
+      if (!first)
+        return Status::InvalidArgument(
+            "multiple matches for labels: many-to-one matching must be explicit "
+            "(group_left/group_right): " +
+            store::LabelsToString(many[m->second].metric) + " and " +
+            store::LabelsToString(many[i].metric));
+    }
     for (size_t i = 0; i < many.size(); ++i) {
       auto& s = many[i];
-      const std::string key = sig(s.metric);
+      const std::string& key = keys[i];
       auto it = one_side.find(key);
       if (it == one_side.end()) continue;
       const InstantSample& o = one[it->second];
@@ -1689,15 +1751,7 @@ class Evaluator {
           std::sort(metric.begin(), metric.end());
         }
       }
-      if (one_to_one) {
-        auto [m, first] = matched.emplace(key, i);
-        if (!first)
-          return Status::InvalidArgument(
-              "multiple matches for labels: many-to-one matching must be explicit "
-              "(group_left/group_right): " +
-              store::LabelsToString(many[m->second].metric) + " and " +
-              store::LabelsToString(metric));
-      } else if (!made[key].emplace(LabelsKey(metric), true).second) {
+      if (!one_to_one && !made[key].emplace(LabelsKey(metric), true).second) {
         return Status::InvalidArgument(
             "multiple matches for labels: grouping labels must ensure unique matches");
       }

@@ -354,6 +354,11 @@ TEST(EngineMatching, GroupLeftAndGroupRightAsPrometheus) {
   // Results that collide: the grouping labels must keep them apart.
   r = InstantQuery(q, o, "sum without (gpu) (util) + on(instance) group_left util", kT0);
   ASSERT_FALSE(r.ok());
+  // Many-to-one without group_left fails even when the comparison filters every match away
+  // (Prometheus's operators.test).
+  r = InstantQuery(q, o, "util > on(instance) node_info * 100", kT0);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("many-to-one matching must be explicit"), std::string::npos);
 }
 
 TEST_F(EngineTest, SameLabelsetAfterDroppingNameIsAnError) {
@@ -760,6 +765,10 @@ TEST(EngineFunctions, TheStandardFunctionsAnswerAsPrometheus) {
   EXPECT_DOUBLE_EQ(value("histogram_quantile(0.1, lat_bucket)"), 0.03);
   EXPECT_EQ(store::LabelsToString(at("histogram_quantile(0.5, lat_bucket)", kT0).vector[0].metric),
             "{job=\"a\"}");
+  // The share between two bounds: (0, 0.15] holds 1 + half of (0.1, 0.2]'s one, of 3.
+  EXPECT_DOUBLE_EQ(value("histogram_fraction(0, 0.15, lat_bucket)"), 1.5 / 3);
+  EXPECT_DOUBLE_EQ(value("histogram_fraction(0, 1, lat_bucket)"), 2.0 / 3);
+  EXPECT_EQ(value("histogram_fraction(0.2, 0.1, lat_bucket)"), 0);
   // y = 2 t: the slope, and the line 60 s past the evaluation time.
   EXPECT_DOUBLE_EQ(value("deriv(lin[1m])", kT0 + 60'000), 2);
   EXPECT_DOUBLE_EQ(value("predict_linear(lin[1m], 60)", kT0 + 60'000), 240);

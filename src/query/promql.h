@@ -95,6 +95,7 @@ enum class Func {
   kExp,
   kFirstOverTime,
   kFloor,
+  kHistogramFraction,
   kHistogramQuantile,
   kHour,
   kIdelta,

@@ -458,7 +458,7 @@ def run_file(agent, path, verbose):
             agent.start()
             loaded = True
         def named(names):
-            return [n for n in names if not n or re.search(r"\b%s" % re.escape(n), case.query)]
+            return [n for n in names if not n or re.search(r"\b%s\b" % re.escape(n), case.query)]
         skip = (case.unsupported or ("native histograms" if named(histogram_names) else None)
                 or ("staleness markers" if named(stale_names) else None))
         if skip:

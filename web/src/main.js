@@ -62,8 +62,38 @@ function usePoll(load, deps, live) {
 
 const PALETTE = ["#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f", "#edc948", "#b07aa1", "#ff9da7"];
 
+const SEVERITY_COLOR = { critical: "#c62828", warning: "#ef6c00", info: "#607d8b" };
+
+// Events (XID, ECC, throttle onsets, checkpoints, annotations, config changes) as vertical
+// lines on a chart's time axis: the step-time dip and its cause on one axis.
+function markersPlugin(events) {
+  return {
+    hooks: {
+      draw: [
+        (u) => {
+          const { ctx } = u;
+          const top = u.bbox.top, bottom = u.bbox.top + u.bbox.height;
+          ctx.save();
+          for (const e of events || []) {
+            const x = u.valToPos(e.time_ms / 1000, "x", true);
+            if (x < u.bbox.left || x > u.bbox.left + u.bbox.width) continue;
+            ctx.strokeStyle = SEVERITY_COLOR[e.severity] || "#607d8b";
+            ctx.lineWidth = 1;
+            ctx.setLineDash([4, 3]);
+            ctx.beginPath();
+            ctx.moveTo(x, top);
+            ctx.lineTo(x, bottom);
+            ctx.stroke();
+          }
+          ctx.restore();
+        },
+      ],
+    },
+  };
+}
+
 // One line per series (its `last`), with the min–max band shaded so spikes never vanish.
-function BandChart({ data, title, unit, height = 220, scale = 1 }) {
+function BandChart({ data, title, unit, height = 220, scale = 1, events, label }) {
   const el = useRef(null);
   useEffect(() => {
     if (!el.current || !data) return;
@@ -73,13 +103,13 @@ function BandChart({ data, title, unit, height = 220, scale = 1 }) {
     const bands = [];
     data.series.forEach((s, i) => {
       const color = PALETTE[i % PALETTE.length];
-      const label = s.metric.gpu !== undefined ? `GPU ${s.metric.gpu}` : JSON.stringify(s.metric);
+      const name = label ? label(s.metric) : s.metric.gpu !== undefined ? `GPU ${s.metric.gpu}` : JSON.stringify(s.metric);
       cols.push(s.max.map((v) => (num(v) === null ? null : num(v) * scale)));
-      series.push({ label: label + " max", stroke: "transparent", points: { show: false } });
+      series.push({ label: name + " max", stroke: "transparent", points: { show: false } });
       cols.push(s.min.map((v) => (num(v) === null ? null : num(v) * scale)));
-      series.push({ label: label + " min", stroke: "transparent", points: { show: false } });
+      series.push({ label: name + " min", stroke: "transparent", points: { show: false } });
       cols.push(s.last.map((v) => (num(v) === null ? null : num(v) * scale)));
-      series.push({ label, stroke: color, width: 1.5, points: { show: false } });
+      series.push({ label: name, stroke: color, width: 1.5, points: { show: false } });
       const hi = cols.length - 3, lo = cols.length - 2;
       bands.push({ series: [hi, lo], fill: color + "33" });
     });
@@ -92,10 +122,11 @@ function BandChart({ data, title, unit, height = 220, scale = 1 }) {
       axes: [{}, { label: unit }],
       legend: { show: false },
       cursor: { sync: { key: "gw" } },
+      plugins: [markersPlugin(events)],
     };
     const plot = new uPlot(opts, cols, el.current);
     return () => plot.destroy();
-  }, [data]);
+  }, [data, events]);
   return html`<div class="chart" ref=${el}></div>`;
 }
 
@@ -151,10 +182,12 @@ function HeatStrip({ data, title }) {
 
 // ---- screens --------------------------------------------------------------------------------
 
+// The charts' width: the page's, less main's padding and the heat strip's labels.
+const chartWidth = () => Math.max(300, document.documentElement.clientWidth - 64);
 function useWidth() {
-  const [w, setW] = useState(Math.max(300, innerWidth - 80));
+  const [w, setW] = useState(chartWidth());
   useEffect(() => {
-    const on = () => setW(Math.max(300, innerWidth - 80));
+    const on = () => setW(chartWidth());
     addEventListener("resize", on);
     return () => removeEventListener("resize", on);
   }, []);
@@ -181,12 +214,94 @@ function GpusScreen({ view }) {
     range.live,
   );
   const mem = usePoll(() => panel(withNode("DCGM_FI_DEV_FB_USED"), range, width), key, range.live);
+  const events = usePoll(() => loadEvents(range, {}), key, range.live);
   return html`<section>
     ${util.error && html`<div class="error">${util.error}</div>`}
     ${util.data && (util.data.series.length
       ? html`<${HeatStrip} data=${util.data} title=${util.data.what + ", minimum per " + util.data.step + " s"} />`
       : html`<div class="empty">No GPU series in this range.</div>`)}
-    ${mem.data && mem.data.series.length > 0 && html`<${BandChart} data=${mem.data} title="Memory used" unit="MiB" />`}
+    ${mem.data && mem.data.series.length > 0 && html`<${BandChart} data=${mem.data} title="Memory used" unit="MiB" events=${events.data} />`}
+  </section>`;
+}
+
+// Events in the view's range, newest last; `log` lines only when asked for.
+function eventsUrl(range, extra) {
+  const q = new URLSearchParams({
+    start: String(Math.floor(range.start)),
+    end: String(Math.ceil(range.end)),
+    limit: "1000",
+    ...extra,
+  });
+  return "/api/v1/events?" + q;
+}
+const loadEvents = (range, extra) =>
+  getJson(eventsUrl(range, extra)).then((b) => (b.events || []).filter((e) => extra.kind === "log" || e.kind !== "log"));
+
+function EventList({ events }) {
+  if (!events || events.length === 0) return html`<div class="empty">No events in this range.</div>`;
+  return html`<table class="events">
+    <tr><th>time</th><th>kind</th><th>severity</th><th>where</th><th>text</th></tr>
+    ${events.slice().reverse().map((e) => html`<tr class=${"sev-" + e.severity}>
+      <td>${new Date(e.time_ms).toLocaleString()}</td><td>${e.kind}</td><td>${e.severity}</td>
+      <td>${[e.node, e.gpu !== undefined && e.gpu !== null && e.gpu !== "" && "GPU " + e.gpu, e.job && "job " + e.job].filter(Boolean).join(", ")}</td>
+      <td>${e.text}</td></tr>`)}
+  </table>`;
+}
+
+// #/node: the node's time line of events, changes, annotations and maintenance.
+function NodeScreen({ view }) {
+  const range = timeRange(view.params, Date.now() / 1000);
+  const ev = usePoll(() => loadEvents(range, {}), [view.params.range, view.params.from, view.params.to], range.live);
+  return html`<section>
+    ${ev.error && html`<div class="error">${ev.error}</div>`}
+    ${ev.data && html`<${EventList} events=${ev.data} />`}
+  </section>`;
+}
+
+// #/jobs: every job the agent knows, each linking to its own view.
+function JobsScreen({ view }) {
+  const j = usePoll(() => getJson("/api/v1/jobs"), [], true);
+  const list = (j.data && j.data.jobs) || [];
+  return html`<section>
+    ${j.error && html`<div class="error">${j.error}</div>`}
+    ${j.data && list.length === 0 && html`<div class="empty">No jobs have reported to this agent.</div>`}
+    <table class="findings">
+      ${list.length > 0 && html`<tr><th>job</th><th>state</th><th>user</th><th>template</th><th>ranks</th><th>steps</th><th>median step</th></tr>`}
+      ${list.map((x) => html`<tr>
+        <td><a href=${formatHash({ ...view, screen: "job", arg: x.id })}>${x.id}</a></td>
+        <td>${x.state}${x.hung ? " (hung)" : ""}</td><td>${x.user || ""}</td><td>${x.template || ""}</td>
+        <td>${x.ranks_reporting ?? ""}/${x.world_size ?? ""}</td><td>${x.steps_total ?? ""}</td>
+        <td>${x.median_step_s !== undefined ? x.median_step_s.toFixed(3) + " s" : ""}</td></tr>`)}
+    </table>
+  </section>`;
+}
+
+// #/job/<id>: the job → its ranks' throughput → its log lines and its node's events.
+function JobScreen({ view }) {
+  const width = useWidth();
+  const id = view.arg;
+  const range = timeRange(view.params, Date.now() / 1000);
+  const key = [id, view.params.range, view.params.from, view.params.to, width];
+  const job = usePoll(() => getJson("/api/v1/jobs/" + encodeURIComponent(id)), [id], true);
+  const ips = usePoll(() => panel(`gpuwatch_job_iterations_per_second{job="${id}"}`, range, width), key, range.live);
+  const events = usePoll(() => loadEvents(range, {}), key, range.live);
+  const logs = usePoll(() => loadEvents(range, { kind: "log", job: id }), key, range.live);
+  const j = job.data || {};
+  return html`<section>
+    <h2>job ${id}</h2>
+    ${job.error && html`<div class="error">${job.error}</div>`}
+    ${job.data && html`<div class="facts">${j.state}${j.hung ? " (hung)" : ""} · user ${j.user || "?"} · template ${j.template || "?"} · ${j.ranks_reporting ?? "?"} of ${j.world_size ?? "?"} ranks reporting</div>`}
+    ${ips.data && ips.data.series.length > 0 &&
+      html`<${BandChart} data=${ips.data} title="Iterations per second, per rank" unit="it/s" events=${events.data}
+        label=${(m) => "rank " + m.rank} />`}
+    ${j.ranks && html`<table class="findings"><tr><th>rank</th><th>pid</th><th>gpus</th><th>steps</th><th>last step</th></tr>
+      ${j.ranks.map((r) => html`<tr><td>${r.rank}</td><td>${r.pid}</td><td>${(r.gpus || []).join(", ")}</td>
+        <td>${r.steps_total ?? ""}</td><td>${r.last_step_ms ? new Date(r.last_step_ms).toLocaleTimeString() : ""}</td></tr>`)}
+    </table>`}
+    <h3>log lines</h3>
+    ${logs.data && html`<pre class="logs">${logs.data.map((l) => new Date(l.time_ms).toLocaleTimeString() + "  " + l.text).join("\n") || "(none in this range)"}</pre>`}
+    <h3>node events</h3>
+    ${events.data && html`<${EventList} events=${events.data} />`}
   </section>`;
 }
 
@@ -208,7 +323,13 @@ function FindingsScreen() {
   </section>`;
 }
 
-const SCREENS = { gpus: ["GPUs", GpusScreen], findings: ["Findings", FindingsScreen] };
+const SCREENS = {
+  jobs: ["Jobs", JobsScreen],
+  gpus: ["GPUs", GpusScreen],
+  findings: ["Findings", FindingsScreen],
+  node: ["Node", NodeScreen],
+  job: [null, JobScreen],  // reached from a job's row, not the menu
+};
 
 function App() {
   const view = useHash();
@@ -216,7 +337,7 @@ function App() {
   return html`<div>
     <header>
       <span class="brand">gpuwatch</span>
-      <nav>${Object.entries(SCREENS).map(([k, [name]]) =>
+      <nav>${Object.entries(SCREENS).filter(([, [name]]) => name).map(([k, [name]]) =>
         html`<a href=${formatHash({ ...view, screen: k, arg: "" })} class=${k === view.screen ? "on" : ""}>${name}</a>`)}</nav>
       <span class="range">${Object.keys(RANGES).map((r) =>
         html`<button class=${(view.params.range || "1h") === r && !view.params.from ? "on" : ""}

@@ -480,7 +480,7 @@ std::vector<double> Values(const Window& w) {
 
 double Median(std::vector<double> v) { return Quantile(0.5, std::move(v)); }
 
-// One range function over one window at evaluation time `t_ms` (predict_linear's anchor);
+// One range function over one window at step time `t_ms` (predict_linear's anchor);
 // `params` are its scalar arguments in order.
 std::optional<double> OverTime(Func f, const Window& w, const std::vector<double>& params,
                                int64_t t_ms) {
@@ -671,7 +671,9 @@ int CompareByLabels(const Labels& a, const Labels& b, const std::vector<std::str
   for (std::string_view n : names) {
     const std::string_view x = store::LabelValue(a, n), y = store::LabelValue(b, n);
     if (x == y) continue;
-    return NatLess(x, y) ? -1 : 1;
+    if (NatLess(x, y)) return -1;
+    if (NatLess(y, x)) return 1;
+    return x < y ? -1 : 1;  // "01" and "1": equal as numbers, ordered by bytes
   }
   return a < b ? -1 : (b < a ? 1 : 0);
 }
@@ -1047,8 +1049,18 @@ class Evaluator {
   Result<std::vector<Series>> Subquery(const Expr& e, int64_t t) {
     const int64_t hi = SelectorTime(e, t);
     const int64_t step = SubqueryStep(e);
+    // Bounded like a range query's resolution: a [10y:1ms] window would otherwise evaluate
+    // and hold billions of inner steps.
+    if (e.range_ms / step > o_.max_points_per_series)
+      return Status::InvalidArgument(
+          "subquery " + ExprToString(e) + " has " + std::to_string(e.range_ms / step) +
+          " steps per window (limit " + std::to_string(o_.max_points_per_series) +
+          "); use a coarser resolution");
     auto& cache = subquery_cache_[&e];
-    cache.erase(cache.begin(), cache.lower_bound(hi - e.range_ms));
+    const auto keep_from = cache.lower_bound(hi - e.range_ms);
+    for (auto it = cache.begin(); it != keep_from; ++it)
+      subquery_points_ -= static_cast<int64_t>(it->second.size());
+    cache.erase(cache.begin(), keep_from);
     std::map<Labels, size_t> index;
     std::vector<Series> out;
     for (int64_t ti = SubqueryFirstStep(e, hi); ti <= hi; ti += step) {
@@ -1058,6 +1070,13 @@ class Evaluator {
         auto v = Eval(*e.lhs, ti);
         if (!v.ok()) return v.status();
         GW_RETURN_IF_ERROR(CheckUniqueLabels(&v->vec));
+        // What subqueries hold at once counts against the samples limit.
+        subquery_points_ += static_cast<int64_t>(v->vec.size());
+        if (samples_ + subquery_points_ > o_.max_samples)
+          return Exhausted(
+              "query processing would load too many samples into memory in query execution "
+              "(limit " +
+              std::to_string(o_.max_samples) + "); narrow the subquery's range or resolution");
         it = cache.emplace(ti, std::move(v->vec)).first;
       }
       GW_RETURN_IF_ERROR(AddWork(static_cast<int64_t>(it->second.size()) + 1));
@@ -1201,7 +1220,7 @@ class Evaluator {
         for (auto& s : *series) {
           points.clear();
           for (const auto& p : s.points) points.push_back({p.t_ms, p.value});
-          auto v = OverTime(f, PointsWindow(points, end, sel->range_ms), params, end);
+          auto v = OverTime(f, PointsWindow(points, end, sel->range_ms), params, t);
           if (!v) continue;
           out.vec.push_back(
               {keeps_name ? s.metric : SharedLabels(DropName(s.metric.get())), *v, t});
@@ -1212,7 +1231,9 @@ class Evaluator {
       for (const auto& ls : d.series) {
         const Window w = WindowAt(d, ls, SelectorTime(*sel, t), sel->range_ms);
         GW_RETURN_IF_ERROR(AddWork(static_cast<int64_t>(w.n) + 1));
-        auto v = OverTime(f, w, params, SelectorTime(*sel, t));
+        // predict_linear anchors its line at the step's time, not the window's end
+        // (Prometheus: enh.Ts), so an offset or @ predicts from the samples to t.
+        auto v = OverTime(f, w, params, t);
         if (!v) continue;
         out.vec.push_back({keeps_name ? ls.labels : ls.nameless, *v, t});
       }
@@ -1548,8 +1569,12 @@ class Evaluator {
       // Go's strconv.ParseFloat: a series whose le does not parse is left out.
       std::string text(le);
       char* end = nullptr;
-      const double upper = text.empty() ? 0 : std::strtod(text.c_str(), &end);
-      if (text.empty() || end != text.c_str() + text.size()) continue;
+      // strtod skips leading spaces, which Go's ParseFloat refuses; a NaN bound has no
+      // place in the order.
+      const double upper = text.empty() || std::isspace(static_cast<unsigned char>(text[0]))
+                               ? kNaN
+                               : std::strtod(text.c_str(), &end);
+      if (std::isnan(upper) || end != text.c_str() + text.size()) continue;
       Labels m = Delete(DropName(s.metric.get()), {"le"});
       auto [it, fresh] = index.try_emplace(LabelsKey(m), groups.size());
       if (fresh) groups.push_back({std::move(m), {}});
@@ -1905,6 +1930,7 @@ class Evaluator {
   store::TierCoverage coverage_[store::kNumTiers];
   std::unordered_map<const Expr*, Loaded> data_;
   std::unordered_map<const Expr*, std::map<int64_t, Vector>> subquery_cache_;
+  int64_t subquery_points_ = 0;  // samples the subquery caches hold now
   std::unordered_map<const Expr*, std::unique_ptr<re2::RE2>> regex_cache_;
   std::vector<Tier> tiers_;
   int64_t samples_ = 0;

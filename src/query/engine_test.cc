@@ -772,6 +772,8 @@ TEST(EngineFunctions, TheStandardFunctionsAnswerAsPrometheus) {
   // y = 2 t: the slope, and the line 60 s past the evaluation time.
   EXPECT_DOUBLE_EQ(value("deriv(lin[1m])", kT0 + 60'000), 2);
   EXPECT_DOUBLE_EQ(value("predict_linear(lin[1m], 60)", kT0 + 60'000), 240);
+  // Anchored at the step's time even with an offset: the line of (0, 60 s] read at 120 s.
+  EXPECT_DOUBLE_EQ(value("predict_linear(lin[1m] offset 1m, 0)", kT0 + 120'000), 240);
   EXPECT_EQ(value("present_over_time(lin[1m])", kT0 + 60'000), 1);
   EXPECT_EQ(value("first_over_time(lin[1m])", kT0 + 60'000), 30);  // (0, 60 s]: 15 s first
   EXPECT_EQ(value("mad_over_time(mad[1m])", kT0 + 5000), 1);
@@ -801,6 +803,12 @@ TEST(EngineFunctions, TheStandardFunctionsAnswerAsPrometheus) {
   EXPECT_EQ(store::LabelValue(r.vector[2].metric, "instance"), "n10");
   r = at(R"(sort_by_label_desc(up, "instance"))", kT0);
   EXPECT_EQ(store::LabelValue(r.vector[0].metric, "instance"), "n10");
+  // Equal as numbers, "01" and "1" still have an order (a strict weak order for the sort).
+  EXPECT_EQ(
+      at(R"(sort_by_label(label_replace(up, "instance", "n01", "instance", "n1") or up, "instance"))",
+         kT0)
+          .vector.size(),
+      4u);
   // limitk: k series of each group as they come (by labels), names kept.
   r = at("limitk(2, up)", kT0);
   ASSERT_EQ(r.vector.size(), 2u);
@@ -898,6 +906,11 @@ TEST(EngineSubquery, InnerStepsAlignedToTheResolution) {
     EXPECT_EQ(sub->matrix[0].points[i].value, raw->matrix[0].points[i].value) << i;
   // A range query may not return a range vector.
   EXPECT_FALSE(RangeQuery(q, o, "m[5m:1m]", kT0, kT0 + kMin, 15'000).ok());
+  // A resolution that would hold billions of inner steps is refused before any is evaluated.
+  r = InstantQuery(q, o, "absent_over_time(nothing[10y:1ms])", t);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("steps per window (limit 11000)"), std::string::npos)
+      << r.status().message();
 }
 
 }  // namespace

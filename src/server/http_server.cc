@@ -309,6 +309,7 @@ void HttpServer::AddRoutes() {
       static std::mutex mu;
       static std::map<std::string_view, std::string> gzipped;
       res.SetHeader("Cache-Control", "no-cache");
+      res.SetHeader("Vary", "Accept-Encoding");
       if (AcceptsGzip(req.Header("Accept-Encoding"))) {
         std::lock_guard<std::mutex> lock(mu);
         auto it = gzipped.find(a.path);

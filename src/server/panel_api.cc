@@ -138,6 +138,20 @@ ApiResponse HandlePanelApi(const store::Querier& querier, const ApiRequest& r) {
   const int64_t first = FloorDiv(*start, step) * step;
   const int64_t last = FloorDiv(*end, step) * step;
   const size_t n = static_cast<size_t>((last - first) / step + 1);
+  // Count the series before reading any sample, and bound the answer: series × buckets cells
+  // of ~33 bytes each.
+  auto listed = querier.Series(*matchers, first, last + step - 1);
+  if (!listed.ok()) return ApiError(503, "unavailable", listed.status().message());
+  if (static_cast<int64_t>(listed->size()) > max_series)
+    return ApiError(422, "execution",
+                    "the selector selects " + std::to_string(listed->size()) +
+                        " series (max_series " + std::to_string(max_series) +
+                        "); add label matchers");
+  if (listed->size() * n > static_cast<size_t>(kPanelMaxCells))
+    return ApiError(422, "execution",
+                    std::to_string(listed->size()) + " series × " + std::to_string(n) +
+                        " buckets is more than " + std::to_string(kPanelMaxCells) +
+                        " points; narrow the selector or the width");
 
   struct Out {
     store::Labels labels;

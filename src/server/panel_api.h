@@ -15,7 +15,8 @@
 // `times` are Unix seconds of the bucket starts, shared by every series; values are JSON
 // numbers, or null, or the strings "NaN", "+Inf", "-Inf". Errors are the query API's: 400
 // bad_data naming the parameter, 422 execution when the selector selects more than
-// max_series (default 500) series. Thread-safe: no state; the Querier is thread-safe.
+// max_series (default 500) series or series × buckets exceeds kPanelMaxCells. Thread-safe: no
+// state; the Querier is thread-safe.
 #pragma once
 
 #include "server/query_api.h"
@@ -26,6 +27,7 @@ namespace gpuwatch::server {
 inline constexpr std::string_view kPanelApiPath = "/api/v1/panel";
 inline constexpr int64_t kPanelMaxWidth = 10'000;       // points per series
 inline constexpr int64_t kPanelDefaultMaxSeries = 500;  // a chart of more says nothing
+inline constexpr int64_t kPanelMaxCells = 2'000'000;    // series × buckets in one answer
 
 ApiResponse HandlePanelApi(const store::Querier& querier, const ApiRequest& request);
 

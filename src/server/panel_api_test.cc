@@ -133,6 +133,13 @@ TEST_F(PanelApiTest, BadParametersAreNamed) {
                           {"max_series", "1"}});
   EXPECT_EQ(status, 422);
   EXPECT_NE(j.value("error", "").find("selects 2 series"), std::string::npos);
+  auto [s2, j2] = Get({{"match", "util"},
+                       {"start", "0"},
+                       {"end", Secs(kT0)},
+                       {"width", "10000"},
+                       {"max_series", "100000"}});
+  EXPECT_EQ(s2, 200) << "2 × 10000 cells";
+  (void)j2;
 }
 
 }  // namespace

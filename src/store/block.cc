@@ -30,6 +30,9 @@ constexpr std::string_view kHeaderMagicV1 = "GWBLOCK1";
 constexpr std::string_view kFooterMagic = "GWBLKEND";
 constexpr std::string_view kMetaTag = "GWBM";
 constexpr std::string_view kSeriesTag = "GWSR";
+// Written just before the index: a scan stops there, so label values in the index's symbol
+// table (which a remote-write client chooses) are never read as records.
+constexpr std::string_view kIndexTag = "GWIX";
 constexpr size_t kTagBytes = 4;
 // A series record holds at most kMaxLabels labels of bounded size and a chunk list; anything
 // claiming more is damage, not a record.
@@ -78,7 +81,7 @@ struct Record {
 std::optional<Record> ParseRecord(std::string_view file, size_t pos) {
   if (file.size() - pos < kTagBytes + 1 + 4) return std::nullopt;
   const std::string_view tag = file.substr(pos, kTagBytes);
-  if (tag != kMetaTag && tag != kSeriesTag) return std::nullopt;
+  if (tag != kMetaTag && tag != kSeriesTag && tag != kIndexTag) return std::nullopt;
   Cursor c{file.substr(pos + kTagBytes)};
   const uint64_t len = c.Varint();
   if (!c.ok || len > kMaxRecordBody || c.d.size() - c.pos < len + 4) return std::nullopt;
@@ -250,6 +253,7 @@ Result<std::string> BlockWriter::Finish() {
       PutVarint(&index, c.length);
     }
   }
+  PutRecord(&buffer_, kIndexTag, "");
   const uint64_t index_offset = offset_ + buffer_.size();
   buffer_.append(index);
   PutFixed(&buffer_, index_offset, 8);
@@ -477,14 +481,24 @@ Result<BlockSalvage> ScanBlock(std::string_view file,
   while (pos < file.size()) {
     auto rec = ParseRecord(file, pos);
     if (!rec) {
-      // Resync on the next tag that starts an intact record; what lies between is the index,
-      // the footer or damage.
+      // Resync on the next series or index record that is intact; what lies between is the
+      // footer or damage. A record whose tag and length still read but whose CRC does not is
+      // skipped whole first: its body holds label values, which could spell a record.
       size_t next = pos + 1;
+      if (file.substr(pos, kTagBytes) == kSeriesTag) {
+        Cursor len{file.substr(pos + kTagBytes)};
+        const uint64_t n = len.Varint();
+        if (len.ok && n <= kMaxRecordBody && file.size() - pos - kTagBytes - len.pos >= n + 4)
+          next = pos + kTagBytes + len.pos + n + 4;
+      }
+      size_t series_at = file.find(kSeriesTag, next), index_at = file.find(kIndexTag, next);
       for (;;) {
-        const size_t a = file.find(kSeriesTag, next), b = file.find(kMetaTag, next);
-        next = std::min(a, b);
+        next = std::min(series_at, index_at);
         if (next == std::string_view::npos || ParseRecord(file, next)) break;
-        ++next;
+        if (next == series_at)
+          series_at = file.find(kSeriesTag, next + 1);
+        else
+          index_at = file.find(kIndexTag, next + 1);
       }
       const size_t stop = next == std::string_view::npos ? file.size() : next;
       out.bytes_skipped += stop - pos;
@@ -492,6 +506,7 @@ Result<BlockSalvage> ScanBlock(std::string_view file,
       continue;
     }
     pos = rec->end;
+    if (rec->tag == kIndexTag) break;  // the rest is the index and the footer
     if (rec->tag != kSeriesTag) continue;
     Cursor c{rec->body};
     const uint64_t nlabels = c.Varint();
@@ -578,7 +593,8 @@ std::optional<BlockMeta> ReadBlockMetaRecord(const std::string& path) {
 }
 
 Result<BlockSalvage> SalvageBlock(const std::string& path, uint64_t damaged_seq,
-                                  const std::string& dir, uint64_t seq, std::string* written) {
+                                  const std::string& dir, uint64_t seq, std::string* written,
+                                  const std::vector<std::pair<int64_t, int64_t>>& exclude) {
   auto file = MappedFile::Open(path);
   if (!file.ok()) return file.status();
   BlockMeta meta = ReadMetaRecord(file->bytes()).value_or(BlockMeta{});
@@ -586,17 +602,57 @@ Result<BlockSalvage> SalvageBlock(const std::string& path, uint64_t damaged_seq,
   meta.min_t_ms = meta.max_t_ms = 0;
   meta.replaces = {damaged_seq};
   std::unique_ptr<BlockWriter> writer;
+  uint64_t excluded = 0;
+  const auto excluded_at = [&](int64_t t) {
+    return std::any_of(exclude.begin(), exclude.end(),
+                       [&](const auto& r) { return t >= r.first && t <= r.second; });
+  };
   auto scan = ScanBlock(file->bytes(), [&](const SalvagedSeries& s) -> Status {
+    // Chunks that reach into an excluded time are re-encoded without the samples there (a
+    // compaction's merged rollup chunks span all of its inputs). Every field of a rollup group
+    // has the same timestamps, so the group stays aligned.
+    std::vector<std::pair<ChunkMeta, std::string_view>> keep;
+    std::vector<std::string> reencoded;
+    reencoded.reserve(s.chunks.size());
+    for (const auto& [m, bytes] : s.chunks) {
+      const bool overlaps = std::any_of(exclude.begin(), exclude.end(), [&](const auto& r) {
+        return m.min_t_ms <= r.second && m.max_t_ms >= r.first;
+      });
+      if (!overlaps) {
+        keep.emplace_back(m, bytes);
+        continue;
+      }
+      auto samples = DecodeChunk(bytes);
+      if (!samples.ok()) return samples.status();
+      ChunkEncoder enc;
+      ChunkMeta trimmed = m;
+      trimmed.num_samples = 0;
+      for (const auto& x : *samples) {
+        if (excluded_at(x.t_ms)) continue;
+        GW_RETURN_IF_ERROR(enc.Append(x.t_ms, x.value));
+        if (trimmed.num_samples++ == 0) trimmed.min_t_ms = x.t_ms;
+        trimmed.max_t_ms = x.t_ms;
+      }
+      if (trimmed.num_samples == 0) {
+        ++excluded;
+        continue;
+      }
+      reencoded.push_back(enc.Finish());
+      keep.emplace_back(trimmed, reencoded.back());
+    }
+    if (keep.empty()) return Status::Ok();
     if (!writer) {
       auto w = BlockWriter::Create(dir, meta);
       if (!w.ok()) return w.status();
       writer = std::move(w).value();
     }
     GW_RETURN_IF_ERROR(writer->BeginSeries(s.labels));
-    for (const auto& [m, bytes] : s.chunks) GW_RETURN_IF_ERROR(writer->AddChunk(m, bytes));
+    for (const auto& [m, bytes] : keep) GW_RETURN_IF_ERROR(writer->AddChunk(m, bytes));
     return Status::Ok();
   });
   if (!scan.ok()) return scan.status();
+  scan->chunks -= excluded;
+  scan->chunks_lost += excluded;
   if (writer) {
     auto p = writer->Finish();
     if (!p.ok()) return p.status();

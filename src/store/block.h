@@ -98,7 +98,7 @@ class BlockWriter {
   // Writes the index and footer, syncs, renames into place and syncs the directory.
   // Returns the final path.
   Result<std::string> Finish();
-  uint64_t bytes_written() const { return offset_ + pending_.size(); }
+  uint64_t bytes_written() const { return offset_ + buffer_.size() + pending_.size(); }
 
  private:
   BlockWriter(std::string dir, BlockMeta meta) : dir_(std::move(dir)), meta_(std::move(meta)) {}
@@ -202,7 +202,10 @@ std::optional<BlockMeta> ReadBlockMetaRecord(const std::string& path);
 // damaged one replaced are not claimed, so a survivor among them is never deleted for a copy
 // that lost part of its data). `*written` gets the new block's path, or stays empty when
 // nothing was intact.
+// `exclude`: time ranges whose chunks are left out (a surviving input of the damaged block
+// still holds them; counted in chunks_lost).
 Result<BlockSalvage> SalvageBlock(const std::string& path, uint64_t damaged_seq,
-                                  const std::string& dir, uint64_t seq, std::string* written);
+                                  const std::string& dir, uint64_t seq, std::string* written,
+                                  const std::vector<std::pair<int64_t, int64_t>>& exclude = {});
 
 }  // namespace gpuwatch::store

@@ -4,6 +4,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 
 #include "store/chunkenc.h"
 #include "store/internal/file_util.h"
@@ -168,7 +169,7 @@ TEST_F(BlockTest, D13_DamagedSeriesRecordIsSkippedAndTheScanResyncs) {
   for (const ChunkMeta& m : (*whole)->chunks(1)) series1_bytes += m.length;
   whole->reset();
   FlipByte(path, record_end - 8);
-  FlipByte(path, index_at + 3);
+  FlipByte(path, index_at + 9 + 3);  // past the 9-byte record in front of the index
   ASSERT_FALSE(Block::Open(path).ok());
   BlockSalvage s;
   auto b = Salvage(path, &s);
@@ -207,6 +208,39 @@ TEST_F(BlockTest, D13_NothingIntactWritesNoBlock) {
   EXPECT_TRUE(s.meta_found);
   EXPECT_FALSE(fs::exists(dir_ + "/" + BlockFileName(100)));
   EXPECT_FALSE(fs::exists(dir_ + "/" + BlockFileName(100) + ".tmp"));
+}
+
+// The index holds label values verbatim, and a remote-write client chooses them: a scan stops
+// at the record in front of the index, so what follows is never read as records.
+TEST_F(BlockTest, D13_TheScanStopsAtTheIndex) {
+  const std::string a = Write(1, 7), b = Write(2, 8);
+  auto read = [](const std::string& path) {
+    std::ifstream f(path, std::ios::binary);
+    return std::string(std::istreambuf_iterator<char>(f), {});
+  };
+  const std::string bytes_a = read(a), bytes_b = read(b);
+  const size_t ix_a = bytes_a.find("GWIX"), ix_b = bytes_b.find("GWIX");
+  const size_t series_b = bytes_b.find("GWSR", bytes_b.find("GWSR") + 1);  // gpu="1"
+  ASSERT_NE(ix_a, std::string::npos);
+  ASSERT_NE(series_b, std::string::npos);
+  // Block a up to its index marker (with the marker's length and CRC: 9 bytes), then block
+  // b's series record and chunks where a's index was.
+  std::string forged = bytes_a.substr(0, ix_a + 9) + bytes_b.substr(series_b, ix_b - series_b);
+  std::vector<std::string> seen;
+  auto scan = ScanBlock(forged, [&](const SalvagedSeries& s) {
+    seen.push_back(LabelsToString(s.labels));
+    return Status::Ok();
+  });
+  ASSERT_TRUE(scan.ok());
+  EXPECT_EQ(seen.size(), 1u);
+  // Without the marker, the same bytes would have been read as a second series.
+  std::string unmarked = bytes_a.substr(0, ix_a) + bytes_b.substr(series_b, ix_b - series_b);
+  seen.clear();
+  ASSERT_TRUE(ScanBlock(unmarked, [&](const SalvagedSeries& s) {
+                seen.push_back(LabelsToString(s.labels));
+                return Status::Ok();
+              }).ok());
+  EXPECT_EQ(seen.size(), 2u);
 }
 
 TEST_F(BlockTest, CheckBlockSaysWhatASalvageWouldKeep) {

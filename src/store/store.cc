@@ -227,6 +227,39 @@ Status MoveToQuarantine(const std::string& dir, const std::string& path,
   return Status::Ok();
 }
 
+// Salvages the unreadable block at `path` (seq `seq`) into block `out_seq` (issue 17, D13) and
+// says what it kept, as a suffix of the quarantine note. A compaction's output whose inputs
+// all survive (a crash before they were deleted) has nothing to salvage: they hold its data.
+// When only some survive, their time ranges are left out of the salvage, so nothing is
+// counted twice.
+std::string SalvageUnreadable(const std::string& blocks_dir, const std::string& path, uint64_t seq,
+                              const std::vector<const Block*>& readable, uint64_t out_seq,
+                              std::string* written) {
+  std::vector<std::pair<int64_t, int64_t>> exclude;
+  if (const auto meta = ReadBlockMetaRecord(path); meta && !meta->replaces.empty()) {
+    size_t surviving = 0;
+    for (uint64_t r : meta->replaces)
+      for (const Block* b : readable)
+        if (b->meta().seq == r) {
+          ++surviving;
+          exclude.emplace_back(b->meta().min_t_ms, b->meta().max_t_ms);
+        }
+    if (surviving == meta->replaces.size())
+      return "; the blocks it replaced are all still here and serve its data";
+  }
+  auto salvage = SalvageBlock(path, seq, blocks_dir, out_seq, written, exclude);
+  if (!salvage.ok()) return "; nothing salvaged: " + salvage.status().message();
+  return fmt::format(
+      "; salvaged {} series, {} chunks ({} raw samples){}; {} chunks lost, {} bytes skipped{}{}",
+      salvage->series, salvage->chunks, salvage->samples,
+      written->empty() ? "" : " into blocks/" + BlockFileName(out_seq), salvage->chunks_lost,
+      salvage->bytes_skipped,
+      exclude.empty() ? ""
+                      : " (left out: the time of " + std::to_string(exclude.size()) +
+                            " replaced block(s) still here)",
+      salvage->first_damage.empty() ? "" : " (first damage at " + salvage->first_damage + ")");
+}
+
 // Takes the store's write lock; fails if another process holds it.
 Result<int> LockDir(const std::string& dir) {
   const std::string path = dir + "/LOCK";
@@ -431,34 +464,12 @@ Status Store::LoadBlocks(StoreOpenReport* rep) {
         rep->removed.push_back("blocks/" + u.name + " (superseded, unreadable)");
       continue;
     }
+    std::string written;
     std::string why = u.reason;
-    if (const auto meta = ReadBlockMetaRecord(path);
-        meta && !meta->replaces.empty() &&
-        std::all_of(meta->replaces.begin(), meta->replaces.end(), [&](uint64_t r) {
-          return std::any_of(blocks_.begin(), blocks_.end(),
-                             [&](const auto& b) { return b->meta().seq == r; });
-        })) {
-      // A compaction's output whose inputs all survive (a crash before they were deleted):
-      // they hold its data whole, so there is nothing to salvage.
-      why += "; the blocks it replaced are all still here and serve its data";
-      if (!options_.read_only) MoveToQuarantine(dir_, path, why).IgnoreError();
-    } else if (!options_.read_only) {
-      // Keep what the damage spared: the series records in front of each series' chunks let a
-      // scan rebuild them without the index (issue 17, D13).
-      std::string written;
-      auto salvage = SalvageBlock(path, u.seq, blocks_dir_, next_seq_, &written);
-      if (salvage.ok()) {
-        why += fmt::format(
-            "; salvaged {} series, {} chunks ({} raw samples){}; {} chunks lost, {} bytes "
-            "skipped{}",
-            salvage->series, salvage->chunks, salvage->samples,
-            written.empty() ? "" : " into blocks/" + BlockFileName(next_seq_), salvage->chunks_lost,
-            salvage->bytes_skipped,
-            salvage->first_damage.empty() ? ""
-                                          : " (first damage at " + salvage->first_damage + ")");
-      } else {
-        why += "; nothing salvaged: " + salvage.status().message();
-      }
+    if (!options_.read_only) {
+      std::vector<const Block*> readable;
+      for (const auto& b : blocks_) readable.push_back(b.get());
+      why += SalvageUnreadable(blocks_dir_, path, u.seq, readable, next_seq_, &written);
       if (!written.empty()) {
         ++next_seq_;
         if (auto b = Block::Open(written); b.ok())
@@ -1033,12 +1044,27 @@ Result<StoreCheckReport> Store::Check(const std::string& dir, bool quarantine) {
           blocks_dir, max_seq, in, [](uint8_t) { return true; }, nullptr);
       if (!written.ok()) return written.status();
     } else if (auto seq = ParseInt<uint64_t>(std::string_view(name).substr(0, 8))) {
-      // No index: rebuild from the series records, as opening the store would.
-      std::string written;
-      auto salvage = SalvageBlock(path, *seq, blocks_dir, max_seq + 1, &written);
-      if (!salvage.ok() && salvage.status().code() != StatusCode::kNotSupported)
-        return salvage.status();
-      if (!written.empty()) ++max_seq;
+      // No index: rebuild from the series records, as opening the store would, unless a
+      // readable block replaced it (opening deletes it then: its data is there).
+      std::vector<std::unique_ptr<Block>> others;
+      std::vector<const Block*> readable;
+      bool superseded = false;
+      for (const auto& other : names) {
+        if (other == name) continue;
+        if (auto ob = Block::Open(blocks_dir + "/" + other); ob.ok()) {
+          const auto& r = (*ob)->meta().replaces;
+          superseded = superseded || std::find(r.begin(), r.end(), *seq) != r.end();
+          readable.push_back(ob->get());
+          others.push_back(std::move(ob).value());
+        }
+      }
+      if (!superseded) {
+        std::string written;
+        const std::string what =
+            SalvageUnreadable(blocks_dir, path, *seq, readable, max_seq + 1, &written);
+        damage.back().reason += what;
+        if (!written.empty()) ++max_seq;
+      }
     }
     std::string why;
     for (const auto& d : damage) why += d.where + ": " + d.reason + "\n";

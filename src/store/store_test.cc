@@ -346,11 +346,43 @@ TEST_F(StoreTest, D13_DamagedCompactionOutputWithItsInputsIsNotSalvagedTwice) {
   StoreOpenReport rep;
   s = OpenStore(Manual(), &rep);
   ASSERT_EQ(rep.quarantined.size(), 1u);
-  EXPECT_NE(rep.quarantined[0].find("the blocks it replaced are all still here"),
-            std::string::npos)
+  EXPECT_NE(rep.quarantined[0].find("the blocks it replaced are all still here"), std::string::npos)
       << rep.quarantined[0];
   EXPECT_EQ(CountSamples(*s, "DCGM_FI_DEV_GPU_TEMP", kT0, kT0 + kHourMs), 3600u);
   EXPECT_EQ(BlockFiles().size(), 2u);
+}
+
+// The same with only one input back (a crash between the two deletions): the salvage leaves
+// out that input's time, so the raw samples and the rollups' counts are exact.
+TEST_F(StoreTest, D13_SalvageLeavesOutWhatASurvivingInputHolds) {
+  auto s = OpenStore();
+  Fill(s.get(), 1, kT0, 1800);
+  ASSERT_TRUE(s->Flush().ok());
+  Fill(s.get(), 1, kT0 + 1800'000, 1800);
+  ASSERT_TRUE(s->Flush().ok());
+  const auto inputs = BlockFiles();
+  ASSERT_EQ(inputs.size(), 2u);
+  fs::create_directories(dir_ + "/saved");
+  fs::copy_file(inputs[0], dir_ + "/saved/first.gwb");
+  ASSERT_TRUE(s->Compact(false).ok());
+  s.reset();
+  const auto output = BlockFiles();
+  ASSERT_EQ(output.size(), 1u);
+  fs::resize_file(output[0], fs::file_size(output[0]) - 1);
+  fs::copy_file(dir_ + "/saved/first.gwb", inputs[0]);
+  StoreOpenReport rep;
+  s = OpenStore(Manual(), &rep);
+  ASSERT_EQ(rep.quarantined.size(), 1u);
+  EXPECT_NE(rep.quarantined[0].find("left out: the time of 1 replaced block(s) still here"),
+            std::string::npos)
+      << rep.quarantined[0];
+  EXPECT_EQ(CountSamples(*s, "DCGM_FI_DEV_GPU_TEMP", kT0, kT0 + kHourMs), 3600u);
+  auto h = s->SelectRollups(Tier::k1m, Sel("DCGM_FI_DEV_GPU_TEMP"), kT0, kT0 + kHourMs);
+  ASSERT_TRUE(h.ok());
+  ASSERT_EQ(h->size(), 1u);
+  double count = 0;
+  for (const auto& p : (*h)[0].points) count += p.count;
+  EXPECT_EQ(count, 3600) << "no minute counted twice";
 }
 
 TEST_F(StoreTest, RetentionDropsTiersByAgeFromTheNewestSample) {

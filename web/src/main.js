@@ -187,34 +187,47 @@ const chartWidth = () => Math.max(300, document.documentElement.clientWidth - 64
 function useWidth() {
   const [w, setW] = useState(chartWidth());
   useEffect(() => {
-    const on = () => setW(chartWidth());
+    // Debounced: a drag-resize would refetch every chart on every event.
+    let timer = null;
+    const on = () => {
+      clearTimeout(timer);
+      timer = setTimeout(() => setW(chartWidth()), 250);
+    };
     addEventListener("resize", on);
-    return () => removeEventListener("resize", on);
+    return () => {
+      clearTimeout(timer);
+      removeEventListener("resize", on);
+    };
   }, []);
   return w;
 }
 
+// A label value inside a PromQL selector's double quotes.
+const quote = (v) => '"' + String(v).replace(/\\/g, "\\\\").replace(/"/g, '\\"') + '"';
+
 function GpusScreen({ view }) {
   const width = useWidth();
-  const range = timeRange(view.params, Date.now() / 1000);
-  const key = [view.params.range, view.params.from, view.params.to, width];
-  const sel = view.params.node ? `{Hostname="${view.params.node}"}` : "";
+  // Computed at each load, so a live range moves with the clock between polls.
+  const rangeNow = () => timeRange(view.params, Date.now() / 1000);
+  const range = rangeNow();
+  const key = [view.params.range, view.params.from, view.params.to, view.params.node, width];
+  const sel = view.params.node ? `{Hostname=${quote(view.params.node)}}` : "";
   const withNode = (name) => (sel ? name + sel : name);
   const util = usePoll(
     async () => {
       // SM activity where the GPU reports it (DCGM profiling), else utilization.
-      const sm = await panel(withNode("DCGM_FI_PROF_SM_ACTIVE"), range, width);
+      const sm = await panel(withNode("DCGM_FI_PROF_SM_ACTIVE"), rangeNow(), width);
       if (sm.series.length) {
         sm.series.forEach((s) => ["min", "max", "last"].forEach((f) => (s[f] = s[f].map((v) => (num(v) === null ? null : num(v) * 100)))));
         return { ...sm, what: "SM activity (%)" };
       }
-      return { ...(await panel(withNode("DCGM_FI_DEV_GPU_UTIL"), range, width)), what: "GPU utilization (%)" };
+      return { ...(await panel(withNode("DCGM_FI_DEV_GPU_UTIL"), rangeNow(), width)), what: "GPU utilization (%)" };
     },
     key,
     range.live,
   );
-  const mem = usePoll(() => panel(withNode("DCGM_FI_DEV_FB_USED"), range, width), key, range.live);
-  const events = usePoll(() => loadEvents(range, {}), key, range.live);
+  const mem = usePoll(() => panel(withNode("DCGM_FI_DEV_FB_USED"), rangeNow(), width), key, range.live);
+  const events = usePoll(() => loadEvents(rangeNow(), {}), key, range.live);
   return html`<section>
     ${util.error && html`<div class="error">${util.error}</div>`}
     ${util.data && (util.data.series.length
@@ -250,8 +263,9 @@ function EventList({ events }) {
 
 // #/node: the node's time line of events, changes, annotations and maintenance.
 function NodeScreen({ view }) {
-  const range = timeRange(view.params, Date.now() / 1000);
-  const ev = usePoll(() => loadEvents(range, {}), [view.params.range, view.params.from, view.params.to], range.live);
+  const rangeNow = () => timeRange(view.params, Date.now() / 1000);
+  const range = rangeNow();
+  const ev = usePoll(() => loadEvents(rangeNow(), {}), [view.params.range, view.params.from, view.params.to], range.live);
   return html`<section>
     ${ev.error && html`<div class="error">${ev.error}</div>`}
     ${ev.data && html`<${EventList} events=${ev.data} />`}
@@ -280,12 +294,13 @@ function JobsScreen({ view }) {
 function JobScreen({ view }) {
   const width = useWidth();
   const id = view.arg;
-  const range = timeRange(view.params, Date.now() / 1000);
+  const rangeNow = () => timeRange(view.params, Date.now() / 1000);
+  const range = rangeNow();
   const key = [id, view.params.range, view.params.from, view.params.to, width];
   const job = usePoll(() => getJson("/api/v1/jobs/" + encodeURIComponent(id)), [id], true);
-  const ips = usePoll(() => panel(`gpuwatch_job_iterations_per_second{job="${id}"}`, range, width), key, range.live);
-  const events = usePoll(() => loadEvents(range, {}), key, range.live);
-  const logs = usePoll(() => loadEvents(range, { kind: "log", job: id }), key, range.live);
+  const ips = usePoll(() => panel(`gpuwatch_job_iterations_per_second{job=${quote(id)}}`, rangeNow(), width), key, range.live);
+  const events = usePoll(() => loadEvents(rangeNow(), {}), key, range.live);
+  const logs = usePoll(() => loadEvents(rangeNow(), { kind: "log", job: id }), key, range.live);
   const j = job.data || {};
   return html`<section>
     <h2>job ${id}</h2>

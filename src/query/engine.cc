@@ -612,6 +612,22 @@ bool PrefersRaw(Func f) {
 
 int64_t FloorDiv(int64_t a, int64_t b) { return a / b - ((a % b != 0) && ((a < 0) != (b < 0))); }
 
+bool IsDateFunc(Func f) {
+  switch (f) {
+    case Func::kDayOfMonth:
+    case Func::kDayOfWeek:
+    case Func::kDayOfYear:
+    case Func::kDaysInMonth:
+    case Func::kHour:
+    case Func::kMinute:
+    case Func::kMonth:
+    case Func::kYear:
+      return true;
+    default:
+      return false;
+  }
+}
+
 // The date functions of a Unix time in seconds, in UTC, as Go's time package gives them.
 double DatePart(Func f, int64_t unix_s) {
   using namespace std::chrono;
@@ -1239,25 +1255,16 @@ class Evaluator {
       }
       return out;
     }
+    if (IsDateFunc(f) && e.args.empty()) {
+      // No argument: the evaluation time, as vector(time()).
+      out.vec.push_back({{}, DatePart(f, FloorDiv(t, 1000)), t});
+      return out;
+    }
     switch (f) {
       case Func::kTime:
         return ScalarValue(static_cast<double>(t) / 1000);
       case Func::kPi:
         return ScalarValue(std::numbers::pi);
-      case Func::kDayOfMonth:
-      case Func::kDayOfWeek:
-      case Func::kDayOfYear:
-      case Func::kDaysInMonth:
-      case Func::kHour:
-      case Func::kMinute:
-      case Func::kMonth:
-      case Func::kYear:
-        if (e.args.empty()) {
-          // No argument: the evaluation time, as vector(time()).
-          out.vec.push_back({{}, DatePart(f, FloorDiv(t, 1000)), t});
-          return out;
-        }
-        break;
       case Func::kHistogramQuantile:
       case Func::kHistogramFraction:
         return Histogram(e, t);
@@ -1417,22 +1424,13 @@ class Evaluator {
         case Func::kRad:
           r = v * std::numbers::pi / 180;
           break;
-        case Func::kDayOfMonth:
-        case Func::kDayOfWeek:
-        case Func::kDayOfYear:
-        case Func::kDaysInMonth:
-        case Func::kHour:
-        case Func::kMinute:
-        case Func::kMonth:
-        case Func::kYear:
-          // The value is a Unix time in seconds (Go's int64 conversion truncates it).
-          if (!std::isfinite(v) || std::fabs(v) > 9.2e18) {
-            r = kNaN;
-          } else {
-            r = DatePart(f, static_cast<int64_t>(v));
-          }
-          break;
         default:
+          if (IsDateFunc(f)) {
+            // The value is a Unix time in seconds (Go's int64 conversion truncates it).
+            r = !std::isfinite(v) || std::fabs(v) > 9.2e18 ? kNaN
+                                                           : DatePart(f, static_cast<int64_t>(v));
+            break;
+          }
           return Status::Internal("function " + std::string(FuncName(f)) + " not evaluated");
       }
       s.value = r;

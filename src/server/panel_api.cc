@@ -164,11 +164,6 @@ ApiResponse HandlePanelApi(const store::Querier& querier, const ApiRequest& r) {
   if (tier == Tier::kRaw) {
     auto sel = querier.SelectRaw(*matchers, first, last + step - 1);
     if (!sel.ok()) return ApiError(503, "unavailable", sel.status().message());
-    if (static_cast<int64_t>(sel->size()) > max_series)
-      return ApiError(422, "execution",
-                      "the selector selects " + std::to_string(sel->size()) +
-                          " series (max_series " + std::to_string(max_series) +
-                          "); add label matchers");
     for (auto& s : *sel) {
       Out o{std::move(s.labels), Buckets(n)};
       for (const auto& x : s.samples) {
@@ -181,11 +176,6 @@ ApiResponse HandlePanelApi(const store::Querier& querier, const ApiRequest& r) {
     auto sel = querier.SelectRollups(tier, *matchers, first, last + step - 1,
                                      store::kRollupMinMax | store::kRollupLast);
     if (!sel.ok()) return ApiError(503, "unavailable", sel.status().message());
-    if (static_cast<int64_t>(sel->size()) > max_series)
-      return ApiError(422, "execution",
-                      "the selector selects " + std::to_string(sel->size()) +
-                          " series (max_series " + std::to_string(max_series) +
-                          "); add label matchers");
     for (auto& s : *sel) {
       Out o{std::move(s.labels), Buckets(n)};
       for (const auto& p : s.points) {

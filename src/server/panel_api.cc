@@ -10,24 +10,17 @@
 #include <vector>
 
 #include "common/strings.h"
+#include "store/rollup.h"
 
 namespace gpuwatch::server {
 namespace {
 
 using store::Tier;
 
-std::optional<std::string> Param(const ApiRequest& r, const std::string& name) {
-  auto it = r.params.find(name);
-  if (it == r.params.end()) return std::nullopt;
-  return it->second;
-}
-
 ApiResponse BadParam(std::string_view name, std::string_view why) {
   return ApiError(400, "bad_data",
                   "invalid parameter \"" + std::string(name) + "\": " + std::string(why));
 }
-
-int64_t FloorDiv(int64_t a, int64_t b) { return a / b - ((a % b != 0) && ((a < 0) != (b < 0))); }
 
 // One series' buckets: NaN min/max mean "no sample"; `has` marks buckets with one.
 struct Buckets {
@@ -80,11 +73,11 @@ void AppendColumn(std::string* out, const char* name, const Buckets& b,
 }  // namespace
 
 ApiResponse HandlePanelApi(const store::Querier& querier, const ApiRequest& r) {
-  auto match = Param(r, "match");
+  auto match = ApiParam(r, "match");
   if (!match || match->empty()) return BadParam("match", "a series selector is required");
   auto matchers = store::ParseSelector(*match);
   if (!matchers.ok()) return BadParam("match", matchers.status().message());
-  auto start_text = Param(r, "start"), end_text = Param(r, "end");
+  auto start_text = ApiParam(r, "start"), end_text = ApiParam(r, "end");
   if (!start_text) return BadParam("start", "required");
   if (!end_text) return BadParam("end", "required");
   auto start = ParseApiTimestampMs(*start_text);
@@ -92,11 +85,11 @@ ApiResponse HandlePanelApi(const store::Querier& querier, const ApiRequest& r) {
   auto end = ParseApiTimestampMs(*end_text);
   if (!end.ok()) return BadParam("end", end.status().message());
   if (*end < *start) return BadParam("end", "before start");
-  auto width = ParseInt<int64_t>(Param(r, "width").value_or(""));
+  auto width = ParseInt<int64_t>(ApiParam(r, "width").value_or(""));
   if (!width || *width < 1 || *width > kPanelMaxWidth)
     return BadParam("width", "the chart's width in pixels, 1 to " + std::to_string(kPanelMaxWidth));
   int64_t max_series = kPanelDefaultMaxSeries;
-  if (auto m = Param(r, "max_series")) {
+  if (auto m = ApiParam(r, "max_series")) {
     auto n = ParseInt<int64_t>(*m);
     if (!n || *n < 1 || *n > 100'000) return BadParam("max_series", "1 to 100000");
     max_series = *n;
@@ -135,8 +128,8 @@ ApiResponse HandlePanelApi(const store::Querier& querier, const ApiRequest& r) {
     const int64_t w = store::TierWidthMs(tier);
     step = (step + w - 1) / w * w;
   }
-  const int64_t first = FloorDiv(*start, step) * step;
-  const int64_t last = FloorDiv(*end, step) * step;
+  const int64_t first = store::BucketStart(*start, step);
+  const int64_t last = store::BucketStart(*end, step);
   const size_t n = static_cast<size_t>((last - first) / step + 1);
   // Count the series before reading any sample, and bound the answer: series × buckets cells
   // of ~33 bytes each.
@@ -158,9 +151,8 @@ ApiResponse HandlePanelApi(const store::Querier& querier, const ApiRequest& r) {
     Buckets b;
   };
   std::vector<Out> series;
-  const auto index = [&](int64_t t) {
-    return static_cast<size_t>((FloorDiv(t, step) * step - first) / step);
-  };
+  // t is within [first, last + step): its bucket's position.
+  const auto index = [&](int64_t t) { return static_cast<size_t>((t - first) / step); };
   if (tier == Tier::kRaw) {
     auto sel = querier.SelectRaw(*matchers, first, last + step - 1);
     if (!sel.ok()) return ApiError(503, "unavailable", sel.status().message());

@@ -111,18 +111,18 @@ TEST_F(PanelApiTest, BadParametersAreNamed) {
   };
   EXPECT_NE(error({{"start", "1"}, {"end", "2"}, {"width", "10"}}).find("\"match\""),
             std::string::npos);
-  EXPECT_NE(error({{"match", "util{"}, {"start", "1"}, {"end", "2"}, {"width", "10"}})
-                .find("\"match\""),
-            std::string::npos);
-  EXPECT_NE(error({{"match", "util"}, {"start", "x"}, {"end", "2"}, {"width", "10"}})
-                .find("\"start\""),
-            std::string::npos);
+  EXPECT_NE(
+      error({{"match", "util{"}, {"start", "1"}, {"end", "2"}, {"width", "10"}}).find("\"match\""),
+      std::string::npos);
+  EXPECT_NE(
+      error({{"match", "util"}, {"start", "x"}, {"end", "2"}, {"width", "10"}}).find("\"start\""),
+      std::string::npos);
   EXPECT_NE(error({{"match", "util"}, {"start", "3"}, {"end", "2"}, {"width", "10"}})
                 .find("before start"),
             std::string::npos);
-  EXPECT_NE(error({{"match", "util"}, {"start", "1"}, {"end", "2"}, {"width", "0"}})
-                .find("\"width\""),
-            std::string::npos);
+  EXPECT_NE(
+      error({{"match", "util"}, {"start", "1"}, {"end", "2"}, {"width", "0"}}).find("\"width\""),
+      std::string::npos);
   EXPECT_NE(error({{"match", "util"}, {"start", "1"}, {"end", "2"}, {"width", "10001"}})
                 .find("\"width\""),
             std::string::npos);

@@ -432,6 +432,10 @@ Result<int64_t> ParseApiDurationMs(std::string_view text) {
   return d;
 }
 
+std::optional<std::string> ApiParam(const ApiRequest& r, const std::string& name) {
+  return Param(r, name);
+}
+
 ApiResponse ApiError(int http_status, std::string_view type, std::string_view message) {
   return Error(http_status, type, message);
 }

@@ -47,6 +47,8 @@ Result<int64_t> ParseApiTimestampMs(std::string_view text);
 Result<int64_t> ParseApiDurationMs(std::string_view text);
 // Prometheus's rendering of a sample value: shortest round-trip, "+Inf", "-Inf", "NaN".
 std::string FormatSampleValue(double v);
+// The first value of a parameter, if given.
+std::optional<std::string> ApiParam(const ApiRequest& r, const std::string& name);
 // Prometheus's error body ({"status":"error","errorType":…,"error":…}), for the other JSON
 // APIs that answer in the same shape (the panel endpoint).
 ApiResponse ApiError(int http_status, std::string_view type, std::string_view message);

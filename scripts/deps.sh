@@ -1,16 +1,18 @@
 #!/usr/bin/env bash
 # Installs, from Debian 12's archive, whatever gpuwatch needs that is missing.
 #   scripts/deps.sh build   — compiler, CMake, libraries
-#   scripts/deps.sh test    — build + GoogleTest and the servers tests start (Prometheus,
-#                             Alertmanager; promtool comes with Prometheus)
+#   scripts/deps.sh test    — build + GoogleTest, the servers tests start (Prometheus,
+#                             Alertmanager; promtool comes with Prometheus) and Chromium (the
+#                             dashboard's end-to-end test drives it; web/e2e)
 #   scripts/deps.sh bench   — test + Google Benchmark, node-exporter, GNU time
 # Packages already installed are not touched; apt-get runs only when something is missing.
 set -euo pipefail
 
 build_pkgs=(g++ cmake ninja-build pkg-config nlohmann-json3-dev libfmt-dev libcli11-dev
             libcpp-httplib-dev libssl-dev zlib1g-dev libbrotli-dev libre2-dev
-            libsnappy-dev libzstd-dev)
-test_pkgs=(libgtest-dev libgmock-dev python3 curl prometheus prometheus-alertmanager)
+            libsnappy-dev libzstd-dev libncurses-dev)
+test_pkgs=(libgtest-dev libgmock-dev python3 curl tmux prometheus prometheus-alertmanager
+           chromium)
 bench_pkgs=(libbenchmark-dev prometheus-node-exporter time)
 
 want=("${build_pkgs[@]}")

@@ -28,6 +28,7 @@
 #include "cli/replay_cmd.h"
 #include "cli/status_view.h"
 #include "cli/store_admin.h"
+#include "cli/top_cmd.h"
 #include "cli/topo_cmd.h"
 #include "collect/nvml_source.h"
 #include "common/file_io.h"
@@ -258,6 +259,7 @@ int RunDemo(const DemoCommand& c, const std::string& listen, const std::string& 
   if (Status st = SetLevel(flags.log_level); !st.ok()) return Fail(st);
   auto opts = MakeOptions(flags, GPUWATCH_VERSION);
   if (!opts.ok()) return Fail(opts.status());
+  opts->simulated = true;
   return ServeAgent(&flags, *opts, (*demo)->TakeSource(),
                     [&demo](const server::Agent& agent, int port) {
                       return (*demo)->Tick(agent, port, std::cout);
@@ -362,6 +364,17 @@ int Main(int argc, char** argv) {
   job_cmd->add_option("id", job_id, "Job id")->required();
   job_cmd->add_option("--agent", agent_url, "The agent's URL");
   job_cmd->add_flag("--json", jobs_json, "Print the agent's JSON");
+  TopCommand top_opts;
+  auto* top_cmd = app.add_subcommand(
+      "top", "Full-screen view of the node: GPUs, processes, jobs, findings, and their history");
+  top_cmd->add_option("--agent", agent_url, "The agent's URL");
+  auto* top_once = top_cmd->add_flag("--once", top_opts.once, "Print one table and exit");
+  top_cmd
+      ->add_flag("--plain", top_opts.plain, "Print a table every refresh, with no terminal control")
+      ->excludes(top_once);
+  top_cmd->add_option("--interval", top_opts.interval_s, "Seconds between refreshes (default 1)");
+  top_cmd->add_option("--job", top_opts.job, "Show only this job");
+  top_cmd->add_option("--user", top_opts.user, "Show only this user's jobs and processes");
   std::string annotate_text, annotate_job, annotate_token_file;
   auto* annotate_cmd = app.add_subcommand(
       "annotate", "Put a note on the time line (R21), e.g. gpuwatch annotate \"switched to TP=4\"");
@@ -655,6 +668,10 @@ int Main(int argc, char** argv) {
     auto o = MakeStoreOptions(compact_flags);
     if (!o.ok()) return Fail(o.status());
     return RunStoreCompact(store_dir, *o, std::cout, std::cerr);
+  }
+  if (top_cmd->parsed()) {
+    top_opts.agent_url = agent_url;
+    return RunTop(top_opts);
   }
   if (jobs_cmd->parsed() || job_cmd->parsed()) {
     auto j =

@@ -73,6 +73,7 @@ Agent::Agent(AgentOptions options, std::unique_ptr<collect::GpuSource> gpu)
         analyze::RunOptions{.warmup_s = 120, .window_s = 600, .job = ""});
   }
   state_.hostname = options_.hostname;
+  state_.simulated = options_.simulated;
   state_.version = options_.version;
   state_.model_label = options_.model_label;
 }

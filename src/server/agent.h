@@ -49,6 +49,9 @@ struct AgentOptions {
   // ("<hostname>:<port>"); "" stores the series without instance and job labels.
   std::string instance;
   std::string version;
+  // The GPUs are gpuwatch demo's simulation: the API says so, and the dashboard and
+  // `gpuwatch top` show a SIMULATED banner.
+  bool simulated = false;
   std::string root_dir = "/";   // procfs/sysfs root (tests use fixture trees)
   std::string data_dir;         // "" keeps nothing on disk
   JobLogPolicy job_log_policy;  // where declared job logs may be (server/job_logs.h)

@@ -86,9 +86,11 @@ json GpusJson(const AgentState& s) {
     for (const auto& [key, count] : s.xid_counts)
       if (key.first == g.index) xids[std::to_string(key.second)] = count;
     j["xid_counts"] = std::move(xids);
+    if (auto it = s.last_xid.find(g.index); it != s.last_xid.end()) j["last_xid"] = it->second;
     gpus.push_back(std::move(j));
   }
   return {{"hostname", s.hostname},
+          {"simulated", s.simulated},
           {"gpu_available", s.gpu_available},
           {"reason", s.gpu_unavailable_reason},
           {"driver_version", s.system.driver_version},
@@ -148,6 +150,7 @@ json CapabilitiesJson(const AgentState& s) {
     gpus.push_back(std::move(j));
   }
   return {{"hostname", s.hostname},
+          {"simulated", s.simulated},
           {"gpu_available", s.gpu_available},
           {"reason", s.gpu_unavailable_reason},
           {"gpus", std::move(gpus)}};
@@ -173,7 +176,7 @@ std::string DumpJson(const json& j, int indent) {
 }
 
 json HostJson(const AgentState& s) {
-  if (!s.host) return {{"hostname", s.hostname}, {"host", nullptr}};
+  if (!s.host) return {{"hostname", s.hostname}, {"simulated", s.simulated}, {"host", nullptr}};
   const auto& h = *s.host;
   json nics = json::array();
   for (const auto& n : h.nics)
@@ -183,6 +186,7 @@ json HostJson(const AgentState& s) {
                     {"rx_errors", n.rx_errors},
                     {"tx_errors", n.tx_errors}});
   return {{"hostname", s.hostname},
+          {"simulated", s.simulated},
           {"time_ms", h.time_ms},
           {"cpu_util_pct", Opt(h.cpu_util_pct)},
           {"iowait_pct", Opt(h.iowait_pct)},

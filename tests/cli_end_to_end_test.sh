@@ -101,7 +101,10 @@ else
   grep -q '<div id="app"></div>' "$TMP/index.html" || fail "GET / is not the dashboard: $(head -c 200 "$TMP/index.html")"
   curl -fsS -H 'Accept-Encoding: gzip' -D "$TMP/js.hdr" -o "$TMP/app.js.gz" "http://127.0.0.1:$PORT/assets/app.js" || fail "app.js"
   grep -qi '^Content-Encoding: gzip' "$TMP/js.hdr" || fail "app.js not gzipped for a gzip client"
-  gzip -dc "$TMP/app.js.gz" | grep -q '/api/v1/panel' || fail "app.js does not read the panel endpoint"
+  # Not `gzip -dc | grep -q`: grep stops at the first match, and under pipefail the SIGPIPE that
+  # gzip then gets fails the pipeline once app.js is bigger than a pipe's buffer.
+  gzip -dc "$TMP/app.js.gz" >"$TMP/app.js" || fail "app.js is not gzip"
+  grep -q '/api/v1/panel' "$TMP/app.js" || fail "app.js does not read the panel endpoint"
   curl -fsS -o /dev/null "http://127.0.0.1:$PORT/assets/app.css" || fail "app.css"
 fi
 # The dashboard's panel endpoint over the real HTTP server: buckets and a named 400.
@@ -187,6 +190,12 @@ PORT=$(free_port)
 "$GPUWATCH" up --job-socket off --listen "127.0.0.1:$PORT" --nvml-lib /nonexistent --data-dir "$TMP/store" >"$TMP/rw2.log" 2>&1 &
 PIDS+=($!)
 wait_http "http://127.0.0.1:$PORT/healthz" 20 || fail "agent did not restart on its data dir"
+# A second agent on the taken port, with a store of its own: it says why and exits (it hung
+# once, its tier thread blocked on the store already closed).
+rc=0; out=$(timeout 30 "$GPUWATCH" up --job-socket off --listen "127.0.0.1:$PORT" \
+  --nvml-lib /nonexistent --data-dir "$TMP/store-taken" 2>&1) || rc=$?
+[ $rc != 0 ] && [ $rc != 124 ] && grep -q "cannot listen on 127.0.0.1:$PORT: address in use" <<<"$out" ||
+  fail "agent on a taken port: rc=$rc out=$out"
 # The 2 remote-written series (3 samples) plus the agent's own host series: `store stats` reads
 # the store read-only beside the running agent.
 "$GPUWATCH" store stats --data-dir "$TMP/store" --json >"$TMP/stats.json" || fail "store stats failed"

@@ -200,7 +200,12 @@ int ServeAgent(const AgentFlags* flags, const server::AgentOptions& agent_opts,
   // The agent first: its snapshot manager exists before any HTTP thread can ask for it.
   agent.Start();
   server::HttpServer http(&agent, db.get(), events.get(), *http_opts);
-  if (Status st = http.Start(*addr); !st.ok()) return Fail(st);
+  if (Status st = http.Start(*addr); !st.ok()) {
+    // The tier threads write into the store: stop them before `db` goes (declared after the
+    // agent, it is destroyed first), or they block on its freed mutex (a taken port hung here).
+    agent.Stop();
+    return Fail(st);
+  }
   // An IPv6 host goes in brackets, or the URL reads "http://:::9470".
   const std::string url_host =
       addr->host.find(':') != std::string::npos ? "[" + addr->host + "]" : addr->host;

@@ -131,6 +131,9 @@ class Agent {
   nlohmann::json Findings(const std::string& job = "", const std::string& node = "") const {
     return diagnosis_.Document(job, node);
   }
+  std::optional<analyze::TemplateStep> JobBaseline(const std::string& job) const {
+    return diagnosis_.JobBaseline(job);
+  }
   // Runs the diagnosis engine over the records added since the last call and folds its
   // findings into the alerts (every 5 s on the tier thread; tests call it directly).
   void TickDiagnosis();

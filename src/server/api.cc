@@ -218,7 +218,8 @@ nlohmann::json WindowJson(const jobs::WindowStats& w) {
 
 }  // namespace
 
-nlohmann::json JobJson(const jobs::JobView& v, bool with_ranks) {
+nlohmann::json JobJson(const jobs::JobView& v, bool with_ranks,
+                       const std::optional<analyze::TemplateStep>& baseline) {
   nlohmann::json j;
   j["id"] = v.id;
   j["source"] = v.source;
@@ -236,6 +237,13 @@ nlohmann::json JobJson(const jobs::JobView& v, bool with_ranks) {
   j["container"] = v.container;
   j["gpu_seconds"] = v.gpu_seconds;
   j["window"] = WindowJson(v.window);
+  j["baseline"] = nullptr;
+  if (baseline)
+    j["baseline"] = {{"template", baseline->template_name},
+                     {"shape", baseline->shape},
+                     {"version", baseline->version},
+                     {"step_median_s", baseline->median_s},
+                     {"step_p99_s", baseline->p99_s}};
   if (with_ranks) {
     j["ranks"] = nlohmann::json::array();
     for (const auto& r : v.ranks) {
@@ -263,11 +271,13 @@ nlohmann::json JobJson(const jobs::JobView& v, bool with_ranks) {
   return j;
 }
 
-nlohmann::json JobsJson(const std::vector<jobs::JobView>& jobs, const std::string& socket_path) {
+nlohmann::json JobsJson(const std::vector<jobs::JobView>& jobs, const std::string& socket_path,
+                        const BaselineOf& baseline_of) {
   nlohmann::json j;
   j["socket"] = socket_path;
   j["jobs"] = nlohmann::json::array();
-  for (const auto& v : jobs) j["jobs"].push_back(JobJson(v, false));
+  for (const auto& v : jobs)
+    j["jobs"].push_back(JobJson(v, false, baseline_of ? baseline_of(v.id) : std::nullopt));
   return j;
 }
 

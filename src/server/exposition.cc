@@ -8,6 +8,7 @@
 
 #include "common/strings.h"
 #include "model/metric_catalog.h"
+#include "server/gpu_labels.h"
 #include "server/job_metrics.h"
 
 namespace gpuwatch::server {
@@ -79,14 +80,12 @@ void Line(Buf& b, std::string_view name, std::string_view labels, std::string_vi
 }
 
 std::string GpuLabels(const AgentState& s, const model::GpuStaticInfo& g) {
-  unsigned dev = g.minor_number.value_or(g.index);
-  return fmt::format(
-      "gpu=\"{}\",UUID=\"{}\",pci_bus_id=\"{}\",device=\"nvidia{}\",{}=\"{}\",Hostname=\"{}"
-      "\","
-      "DCGM_FI_DRIVER_VERSION=\"{}\"",
-      g.index, EscapeLabelValue(g.uuid), EscapeLabelValue(g.pci_bus_id), dev, s.model_label,
-      EscapeLabelValue(g.name), EscapeLabelValue(s.hostname),
-      EscapeLabelValue(s.system.driver_version));
+  std::string out;
+  for (const auto& [name, value] : GpuLabelSet(s, g)) {
+    if (!out.empty()) out += ',';
+    fmt::format_to(std::back_inserter(out), "{}=\"{}\"", name, EscapeLabelValue(value));
+  }
+  return out;
 }
 
 }  // namespace

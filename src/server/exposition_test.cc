@@ -124,3 +124,36 @@ TEST(ApiTest, CapabilitiesJsonNamesReasons) {
 
 }  // namespace
 }  // namespace gpuwatch::server
+
+namespace gpuwatch::server {
+namespace {
+
+// The jobs screen draws a job's step time against the template baseline the diagnosis uses.
+TEST(ApiTest, JobsCarryTheirTemplateBaselineOrNull) {
+  jobs::JobView a, b;
+  a.id = "train-1";
+  a.template_name = "llama-fsdp";
+  b.id = "adhoc";
+  analyze::TemplateStep t;
+  t.template_name = "llama-fsdp";
+  t.shape = "1x8xNVIDIA H100 80GB HBM3";
+  t.version = 3;
+  t.median_s = 0.42;
+  t.p99_s = 0.61;
+  const nlohmann::json j =
+      JobsJson({a, b}, "/run/gpuwatch/job.sock", [&](const std::string& job) {
+        return job == "train-1" ? std::optional(t) : std::nullopt;
+      });
+  ASSERT_EQ(j["jobs"].size(), 2u);
+  EXPECT_EQ(j["jobs"][0]["baseline"],
+            nlohmann::json({{"template", "llama-fsdp"},
+                            {"shape", "1x8xNVIDIA H100 80GB HBM3"},
+                            {"version", 3},
+                            {"step_median_s", 0.42},
+                            {"step_p99_s", 0.61}}));
+  EXPECT_TRUE(j["jobs"][1]["baseline"].is_null());
+  EXPECT_TRUE(JobJson(b, true)["baseline"].is_null());
+}
+
+}  // namespace
+}  // namespace gpuwatch::server

@@ -285,7 +285,9 @@ void HttpServer::AddRoutes() {
               res.Set(topo::SnapshotToJson(*snap), "application/json");
             });
   srv.Route("GET", "/api/v1/jobs", [agent](const Request&, Response& res) {
-    res.Set(DumpJson(JobsJson(agent->jobs().Jobs(), agent->job_socket_path()), 2),
+    res.Set(DumpJson(JobsJson(agent->jobs().Jobs(), agent->job_socket_path(),
+                              [agent](const std::string& job) { return agent->JobBaseline(job); }),
+                     2),
             "application/json");
   });
   srv.Route("GET", R"(/api/v1/jobs/(.+))", [agent](const Request& req, Response& res) {
@@ -295,7 +297,7 @@ void HttpServer::AddRoutes() {
       res.Set(R"({"error":"no such job"})", "application/json");
       return;
     }
-    res.Set(DumpJson(JobJson(*job, true), 2), "application/json");
+    res.Set(DumpJson(JobJson(*job, true, agent->JobBaseline(job->id)), 2), "application/json");
   });
   if (store_) AddQueryRoutes();
   // Inline: answered by the I/O thread, so it reports a live process even when every worker is

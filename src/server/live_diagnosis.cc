@@ -59,10 +59,26 @@ size_t LiveDiagnosis::Tick(int64_t now_ms) {
                           {"analysed_until", static_cast<double>(to_ms) / 1000},
                           {"read_errors", errors_}};
   if (!last_error_.empty()) stats["last_read_error"] = last_error_;
+  // The template baseline each job on each node is judged against, for the API.
+  std::map<std::string, analyze::TemplateStep> baselines;
+  for (const auto& [key, task] : diagnoser_.context().tasks()) {
+    const auto& [node, job] = key;
+    if (baselines.count(job)) continue;
+    if (const analyze::TemplateStep* t = diagnoser_.context().TemplateOf(node, job))
+      baselines.emplace(job, *t);
+  }
   std::lock_guard<std::mutex> lock(mu_);
   findings_ = std::move(findings);
   stats_ = std::move(stats);
+  job_baselines_ = std::move(baselines);
   return read;
+}
+
+std::optional<analyze::TemplateStep> LiveDiagnosis::JobBaseline(const std::string& job) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = job_baselines_.find(job);
+  if (it == job_baselines_.end()) return std::nullopt;
+  return it->second;
 }
 
 nlohmann::json LiveDiagnosis::Document(const std::string& job, const std::string& node) const {

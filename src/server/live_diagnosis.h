@@ -13,8 +13,10 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <mutex>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -55,6 +57,9 @@ class LiveDiagnosis {
     std::lock_guard<std::mutex> lock(mu_);
     return findings_;
   }
+  // The stored template baseline the job's steps are judged against (the same shape and, when
+  // known, driver), as of the last tick; nullopt when it has none.
+  std::optional<analyze::TemplateStep> JobBaseline(const std::string& job) const;
 
  private:
   WindowFn window_;
@@ -65,6 +70,7 @@ class LiveDiagnosis {
   mutable std::mutex mu_;  // guards findings_ and stats_
   std::vector<analyze::Finding> findings_;
   nlohmann::json stats_ = nlohmann::json::object();
+  std::map<std::string, analyze::TemplateStep> job_baselines_;
 };
 
 }  // namespace gpuwatch::server

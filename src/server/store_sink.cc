@@ -1,8 +1,43 @@
 #include "server/store_sink.h"
 
 #include "model/metric_catalog.h"
+#include "server/gpu_labels.h"
 
 namespace gpuwatch::server {
+
+namespace {
+
+// The link rates (R10, R12) as /metrics shows them (exposition.cc RenderLinkRates), so the
+// dashboard's links screen and a query over the past read the same series a scrape would.
+void AddLinkRates(const std::vector<LinkRate>& rates, const std::string& hostname, int64_t after_ms,
+                  std::vector<store::Head::Input>* out) {
+  for (const LinkRate& r : rates) {
+    if (r.time_ms <= after_ms) continue;
+    auto add = [&](std::string_view name, const std::optional<double>& v, const char* direction) {
+      if (!v) return;
+      store::Head::Input in;
+      in.labels = {{std::string(store::kMetricNameLabel), std::string(name)},
+                   {"Hostname", hostname},
+                   {"link_type", r.kind}};
+      for (const auto& [k, val] : r.labels) in.labels.push_back({k, val});
+      if (direction) in.labels.push_back({"direction", direction});
+      in.samples.push_back({r.time_ms, *v});
+      out->push_back(std::move(in));
+    };
+    add("gpuwatch_link_bytes_per_second", r.rx_bytes_per_s, "rx");
+    add("gpuwatch_link_bytes_per_second", r.tx_bytes_per_s, "tx");
+    add("gpuwatch_link_rated_bytes_per_second", r.rated_bytes_per_s, nullptr);
+    add("gpuwatch_link_utilization_ratio", r.rx_util, "rx");
+    add("gpuwatch_link_utilization_ratio", r.tx_util, "tx");
+    add("gpuwatch_link_errors_per_second", r.errors_per_s, nullptr);
+    add("gpuwatch_link_drops_per_second", r.drops_per_s, nullptr);
+    add("gpuwatch_link_retransmits_per_second", r.retransmits_per_s, nullptr);
+    add("gpuwatch_link_xmit_wait_per_second", r.xmit_wait_per_s, nullptr);
+    add("gpuwatch_link_ecn_marked_per_second", r.ecn_marked_per_s, nullptr);
+  }
+}
+
+}  // namespace
 
 std::vector<store::Head::Input> SeriesForStore(const AgentState& s, int64_t host_after_ms) {
   std::vector<store::Head::Input> out;
@@ -11,11 +46,9 @@ std::vector<store::Head::Input> SeriesForStore(const AgentState& s, int64_t host
     const auto& g = s.devices[i];
     const auto& smp = s.gpu_samples[i];
     if (smp.time_ms == 0) continue;  // not sampled yet
-    const std::vector<store::Label> base = {{"gpu", std::to_string(g.index)},
-                                            {"UUID", g.uuid},
-                                            {"pci_bus_id", g.pci_bus_id},
-                                            {s.model_label, g.name},
-                                            {"Hostname", s.hostname}};
+    std::vector<store::Label> base;
+    for (auto& [name, value] : GpuLabelSet(s, g))
+      base.push_back({std::move(name), std::move(value)});
     auto add = [&](std::string_view name, double v, std::vector<store::Label> extra = {}) {
       store::Head::Input in;
       in.labels = base;
@@ -32,7 +65,11 @@ std::vector<store::Head::Input> SeriesForStore(const AgentState& s, int64_t host
         add("gpuwatch_xid_errors_total", static_cast<double>(count),
             {{"xid", std::to_string(key.second)}});
   }
+  // GPU link rates are of the last hardware tick, as the GPU fields above; host ones of the last
+  // host tick, kept once like the host fields below.
+  AddLinkRates(s.gpu_link_rates, s.hostname, 0, &out);
   if (s.host && s.host->time_ms > host_after_ms) {
+    AddLinkRates(s.host_link_rates, s.hostname, host_after_ms, &out);
     const auto& h = *s.host;
     const std::pair<const char*, const std::optional<double>*> kHost[] = {
         {"gpuwatch_host_cpu_utilization_percent", &h.cpu_util_pct},

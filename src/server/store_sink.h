@@ -1,5 +1,5 @@
 // What the agent keeps of its own collection in the store (R20): every per-GPU scalar of the
-// metric catalog, GPU up/down and XID counts, and the host basics, as store inputs with the
+// metric catalog, GPU up/down and XID counts, link rates, and the host basics, as store inputs with the
 // same names and labels as /metrics. Built from the state once per hardware tick. Pure
 // function; thread-safe.
 #pragma once

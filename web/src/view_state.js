@@ -1,8 +1,14 @@
 // The dashboard's view state and its URL, as pure functions (tested by web/test with node):
-// #/<screen>[/<arg>]?range=1h, or ?from=<s>&to=<s> for a fixed range; the URL holds the whole
-// view so a link can be shared.
+// #/<screen>[/<arg>]?range=1h, or ?from=<s>&to=<s> for a fixed range (a zoom), plus the
+// filters node=, job=, user=; the URL holds the whole view so a link can be shared.
 
 export const RANGES = { "15m": 900, "1h": 3600, "6h": 21600, "24h": 86400, "7d": 604800 };
+
+// The filters a view may hold, in the order the page shows them.
+export const FILTERS = ["node", "job", "user"];
+
+// A zoom narrower than this is a click, not a selection.
+export const MIN_ZOOM_S = 10;
 
 export function parseHash(hash) {
   const [path, query = ""] = (hash || "").replace(/^#/, "").split("?");
@@ -22,6 +28,47 @@ export function timeRange(params, nowS) {
   const span = RANGES[params.range] || RANGES["1h"];
   return { start: nowS - span, end: nowS, live: true };
 }
+
+// The view's filters that are set: {node?, job?, user?}.
+export function filtersOf(params) {
+  const f = {};
+  for (const k of FILTERS) if (params[k]) f[k] = params[k];
+  return f;
+}
+
+// Parameters for a relative range `r`, keeping the filters (a zoom is dropped).
+export function rangeParams(params, r) {
+  return { ...filtersOf(params), range: r };
+}
+
+// Parameters for the fixed range [from, to] (a drag over a chart), keeping the filters; null
+// when the selection is too narrow to be one.
+export function zoomParams(params, from, to) {
+  const a = Math.floor(Math.min(from, to)), b = Math.ceil(Math.max(from, to));
+  if (!(b - a >= MIN_ZOOM_S)) return null;
+  return { ...filtersOf(params), from: String(a), to: String(b) };
+}
+
+// Twice the span around the same centre, never past now: the way out of a zoom that browser
+// back does not give (a shared link).
+export function zoomOutParams(params, nowS) {
+  const r = timeRange(params, nowS);
+  const span = (r.end - r.start) * 2;
+  const end = Math.min(nowS, (r.start + r.end) / 2 + span / 2);
+  return zoomParams(params, end - span, end);
+}
+
+// Parameters with one filter set (or cleared by an empty value), the rest kept.
+export function filterParams(params, key, value) {
+  const p = { ...params };
+  if (value) p[key] = value;
+  else delete p[key];
+  return p;
+}
+
+// Whether the node's answers (/api/v1/host, /api/v1/capabilities) say its data is simulated;
+// a missing field means real.
+export const isSimulated = (...answers) => answers.some((a) => a && a.simulated === true);
 
 // GET /api/v1/panel for one chart (docs/dashboard.md).
 export function panelUrl(match, range, width) {

@@ -1,0 +1,80 @@
+// Reading the agent: JSON answers, panels (GET /api/v1/panel, docs/dashboard.md), events, and
+// the hooks that poll them while the view's range follows the clock.
+import { useEffect, useState } from "preact/hooks";
+import { panelUrl } from "./view_state.js";
+
+export async function getJson(url) {
+  const r = await fetch(url);
+  const body = await r.json().catch(() => ({}));
+  if (!r.ok || body.status === "error") throw new Error(body.error || `${url}: HTTP ${r.status}`);
+  return body;
+}
+
+// One panel, with the range it was read for (charts draw that range, not the clock's). A null
+// selector (the filters select nothing) answers an empty panel without asking.
+export function panel(match, range, width) {
+  const r = { start: range.start, end: range.end };
+  if (match === null) return Promise.resolve({ step: 0, times: [], series: [], range: r });
+  return getJson(panelUrl(match, range, width)).then((b) => ({ ...b.data, range: r }));
+}
+
+// Events in the range, newest last, without job log lines (the job view asks for those with
+// kind=log). The API keeps the newest `limit` of what matches, log lines included.
+export function eventsUrl(range, extra) {
+  const q = new URLSearchParams({
+    start: String(Math.floor(range.start)),
+    end: String(Math.ceil(range.end)),
+    limit: "5000",
+    ...extra,
+  });
+  return "/api/v1/events?" + q;
+}
+export const loadEvents = (range, extra) =>
+  getJson(eventsUrl(range, extra)).then((b) => (b.events || []).filter((e) => extra.kind === "log" || e.kind !== "log"));
+
+// Re-reads every 10 s while `live` (the range follows the clock); keeps the last answer on an
+// error, so a failed poll does not blank a chart.
+export function usePoll(load, deps, live, everyMs = 10000) {
+  const [state, setState] = useState({ data: null, error: null });
+  useEffect(() => {
+    let stop = false;
+    const run = () =>
+      load().then(
+        (data) => !stop && setState({ data, error: null }),
+        (error) => !stop && setState((s) => ({ data: s.data, error: error.message })),
+      );
+    run();
+    const t = live ? setInterval(run, everyMs) : null;
+    return () => {
+      stop = true;
+      if (t) clearInterval(t);
+    };
+  }, deps);
+  return state;
+}
+
+// The charts' width: the page's, less main's padding, split into `cols` columns on a page at
+// least WIDE_PX wide (app.css's .grid2 makes the same split).
+export const WIDE_PX = 1200;
+function chartWidth(cols) {
+  const page = document.documentElement.clientWidth;
+  const n = page >= WIDE_PX ? cols : 1;
+  return Math.max(300, Math.floor((page - 64 - (n - 1) * 16) / n));
+}
+export function useWidth(cols = 1) {
+  const [w, setW] = useState(chartWidth(cols));
+  useEffect(() => {
+    // Debounced: a drag-resize would refetch every chart on every event.
+    let timer = null;
+    const on = () => {
+      clearTimeout(timer);
+      timer = setTimeout(() => setW(chartWidth(cols)), 250);
+    };
+    addEventListener("resize", on);
+    return () => {
+      clearTimeout(timer);
+      removeEventListener("resize", on);
+    };
+  }, [cols]);
+  return w;
+}

@@ -15,6 +15,9 @@
 // tree's node_modules (web/CMakeLists.txt); by hand, `npm ci` in web/ is enough. CHROMIUM names
 // the browser (default /usr/bin/chromium; playwright's own browser download is never used).
 // Exits 77, which CTest counts as skipped, when chromium or playwright-core is missing.
+// GPUWATCH_E2E_BASE_URL, when set, points the browser at another server of the page (a proxy
+// that serves a fresh web/ bundle and forwards /api/* to this demo) while the API checks still
+// read the demo; unset, the browser reads the demo's own embedded page.
 import assert from "node:assert/strict";
 import { spawn } from "node:child_process";
 import fs from "node:fs";
@@ -25,6 +28,7 @@ import path from "node:path";
 import test from "node:test";
 
 import { parseHash, timeRange } from "../src/view_state.js";
+import { findingScreen } from "../src/findings.js";
 
 const [GPUWATCH, OUT_DIR] = process.argv.slice(2);
 if (!GPUWATCH || !OUT_DIR) {
@@ -91,6 +95,7 @@ function freePort() {
 class Demo {
   constructor(port) {
     this.base = `http://127.0.0.1:${port}`;
+    this.pageBase = process.env.GPUWATCH_E2E_BASE_URL || this.base;
     fs.mkdirSync(OUT_DIR, { recursive: true });
     this.errPath = path.join(OUT_DIR, "demo.err");
     const out = fs.openSync(path.join(OUT_DIR, "demo.out"), "w");
@@ -210,7 +215,7 @@ test("the dashboard end to end", { timeout: 220_000 }, async (t) => {
     const up = await until("/healthz", 30, async () =>
       !demo.running ? false : (await fetch(demo.base + "/healthz")).ok ? true : undefined).catch(() => false);
     assert.ok(up, `the demo did not serve /healthz within 30 s${demo.running ? "" : " (it exited)"}\n${demo.stderr()}`);
-    const app = await fetch(demo.base + "/assets/app.js");
+    const app = await fetch(demo.pageBase + "/assets/app.js");
     assert.ok(app.ok, `the binary embeds no dashboard (GET /assets/app.js: HTTP ${app.status})`);
     // The screens' data-screen attribute, required everywhere once the bundle uses it.
     const tagsScreens = (await app.text()).includes("data-screen");
@@ -240,7 +245,7 @@ test("the dashboard end to end", { timeout: 220_000 }, async (t) => {
       viewport: { width: 1280, height: 800 },
     });
     ctx.setDefaultTimeout(15000);
-    console.log(`# chromium ${ctx.browser()?.version() ?? ""}, playwright-core on ${demo.base}`);
+    console.log(`# chromium ${ctx.browser()?.version() ?? ""}, playwright-core on ${demo.pageBase}`);
 
     // The route's screen, by its data-screen root where the build tags screens.
     const assertScreen = async (page, screen) => {
@@ -253,7 +258,7 @@ test("the dashboard end to end", { timeout: 220_000 }, async (t) => {
     // takes its screenshots when the screen is drawn; a failure before that takes one as it is.
     const route = (title, hash, check) =>
       t.test(title, async () => {
-        const { page, problems } = await visit(ctx, demo.base, hash);
+        const { page, problems } = await visit(ctx, demo.pageBase, hash);
         const shots = new Set();
         const shot = async (name) => {
           shots.add(name);
@@ -274,7 +279,7 @@ test("the dashboard end to end", { timeout: 220_000 }, async (t) => {
     await t.test("the menu links to every screen", async () => {
       // The first page of a fresh profile: Chromium asks for /favicon.ico once, so a missing
       // icon shows as a console error here only.
-      const { page, problems } = await visit(ctx, demo.base, `#/gpus?range=${RANGE}`);
+      const { page, problems } = await visit(ctx, demo.pageBase, `#/gpus?range=${RANGE}`);
       const hrefs = await page.locator("header nav a").evaluateAll((as) => as.map((a) => a.getAttribute("href")));
       await page.close();
       const screens = hrefs.map((h) => parseHash(h).screen);
@@ -327,17 +332,24 @@ test("the dashboard end to end", { timeout: 220_000 }, async (t) => {
         const row = page.locator("[data-finding], tr").filter({ hasText: /\bxid\b/i }).filter({ hasText: `GPU ${FAULT_GPU}` }).first();
         await row.waitFor().catch(() => assert.fail(`no finding row names xid and GPU ${FAULT_GPU}`));
         await shot("findings");
-        // The link to the evidence: the row's first link to another screen (not its runbook entry).
-        const links = await row.locator('a[href^="#/"]').evaluateAll((as) => as.map((a) => a.getAttribute("href")));
-        const href = links.find((h) => !["findings", "runbook"].includes(parseHash(h).screen));
-        assert.ok(href, `the xid finding links to no screen (links: ${JSON.stringify(links)})`);
-        await row.locator(`a[href="${href}"]`).first().click();
+        // The link to the evidence (findings.js): an XID is a GPU cause, so #/health with gpu=3 and a
+        // fixed range around the finding; the runbook entry is named beside it as text.
+        assert.equal(findingScreen(finding).screen, "health");
+        const link = row.locator('a[data-link="evidence"]');
+        assert.equal(await link.count(), 1, "the xid finding has no link to its evidence");
+        const href = await link.getAttribute("href");
+        assert.equal(parseHash(href).screen, "health", `the xid finding links to ${href}, not #/health`);
+        assert.match(await row.locator('[data-link="runbook"]').textContent(), /docs\/runbook\.md#13-xid/);
+        await link.click();
         await page.waitForFunction((h) => location.hash === h, href);
         await page.waitForLoadState("networkidle");
         const view = hashOf(page);
         await assertScreen(page, view.screen);
         await shot("finding-opened");
+        assert.equal(view.screen, "health", `the link opens ${href}`);
         assert.equal(view.params.gpu, String(FAULT_GPU), `the link opens ${href}, not GPU ${FAULT_GPU}`);
+        // The screen narrows to that GPU: its charts and throttle strip show GPU 3 alone.
+        await assertChartsOf(page, "GPU", [FAULT_GPU]);
         assert.ok(view.params.from && view.params.to, `the link opens a range that moves with the clock: ${href}`);
         const range = timeRange(view.params, Date.now() / 1000);
         assert.ok(range.start <= finding.first_seen && finding.last_seen <= range.end,

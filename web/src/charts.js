@@ -102,8 +102,10 @@ export function ShadeLegend({ intervals }) {
 
 // One line per series (its `last`), with the min–max band shaded so spikes never vanish.
 // `data` is a panel answer ({times, series, range}); `styleOf(metric, i)` may give a series
-// {color, dash, legend: false}; `shade` is throttle intervals.
-export function BandChart({ data, name, title, unit, height = 200, scale = 1, events, shade, label = gpuLabel, styleOf, fmt = fmtNum }) {
+// {color, dash, legend: false}; `shade` is throttle intervals. `spanGaps`: series sampled more
+// sparsely than the buckets (the job tier, every 15 s) are drawn across their empty buckets, and
+// a lone sample as a point, so a chart with data never looks empty.
+export function BandChart({ data, name, title, unit, height = 200, scale = 1, events, shade, label = gpuLabel, styleOf, fmt = fmtNum, spanGaps = false }) {
   const el = useRef(null);
   const readout = useRef(null);
   const n = data ? data.series.length : 0;
@@ -119,11 +121,12 @@ export function BandChart({ data, name, title, unit, height = 200, scale = 1, ev
     data.series.forEach((s, i) => {
       const { color, dash } = styles[i];
       cols.push(scaled(s.max));
-      series.push({ label: label(s.metric) + " max", stroke: "transparent", points: { show: false } });
+      series.push({ label: label(s.metric) + " max", stroke: "transparent", points: { show: false }, spanGaps });
       cols.push(scaled(s.min));
-      series.push({ label: label(s.metric) + " min", stroke: "transparent", points: { show: false } });
+      series.push({ label: label(s.metric) + " min", stroke: "transparent", points: { show: false }, spanGaps });
       cols.push(scaled(s.last));
-      series.push({ label: label(s.metric), stroke: color, width: 1.5, dash, points: { show: false } });
+      const few = spanGaps && cols[cols.length - 1].filter((v) => v !== null).length <= 2;
+      series.push({ label: label(s.metric), stroke: color, width: 1.5, dash, spanGaps, points: { show: few, size: 5, fill: color } });
       lines.push([label(s.metric), cols.length - 1]);
       bands.push({ series: [cols.length - 3, cols.length - 2], fill: color + "33" });
     });
@@ -220,36 +223,42 @@ function StripOverlay({ events, t0, t1, sel }) {
 export function HeatStrip({ data, title, name = "utilization", events }) {
   const el = useRef(null);
   const [tip, setTip] = useState(null);
-  const t0 = data && data.times.length ? data.times[0] : 0;
-  const t1 = data && data.times.length ? data.times[data.times.length - 1] + (data.step || 1) : 1;
+  // The view's range, as the charts draw it (their x scale is data.range): the strip and the
+  // charts below it share one time axis extent. Buckets are placed by their start time, the
+  // edge buckets clipped to the range.
+  const step = (data && data.step) || 1;
+  const t0 = data && data.range ? data.range.start : data && data.times.length ? data.times[0] : 0;
+  const t1 = data && data.range ? data.range.end : data && data.times.length ? data.times[data.times.length - 1] + step : 1;
   const drag = useDragZoom(t0, t1);
   useEffect(() => {
     const c = el.current;
     if (!c || !data) return;
     const rows = data.series.length, cols = data.times.length;
-    c.width = Math.max(1, cols);
+    const w = Math.max(1, c.clientWidth || cols);
+    c.width = w;
     c.height = Math.max(1, rows);
     const ctx = c.getContext("2d");
-    const img = ctx.createImageData(Math.max(1, cols), Math.max(1, rows));
+    ctx.fillStyle = "rgb(235,235,235)";
+    ctx.fillRect(0, 0, w, c.height);
+    const xOf = (t) => ((t - t0) / (t1 - t0)) * w;
     data.series.forEach((s, r) => {
       for (let k = 0; k < cols; k++) {
         const v = num(s.min[k]);
-        const o = (r * cols + k) * 4;
-        if (v === null || Number.isNaN(v)) {
-          img.data.set([235, 235, 235, 255], o);
-          continue;
-        }
+        if (v === null || Number.isNaN(v)) continue;
+        const a = Math.max(0, xOf(data.times[k])), b = Math.min(w, xOf(data.times[k] + step));
+        if (b <= a) continue;
         const x = Math.max(0, Math.min(1, v / 100));
         // Dark red (idle) → green (busy).
-        img.data.set([Math.round(200 * (1 - x) + 30), Math.round(60 + 140 * x), 60, 255], o);
+        ctx.fillStyle = `rgb(${Math.round(200 * (1 - x) + 30)},${Math.round(60 + 140 * x)},60)`;
+        ctx.fillRect(a, r, Math.max(1, b - a), 1);
       }
     });
-    ctx.putImageData(img, 0, 0);
   }, [data]);
   const onMove = (e) => {
     if (!data) return;
     const rect = e.currentTarget.getBoundingClientRect();
-    const k = Math.floor(((e.clientX - rect.left) / rect.width) * data.times.length);
+    const t = t0 + ((e.clientX - rect.left) / rect.width) * (t1 - t0);
+    const k = data.times.findIndex((x) => x <= t && t < x + step);
     const r = Math.floor(((e.clientY - rect.top) / rect.height) * data.series.length);
     const s = data.series[r];
     if (!s || k < 0 || k >= data.times.length) return setTip(null);

@@ -11,7 +11,10 @@ import {
 } from "./view_state.js";
 import { getJson, loadEvents, panel, usePoll, useWidth } from "./api.js";
 import { EventList, HeatStrip, PanelChart, html } from "./charts.js";
-import { gpuMatchers, inScope, jobMatchers, scopeOf, selector } from "./scope.js";
+import { gpuMatchers, inScope, jobMatchers, namesSelector, scopeOf, selector } from "./scope.js";
+import { findingHref, findingView, mergeFindings, runbookRef } from "./findings.js";
+import { SHARES, jobPanelWidth, newest, shares, stepBands, throughput } from "./jobs.js";
+import { memoryRows } from "./memory.js";
 import { HealthScreen } from "./screen_health.js";
 import { LinksScreen } from "./screen_links.js";
 
@@ -58,7 +61,9 @@ function GpusScreen({ view, ctx }) {
     key,
     range.live,
   );
-  const mem = usePoll(() => panel(sel("DCGM_FI_DEV_FB_USED"), rangeNow(), width), key, range.live);
+  const mem = usePoll(() => panel(m === null ? null : selector(namesSelector(["DCGM_FI_DEV_FB_USED", "DCGM_FI_DEV_FB_TOTAL", "DCGM_FI_DEV_FB_FREE"]), m), rangeNow(), width), key, range.live);
+  const used = useMemo(() => mem.data && { ...mem.data, series: mem.data.series.filter((s) => s.metric.__name__ !== "DCGM_FI_DEV_FB_FREE") }, [mem.data]);
+  const rows = useMemo(() => memoryRows(mem.data), [mem.data]);
   const events = usePoll(() => loadEvents(rangeNow(), ctx.filters.node ? { node: ctx.filters.node } : {}), key, range.live);
   const ev = useMemo(() => events.data && events.data.filter((e) => inScope(e, ctx.filters, ctx.scope)), [events.data, ctx.key]);
   return html`<section data-screen="gpus">
@@ -66,8 +71,24 @@ function GpusScreen({ view, ctx }) {
     ${util.data && (util.data.series.length
       ? html`<${HeatStrip} data=${util.data} events=${ev} title=${util.data.what + ", minimum per " + util.data.step + " s"} />`
       : html`<div class="empty">No GPU series in this range.</div>`)}
-    ${mem.data && mem.data.series.length > 0 && html`<${PanelChart} state=${mem} name="DCGM_FI_DEV_FB_USED" title="Memory used" unit="MiB" events=${ev} />`}
+    <${PanelChart} state=${{ ...mem, data: used }} name="DCGM_FI_DEV_FB_USED" title="Memory used (dashed: total)" unit="MiB" events=${ev}
+      styleOf=${(mt) => (mt.__name__ === "DCGM_FI_DEV_FB_TOTAL" ? { dash: [6, 4], legend: false } : {})}
+      label=${(mt) => "GPU " + mt.gpu + (mt.__name__ === "DCGM_FI_DEV_FB_TOTAL" ? " total" : "")} />
+    ${rows.length > 0 && html`<table class="findings counts" data-list="memory">
+      <tr><th>GPU</th><th>used now</th><th>peak in range</th><th>total</th><th>headroom (total − peak)</th><th>OOM estimate</th></tr>
+      ${rows.map((r) => html`<tr data-gpu=${r.gpu}><td>GPU ${r.gpu}</td><td>${mib(r.now)}</td><td>${mib(r.peak)}</td><td>${mib(r.total)}</td>
+        <td class=${r.headroom !== null && r.total && r.headroom < 0.05 * r.total ? "bad" : ""}>${mib(r.headroom)}${r.headroom !== null && r.total ? ` (${Math.round((100 * r.headroom) / r.total)} %)` : ""}</td>
+        <td class=${r.oom ? "bad" : ""}>${r.total === null ? "no total reported" : r.oom ? oomText(r.oom) : "none (not growing)"}</td></tr>`)}
+    </table>
+    <div class="muted source">Peak: the largest sample in the range. OOM estimate: where the linear trend of the last quarter of the range reaches the total.</div>`}
   </section>`;
+}
+
+const mib = (v) => (v === null || v === undefined ? "–" : v >= 1024 ? (v / 1024).toFixed(1) + " GiB" : Math.round(v) + " MiB");
+function oomText(t) {
+  const d = t - Date.now() / 1000;
+  const inS = d <= 0 ? "now" : d < 3600 ? `in ${Math.round(d / 60)} min` : d < 172800 ? `in ${(d / 3600).toFixed(1)} h` : `in ${Math.round(d / 86400)} days`;
+  return `${inS} (${new Date(t * 1000).toLocaleString()})`;
 }
 
 // #/node: the node's time line of events, changes, annotations and maintenance.
@@ -82,7 +103,9 @@ function NodeScreen({ view, ctx }) {
   </section>`;
 }
 
-// #/jobs: every job the agent knows, each linking to its own view.
+// #/jobs: every job the agent knows, each linking to its own view, with its throughput, step
+// time against its template's baseline band and the shares of step time lost to data, comm and
+// checkpoints, folded over ranks as jobs.js says.
 function JobsScreen({ view, ctx }) {
   const j = usePoll(() => getJson("/api/v1/jobs"), [], true);
   const list = ((j.data && j.data.jobs) || []).filter((x) => !ctx.scope.jobs || ctx.scope.jobs.includes(x.id));
@@ -97,7 +120,53 @@ function JobsScreen({ view, ctx }) {
         <td>${x.ranks_reporting ?? ""}/${x.world_size ?? ""}</td><td>${x.steps_total ?? ""}</td>
         <td>${x.median_step_s !== undefined ? x.median_step_s.toFixed(3) + " s" : ""}</td></tr>`)}
     </table>
+    ${list.map((x) => html`<${JobCharts} key=${x.id} job=${x} view=${view} ctx=${ctx} />`)}
   </section>`;
+}
+
+const JOB_SERIES = ["gpuwatch_job_samples_per_second", "gpuwatch_job_iterations_per_second", "gpuwatch_job_step_seconds", ...SHARES.map(([n]) => n)];
+const BAND_STYLE = { p50: { color: "#4e79a7" }, p95: { color: "#76b7b2", dash: [4, 3] }, p99: { color: "#e15759" }, baseline: { color: "#7b8794", dash: [2, 3] } };
+const SHARE_COLOR = { "data wait": "#f28e2b", comm: "#b07aa1", checkpoint: "#59a14f" };
+const fmtS = (v) => (v === null || v === undefined ? "–" : v < 1 ? (v * 1000).toFixed(v < 0.01 ? 2 : 0) + " ms" : v.toFixed(2) + " s");
+
+// One job's charts: one panel request for all its series, folded here.
+function JobCharts({ job, view, ctx }) {
+  const width = useWidth(2);
+  const rangeNow = () => timeRange(view.params, Date.now() / 1000);
+  const live = rangeNow().live;
+  const jm = jobMatchers(ctx.filters, null);
+  const p = usePoll(() => {
+    const r = rangeNow();
+    return panel(selector(namesSelector(JOB_SERIES), [...jm, ["job", "=", job.id]]), r, jobPanelWidth(r, width));
+  }, [job.id, view.params.range, view.params.from, view.params.to, width, ctx.key], live);
+  const events = usePoll(() => loadEvents(rangeNow(), ctx.filters.node ? { node: ctx.filters.node } : {}),
+    [view.params.range, view.params.from, view.params.to, ctx.key], live);
+  const ev = useMemo(() => events.data && events.data.filter((e) => inScope(e, ctx.filters, ctx.scope) && (!e.job || e.job === job.id)), [events.data, ctx.key, job.id]);
+  const d = p.data;
+  const tp = useMemo(() => d && throughput(d), [d]);
+  const steps = useMemo(() => d && stepBands(d, job.baseline), [d, job.baseline]);
+  const sh = useMemo(() => d && shares(d), [d]);
+  const st = (data) => ({ data, error: p.error });
+  const b = job.baseline;
+  const common = { events: ev, spanGaps: true, label: (m) => m.q };
+  const id = encodeURIComponent(job.id);
+  return html`<div class="job-charts" data-job=${job.id}>
+    <h3>job <a href=${formatHash({ ...view, screen: "job", arg: job.id })}>${job.id}</a>
+      <span class="muted">${b ? `baseline: template ${b.template} (${b.shape}, v${b.version}), median ${fmtS(b.step_median_s)}, p99 ${fmtS(b.step_p99_s)}` : "no template baseline"}</span></h3>
+    <div class="grid2">
+      <${PanelChart} state=${st(tp && tp.samples)} name=${"job-samples-" + id} title="Samples per second (sum over ranks)" unit="samples/s" ...${common}
+        styleOf=${() => ({ color: "#4e79a7" })} empty="No samples/s of this job in this range." />
+      <${PanelChart} state=${st(tp && tp.iterations)} name=${"job-iterations-" + id} title="Iterations per second (slowest rank)" unit="it/s" ...${common}
+        styleOf=${() => ({ color: "#f28e2b" })} empty="No it/s of this job in this range." />
+      <div><${PanelChart} state=${st(steps)} name=${"job-step-" + id}
+        title=${"Step time p50/p95/p99 (max over ranks)" + (b ? ", grey: baseline median–p99" : "")} unit="s" ...${common}
+        fmt=${fmtS} styleOf=${(m) => BAND_STYLE[m.q] || {}} empty="No step time of this job in this range." />
+        ${!b && html`<div class="muted source" data-baseline="none">no template baseline</div>`}</div>
+      <${PanelChart} state=${st(sh)} name=${"job-shares-" + id} title="Share of step time: data wait, comm, checkpoint (mean over ranks)" unit="%" ...${common}
+        styleOf=${(m) => ({ color: SHARE_COLOR[m.q] })} empty="No data-wait, comm or checkpoint shares of this job in this range." />
+    </div>
+    ${sh && sh.series.length > 0 && html`<div class="facts" data-list="job-shares">now: ${sh.series.map((s) => `${s.metric.q} ${newest(s.last) === null ? "–" : newest(s.last).toFixed(1) + " %"}`).join(" · ")}</div>`}
+  </div>`;
 }
 
 // #/job/<id>: the job → its ranks' throughput → its log lines and its node's events.
@@ -109,7 +178,10 @@ function JobScreen({ view, ctx }) {
   const key = [id, view.params.range, view.params.from, view.params.to, width, ctx.key];
   const job = usePoll(() => getJson("/api/v1/jobs/" + encodeURIComponent(id)), [id], true);
   const jm = jobMatchers(ctx.filters, null);
-  const ips = usePoll(() => panel(selector("gpuwatch_job_iterations_per_second", [...jm, ["job", "=", id]]), rangeNow(), width), key, range.live);
+  const ips = usePoll(() => {
+    const r = rangeNow();
+    return panel(selector("gpuwatch_job_iterations_per_second", [...jm, ["job", "=", id]]), r, jobPanelWidth(r, width));
+  }, key, range.live);
   const node = ctx.filters.node ? { node: ctx.filters.node } : {};
   const events = usePoll(() => loadEvents(rangeNow(), node), key, range.live);
   const logs = usePoll(() => loadEvents(rangeNow(), { ...node, kind: "log", job: id }), key, range.live);
@@ -119,7 +191,7 @@ function JobScreen({ view, ctx }) {
     ${job.error && html`<div class="error">${job.error}</div>`}
     ${job.data && html`<div class="facts">${j.state}${j.hung ? " (hung)" : ""} · user ${j.user || "?"} · template ${j.template || "?"} · ${j.ranks_reporting ?? "?"} of ${j.world_size ?? "?"} ranks reporting</div>`}
     <${PanelChart} state=${ips} name="gpuwatch_job_iterations_per_second" title="Iterations per second, per rank" unit="it/s" events=${events.data}
-      label=${(m) => "rank " + m.rank} empty="No iteration rate of this job in this range." />
+      label=${(m) => "rank " + m.rank} spanGaps=${true} empty="No iteration rate of this job in this range." />
     ${j.ranks && html`<table class="findings"><tr><th>rank</th><th>pid</th><th>gpus</th><th>steps</th><th>last step</th></tr>
       ${j.ranks.map((r) => html`<tr><td>${r.rank}</td><td>${r.pid}</td><td>${(r.gpus || []).join(", ")}</td>
         <td>${r.steps_total ?? ""}</td><td>${r.last_step_ms ? new Date(r.last_step_ms).toLocaleTimeString() : ""}</td></tr>`)}
@@ -131,22 +203,41 @@ function JobScreen({ view, ctx }) {
   </section>`;
 }
 
-function FindingsScreen({ ctx }) {
+// #/findings: open, silenced and resolved findings and alerts, each with what it is, its
+// evidence and action, a link to the screen, GPU and time range that show its evidence, and its
+// runbook entry (docs/runbook.md, which the agent does not serve: named as text).
+function FindingsScreen({ view, ctx }) {
   const f = usePoll(() => getJson("/api/v1/findings"), [], true);
-  const list = ((f.data && (f.data.findings || [])) || []).filter((x) => inScope(x, ctx.filters, ctx.scope));
+  const a = usePoll(() => getJson("/api/v1/alerts"), [], true);
+  const all = useMemo(() => mergeFindings(f.data && f.data.findings, a.data && a.data.alerts), [f.data, a.data]);
+  const list = all.filter((x) => inScope(x, ctx.filters, ctx.scope));
+  const nowS = Date.now() / 1000;
+  const when = (x) => `${new Date(x.first_seen * 1000).toLocaleTimeString()} – ${new Date(x.last_seen * 1000).toLocaleTimeString()}`;
   return html`<section data-screen="findings">
     ${f.error && html`<div class="error">${f.error}</div>`}
-    ${f.data && list.length === 0 && html`<div class="empty">No findings.</div>`}
+    ${a.error && html`<div class="error">${a.error}</div>`}
+    ${(f.data || a.data) && list.length === 0 && html`<div class="empty">No findings.</div>`}
     <table class="findings">
-      ${list.length > 0 && html`<tr><th>severity</th><th>cause</th><th>where</th><th>summary</th><th>action</th></tr>`}
-      ${list.map((x) => html`<tr class=${"sev-" + x.severity}>
-        <td>${x.severity}</td><td>${x.cause}</td>
-        <td>${[x.node, x.gpu !== undefined && "GPU " + x.gpu, x.job && "job " + x.job].filter(Boolean).join(", ")}</td>
+      ${list.length > 0 && html`<tr><th>status</th><th>severity</th><th>cause</th><th>where</th><th>seen</th><th>summary and evidence</th><th>action</th><th>look at</th></tr>`}
+      ${list.map((x) => html`<tr class=${"sev-" + x.severity + " st-" + x.status} data-finding=${x.cause} data-status=${x.status}>
+        <td>${x.status}${x.why && html`<div class="muted">${x.why}</div>`}</td>
+        <td>${x.severity}</td><td>${x.cause}${x.code !== undefined && x.code !== null && x.code !== "" ? " " + x.code : ""}</td>
+        <td>${[x.node, x.gpu !== undefined && x.gpu !== null && "GPU " + x.gpu, x.job && "job " + x.job, x.rank !== undefined && x.rank !== null && "rank " + x.rank, x.nic && "NIC " + x.nic].filter(Boolean).join(", ")}</td>
+        <td class="nowrap">${when(x)}</td>
         <td>${x.summary}${x.evidence && x.evidence.length > 0 && html`<ul>${x.evidence.map((e) => html`<li>${e}</li>`)}</ul>`}</td>
         <td>${x.action}</td>
+        <td class="nowrap"><a data-link="evidence" href=${findingHref(x, view.params, nowS)}>${lookAt(x)}</a>
+          <div class="muted" data-link="runbook">runbook: ${runbookRef(x.cause)}</div></td>
       </tr>`)}
     </table>
   </section>`;
+}
+
+// A finding's link text: the screen and GPU it opens.
+function lookAt(x) {
+  const v = findingView(x, {}, Date.now() / 1000);
+  const name = v.screen === "job" ? "job " + v.arg : (SCREENS[v.screen] || [v.screen])[0];
+  return `${name}${v.params.gpu !== undefined ? ", GPU " + v.params.gpu : ""} →`;
 }
 
 const SCREENS = {
@@ -162,15 +253,16 @@ const SCREENS = {
 // ---- the frame: banner, filters, zoom -------------------------------------------------------
 
 // Node, job and user, each a choice of what the agent knows, plus the view's own value.
-function Filters({ view, jobs, nodes }) {
+function Filters({ view, jobs, nodes, gpus }) {
   const f = filtersOf(view.params);
   const choices = {
     node: nodes,
     job: jobs.map((j) => j.id),
     user: jobs.map((j) => j.user).filter(Boolean),
+    gpu: gpus.map(String),
   };
   return html`<span class="filters" data-filters="">${FILTERS.map((k) => {
-    const opts = [...new Set([...(choices[k] || []), ...(f[k] ? [f[k]] : [])])].sort();
+    const opts = [...new Set([...(choices[k] || []), ...(f[k] ? [f[k]] : [])])].sort((a, b) => a.localeCompare(b, undefined, { numeric: true }));
     return html`<label>${k} <select name=${k} data-filter=${k} value=${f[k] || ""}
       onChange=${(e) => go({ ...view, params: filterParams(view.params, k, e.currentTarget.value) })}>
       <option value="">all</option>${opts.map((o) => html`<option value=${o}>${o}</option>`)}
@@ -198,6 +290,7 @@ function App() {
   const caps = usePoll(() => getJson("/api/v1/capabilities"), [], true, 60000);
   const jobs = usePoll(() => getJson("/api/v1/jobs"), [], true);
   const nodes = usePoll(() => getJson("/api/v1/label/Hostname/values").then((b) => b.data || []), [], true, 60000);
+  const gpus = usePoll(() => getJson("/api/v1/gpus").then((b) => (b.gpus || []).map((g) => g.index)), [], true, 60000);
   const filters = filtersOf(view.params);
   const jobList = (jobs.data && jobs.data.jobs) || [];
   // A job or user filter waits for the job list: until then it would select no GPU at all.
@@ -218,7 +311,7 @@ function App() {
     ${isSimulated(host.data, caps.data) && html`<div class="simulated" data-banner="simulated" role="alert">
       SIMULATED — the GPUs of ${(host.data && host.data.hostname) || "this node"} are gpuwatch demo's simulation, not real hardware.</div>`}
     <div class="toolbar">
-      <${Filters} view=${view} jobs=${jobList} nodes=${nodeNames} />
+      <${Filters} view=${view} jobs=${jobList} nodes=${nodeNames} gpus=${gpus.data || []} />
       <${ZoomBar} view=${view} />
       <span class="hint">Drag over a chart to zoom.</span>
     </div>

@@ -29,12 +29,14 @@ export const namesSelector = (names) => `{__name__=~${quote(names.map(reEscape).
 
 // The GPUs (indices) and job ids the filters select from the jobs the agent lists; null where
 // a filter does not narrow them. `gpus: []` means nothing is selected.
+// A gpu filter narrows the GPUs to that one and leaves the jobs as the other filters have them.
 export function scopeOf(filters, jobs) {
   const f = filters || {};
-  if (!f.job && !f.user) return { gpus: null, jobs: null };
+  const one = f.gpu !== undefined && f.gpu !== "" && Number.isInteger(Number(f.gpu)) ? Number(f.gpu) : null;
+  if (!f.job && !f.user) return { gpus: one === null ? null : [one], jobs: null };
   const picked = (jobs || []).filter((j) => (!f.job || j.id === f.job) && (!f.user || j.user === f.user));
   const gpus = [...new Set(picked.flatMap((j) => (j.gpus || []).map(Number)))].sort((a, b) => a - b);
-  return { gpus, jobs: picked.map((j) => j.id) };
+  return { gpus: one === null ? gpus : gpus.filter((g) => g === one), jobs: picked.map((j) => j.id) };
 }
 
 // Matchers for per-GPU series (labels `Hostname`, `gpu`); null when the scope selects no GPU.
@@ -77,7 +79,7 @@ export function inScope(item, filters, scope) {
   const f = filters || {};
   if (f.node && item.node && item.node !== f.node) return false;
   if (!scope || (!scope.gpus && !scope.jobs)) return true;
-  if (item.job) return (scope.jobs || []).includes(item.job);
+  if (item.job) return !scope.jobs || scope.jobs.includes(item.job);
   const gpu = item.gpu === undefined || item.gpu === null || item.gpu === "" ? null : Number(item.gpu);
   if (gpu !== null && !Number.isNaN(gpu)) return (scope.gpus || []).includes(gpu);
   return true;

@@ -4,8 +4,9 @@
 
 export const RANGES = { "15m": 900, "1h": 3600, "6h": 21600, "24h": 86400, "7d": 604800 };
 
-// The filters a view may hold, in the order the page shows them.
-export const FILTERS = ["node", "job", "user"];
+// The filters a view may hold, in the order the page shows them. `gpu` (an index) narrows every
+// screen to that GPU: a finding's link opens its screen with it.
+export const FILTERS = ["node", "job", "user", "gpu"];
 
 // A zoom narrower than this is a click, not a selection.
 export const MIN_ZOOM_S = 10;

@@ -58,3 +58,15 @@ test("series of no GPU stay in a GPU scope", () => {
   assert.equal(inGpuScope({ interface: "eth0" }, s), true);
   assert.equal(inGpuScope({ gpu: "2" }, scopeOf({}, JOBS)), true);
 });
+
+test("a gpu filter narrows the GPUs to one and keeps the jobs", async () => {
+  const { scopeOf: sc, inScope: ins } = await import("../src/scope.js");
+  const jobs = [{ id: "a", user: "ana", gpus: [0, 1] }, { id: "b", user: "bo", gpus: [2, 3] }];
+  assert.deepEqual(sc({ gpu: "3" }, jobs), { gpus: [3], jobs: null });
+  assert.deepEqual(sc({ gpu: "3", job: "b" }, jobs), { gpus: [3], jobs: ["b"] });
+  assert.deepEqual(sc({ gpu: "3", job: "a" }, jobs), { gpus: [], jobs: ["a"] });
+  const s = sc({ gpu: "3" }, jobs);
+  assert.equal(ins({ gpu: 3 }, { gpu: "3" }, s), true);
+  assert.equal(ins({ gpu: 2 }, { gpu: "3" }, s), false);
+  assert.equal(ins({ job: "a" }, { gpu: "3" }, s), true);
+});

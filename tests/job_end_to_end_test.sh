@@ -156,18 +156,25 @@ s.sendto(json.dumps({"type": "start", "job": "logjob", "rank": 0, "log_files": [
 time.sleep(60)
 PY
 PIDS+=($!)
-sleep 0.5
+# Each step waits until the agent has read the line before it, instead of sleeping: a file
+# renamed before the tailer first opened it is never read (log_tailer.h: it follows the path),
+# and on a loaded machine the agent's first poll of a new job's file may take seconds.
+logs_have() {
+  local i
+  for ((i = 0; i < 150; i++)); do
+    curl -fsS "$URL/api/v1/events?job=logjob&kind=log" >"$TMP/logs.json"
+    grep -q "$1" "$TMP/logs.json" && return 0
+    sleep 0.1
+  done
+  return 1
+}
 echo "host:1:1 [0] NCCL INFO Channel 00/02 : 0[0] -> 1[1] via P2P/IPC" >>"$LOG"
 echo "before rotation" >>"$LOG"
-sleep 1.5
+logs_have 'before rotation' || fail "the declared log file was not read within 15 s"
 mv "$LOG" "$LOG.1"; echo "after rotation" >"$LOG"
-sleep 1.5
+logs_have 'after rotation' || fail "the file that replaced the rotated one was not read within 15 s"
 : >"$LOG"; echo "after truncation" >>"$LOG"
-for ((i = 0; i < 50; i++)); do
-  curl -fsS "$URL/api/v1/events?job=logjob&kind=log" >"$TMP/logs.json"
-  grep -q 'after truncation' "$TMP/logs.json" && break
-  sleep 0.1
-done
+logs_have 'after truncation'
 python3 -c '
 import json, sys
 ev = json.load(open(sys.argv[1]))["events"]

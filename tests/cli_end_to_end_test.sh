@@ -106,6 +106,14 @@ else
   gzip -dc "$TMP/app.js.gz" >"$TMP/app.js" || fail "app.js is not gzip"
   grep -q '/api/v1/panel' "$TMP/app.js" || fail "app.js does not read the panel endpoint"
   curl -fsS -o /dev/null "http://127.0.0.1:$PORT/assets/app.css" || fail "app.css"
+  # Revalidation: the script's ETag asked again answers a bodiless 304, so a second tab does not
+  # download it again.
+  ETAG=$(grep -i '^ETag:' "$TMP/js.hdr" | cut -d' ' -f2- | tr -d '\r')
+  [ -n "$ETAG" ] || fail "app.js has no ETag: $(cat "$TMP/js.hdr")"
+  CODE=$(curl -sS -o "$TMP/js304" -w '%{http_code}' -H "If-None-Match: $ETAG" "http://127.0.0.1:$PORT/assets/app.js")
+  [ "$CODE" = 304 ] && [ ! -s "$TMP/js304" ] || fail "If-None-Match $ETAG answered $CODE with $(wc -c <"$TMP/js304") bytes"
+  CODE=$(curl -sS -o /dev/null -w '%{http_code}' -H 'If-None-Match: "other"' "http://127.0.0.1:$PORT/assets/app.js")
+  [ "$CODE" = 200 ] || fail "a stale ETag answered $CODE, not the script"
 fi
 # The dashboard's panel endpoint over the real HTTP server: buckets and a named 400.
 NOW=$(date +%s)

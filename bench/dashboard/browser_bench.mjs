@@ -120,7 +120,12 @@ async function openScreen(ctx, screen) {
     const fcp = performance.getEntriesByName("first-contentful-paint")[0];
     const nav = performance.getEntriesByType("navigation")[0];
     return { fcp_ms: fcp ? fcp.startTime : null, ready_ms: window.__bench.ready, painted_ms: window.__bench.painted, charts: window.__bench.charts || [],
-      fetches: window.__bench.fetches || 0, dcl_ms: nav ? nav.domContentLoadedEventEnd : null, load_ms: nav ? nav.loadEventEnd : null };
+      fetches: window.__bench.fetches || 0, dcl_ms: nav ? nav.domContentLoadedEventEnd : null, load_ms: nav ? nav.loadEventEnd : null,
+      // Every request of the page with when it started and ended (from navigation start) and
+      // its time to first byte: where a slow screen's time went.
+      resources: performance.getEntriesByType("resource").map((e) => ({ url: e.name.replace(location.origin, ""),
+        start_ms: Math.round(e.startTime), end_ms: Math.round(e.responseEnd), ttfb_ms: Math.round(e.responseStart - e.requestStart),
+        bytes: e.transferSize })) };
   });
   await page.close();
   return { screen, ...r, errors };

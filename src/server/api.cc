@@ -1,5 +1,7 @@
 #include "server/api.h"
 
+#include <algorithm>
+
 #include "model/metric_catalog.h"
 
 namespace gpuwatch::server {
@@ -232,6 +234,17 @@ nlohmann::json JobJson(const jobs::JobView& v, bool with_ranks,
   j["last_step_ms"] = v.last_step_ms ? nlohmann::json(v.last_step_ms) : nlohmann::json();
   j["world_size"] = v.world_size ? nlohmann::json(*v.world_size) : nlohmann::json();
   j["ranks_reporting"] = v.ranks.size();
+  // The job's progress and pace, as its slowest rank gives them: ranks of a synchronous job take
+  // the same steps, and one that lags sets everyone's step time.
+  uint64_t steps_total = 0;
+  std::optional<double> median_step_s;
+  for (const auto& r : v.ranks) {
+    steps_total = std::max(steps_total, r.steps_total);
+    if (r.median_step_s && (!median_step_s || *r.median_step_s > *median_step_s))
+      median_step_s = r.median_step_s;
+  }
+  j["steps_total"] = steps_total;
+  j["median_step_s"] = Opt(median_step_s);
   j["gpus"] = v.gpus;
   j["pids"] = v.pids;
   j["container"] = v.container;

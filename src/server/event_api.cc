@@ -88,6 +88,8 @@ ApiResponse HandleEventsQuery(const store::EventStore& events, const ApiRequest&
       q.job = value;
     } else if (key == "kind") {
       for (auto k : SplitAny(value, ",", true)) q.kinds.emplace_back(k);
+    } else if (key == "exclude_kind") {
+      for (auto k : SplitAny(value, ",", true)) q.exclude_kinds.emplace_back(k);
     } else if (key == "contains") {
       q.text_contains = value;
     } else if (key == "limit") {
@@ -98,7 +100,7 @@ ApiResponse HandleEventsQuery(const store::EventStore& events, const ApiRequest&
       q.limit = static_cast<size_t>(*n);
     } else {
       return Error(400, "unknown parameter \"" + key +
-                            "\" (start, end, node, gpu, job, kind, contains, limit)");
+                            "\" (start, end, node, gpu, job, kind, exclude_kind, contains, limit)");
     }
   }
   if (!has_start) q.start_ms = std::max<int64_t>(0, q.end_ms - kDefaultWindowMs);

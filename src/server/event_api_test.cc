@@ -77,6 +77,9 @@ TEST_F(EventApiTest, GpuEventsRoundTripWithFiltersOldestFirst) {
   EXPECT_EQ(j["events"][0]["kind"], "gpu_lost");  // the limit keeps the newest
   j = nlohmann::json::parse(Get({{"start", "1699999990"}, {"end", "1699999995.5"}}).body);
   EXPECT_EQ(j["events"].size(), 1u);
+  j = nlohmann::json::parse(Get({{"exclude_kind", "gpu_lost,ecc_dbe"}}).body);
+  ASSERT_EQ(j["events"].size(), 2u);
+  EXPECT_EQ(j["events"][1]["xid"], 13);
 }
 
 TEST_F(EventApiTest, BadParametersAre400WithAReason) {
@@ -85,6 +88,7 @@ TEST_F(EventApiTest, BadParametersAre400WithAReason) {
            {{"limit", "1000000"}},
            {{"start", "yesterday"}},
            {{"start", "1700000000"}, {"end", "1600000000"}},
+           {{"exclude_kind", "Log Lines"}},
            {{"colour", "red"}}}) {
     auto r = Get(params);
     EXPECT_EQ(r.http_status, 400) << params.begin()->first;

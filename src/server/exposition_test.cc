@@ -140,19 +140,38 @@ TEST(ApiTest, JobsCarryTheirTemplateBaselineOrNull) {
   t.version = 3;
   t.median_s = 0.42;
   t.p99_s = 0.61;
-  const nlohmann::json j =
-      JobsJson({a, b}, "/run/gpuwatch/job.sock", [&](const std::string& job) {
-        return job == "train-1" ? std::optional(t) : std::nullopt;
-      });
+  const nlohmann::json j = JobsJson({a, b}, "/run/gpuwatch/job.sock", [&](const std::string& job) {
+    return job == "train-1" ? std::optional(t) : std::nullopt;
+  });
   ASSERT_EQ(j["jobs"].size(), 2u);
-  EXPECT_EQ(j["jobs"][0]["baseline"],
-            nlohmann::json({{"template", "llama-fsdp"},
-                            {"shape", "1x8xNVIDIA H100 80GB HBM3"},
-                            {"version", 3},
-                            {"step_median_s", 0.42},
-                            {"step_p99_s", 0.61}}));
+  EXPECT_EQ(j["jobs"][0]["baseline"], nlohmann::json({{"template", "llama-fsdp"},
+                                                      {"shape", "1x8xNVIDIA H100 80GB HBM3"},
+                                                      {"version", 3},
+                                                      {"step_median_s", 0.42},
+                                                      {"step_p99_s", 0.61}}));
   EXPECT_TRUE(j["jobs"][1]["baseline"].is_null());
   EXPECT_TRUE(JobJson(b, true)["baseline"].is_null());
+}
+
+// The jobs list's steps and median step: the slowest rank's, without listing the ranks.
+TEST(ApiTest, JobsCarryStepsAndMedianStepOfTheirSlowestRank) {
+  jobs::JobView v;
+  v.id = "train-1";
+  jobs::RankView r0, r1, r2;
+  r0.steps_total = 120;
+  r0.median_step_s = 0.40;
+  r1.steps_total = 118;
+  r1.median_step_s = 0.55;
+  r2.steps_total = 3;  // joined late, no median yet
+  v.ranks = {r0, r1, r2};
+  const nlohmann::json j = JobsJson({v}, "", nullptr)["jobs"][0];
+  EXPECT_EQ(j["steps_total"], 120);
+  EXPECT_EQ(j["median_step_s"], 0.55);
+  EXPECT_FALSE(j.contains("ranks"));
+  jobs::JobView none;
+  const nlohmann::json k = JobJson(none, false);
+  EXPECT_EQ(k["steps_total"], 0);
+  EXPECT_TRUE(k["median_step_s"].is_null());
 }
 
 }  // namespace

@@ -530,10 +530,11 @@ Result<std::vector<EventRecord>> EventStore::QueryOwn(const EventQuery& q) const
   if (q.limit == 0 || q.limit > kMaxEventQueryLimit)
     return Status::InvalidArgument("event query: limit " + std::to_string(q.limit) +
                                    " is not in 1.." + std::to_string(kMaxEventQueryLimit));
-  for (const std::string& k : q.kinds)
-    if (!ValidKind(k))
-      return Status::InvalidArgument("event query: kind " + Quote(k) +
-                                     ": must be 1 to 64 of [a-z0-9_]");
+  for (const auto* list : {&q.kinds, &q.exclude_kinds})
+    for (const std::string& k : *list)
+      if (!ValidKind(k))
+        return Status::InvalidArgument("event query: kind " + Quote(k) +
+                                       ": must be 1 to 64 of [a-z0-9_]");
 
   std::vector<EventRecord> out;
   std::shared_lock<std::shared_mutex> lock(index_mu_);
@@ -581,10 +582,15 @@ Result<std::vector<EventRecord>> EventStore::QueryOwn(const EventQuery& q) const
     }
   }
 
+  std::vector<uint32_t> excluded;  // kinds no event has are left out
+  for (const std::string& k : q.exclude_kinds)
+    if (auto id = pool_.Find(k)) excluded.push_back(*id);
+
   auto take = [&](const Key& k) {
     const Entry& e = entries_[k.seq - first_seq_];
     if ((node && e.node != node) || (gpu && e.gpu != gpu) || (job && e.job != job)) return;
     if (!kinds.empty() && std::find(kinds.begin(), kinds.end(), e.kind) == kinds.end()) return;
+    if (std::find(excluded.begin(), excluded.end(), e.kind) != excluded.end()) return;
     if (!q.text_contains.empty() && e.message.find(q.text_contains) == std::string::npos) return;
     out.push_back(ToRecord(e));
   };
@@ -632,6 +638,13 @@ Status EventStore::Append(const std::vector<EventRecord>& events) {
 Result<std::vector<EventRecord>> EventStore::Query(const EventQuery& q) const {
   auto own = QueryOwn(q);
   if (!bulk_ || !own.ok()) return own;
+  // Every bulk kind excluded: the bulk partition holds nothing this query wants.
+  const bool bulk_excluded =
+      std::all_of(options_.bulk_kinds.begin(), options_.bulk_kinds.end(), [&](const auto& k) {
+        return std::find(q.exclude_kinds.begin(), q.exclude_kinds.end(), k) !=
+               q.exclude_kinds.end();
+      });
+  if (bulk_excluded) return own;
   auto bulk = bulk_->Query(q);
   if (!bulk.ok()) return bulk.status();
   std::vector<EventRecord> out = std::move(*own);

@@ -107,9 +107,12 @@ struct EventQuery {
   int64_t end_ms = 0;              // inclusive; REQUIRES: start_ms <= end_ms
   std::string node, gpu, job;      // "" matches any
   std::vector<std::string> kinds;  // empty matches any; otherwise any of these
-  std::string text_contains;       // "" matches any; otherwise a byte substring of message
-  size_t limit = 1000;             // 1 … kMaxEventQueryLimit
-  bool newest_first = true;        // order of the result (and which end `limit` keeps)
+  // None of these kinds (after `kinds`): the dashboard's event markers leave out job log lines,
+  // which would otherwise fill the limit on a chatty job.
+  std::vector<std::string> exclude_kinds;
+  std::string text_contains;  // "" matches any; otherwise a byte substring of message
+  size_t limit = 1000;        // 1 … kMaxEventQueryLimit
+  bool newest_first = true;   // order of the result (and which end `limit` keeps)
 };
 
 struct EventStoreStats {

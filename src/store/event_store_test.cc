@@ -676,6 +676,25 @@ TEST_F(EventStoreTest, D2_BulkKindsNeverEvictHardwareEvents) {
     ASSERT_TRUE(newest.ok());
     ASSERT_EQ(newest->size(), 3u);
     EXPECT_EQ((*newest)[0].t_ms, kT0 + 200);
+    // Excluding a kind leaves it out of the limit: the newest three that are not log lines.
+    q.exclude_kinds = {"log"};
+    auto no_logs = store->Query(q);
+    ASSERT_TRUE(no_logs.ok());
+    ASSERT_EQ(no_logs->size(), 3u);
+    for (const auto& e : *no_logs) EXPECT_EQ(e.kind, "annotation");
+    // Every bulk kind excluded: only the hardware event, from the own partition.
+    q.exclude_kinds = {"annotation", "log"};
+    auto hw = store->Query(q);
+    ASSERT_TRUE(hw.ok());
+    ASSERT_EQ(hw->size(), 1u);
+    EXPECT_EQ((*hw)[0].kind, "xid");
+    // A kind no event has excludes nothing; an invalid one is refused, naming it.
+    q.exclude_kinds = {"no_such_kind"};
+    EXPECT_EQ(store->Query(q)->size(), 3u);
+    q.exclude_kinds = {"Bad Kind"};
+    auto bad = store->Query(q);
+    ASSERT_FALSE(bad.ok());
+    EXPECT_NE(bad.status().message().find("Bad Kind"), std::string::npos);
   }
   // Reopened, and as store check reads it, both partitions are there.
   auto check = EventStore::Check(dir_);

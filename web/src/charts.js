@@ -265,18 +265,27 @@ export function HeatStrip({ data, title, name = "utilization", events }) {
     setTip(`GPU ${s.metric.gpu} at ${new Date(data.times[k] * 1000).toLocaleTimeString()}: ` +
       `min ${s.min[k] ?? "–"}, max ${s.max[k] ?? "–"}, last ${s.last[k] ?? "–"}`);
   };
-  const rows = data ? data.series.length : 0;
-  return html`<div class="heat" data-chart=${name} data-series=${rows}>
+  return html`<${StripFrame} cls="heat" name=${name} title=${title} gpus=${data ? data.series.map((s) => s.metric.gpu) : []}
+    canvas=${el} onMove=${onMove} setTip=${setTip} t0=${t0} t1=${t1} events=${events} drag=${drag}>
+    <div class="heat-tip">${tip || "\u00a0"}</div>
+  </${StripFrame}>`;
+}
+
+// What both strips share: the title, a labelled row per GPU, the canvas with the event markers
+// and drag-to-zoom over it, then the strip's own footer (children).
+function StripFrame({ cls, name, title, gpus, attrs = {}, canvas, onMove, setTip, t0, t1, events, drag, children }) {
+  const rows = gpus.length;
+  return html`<div class=${cls} data-chart=${name} data-series=${rows} ...${attrs}>
     <div class="heat-title">${title}</div>
     <div class="heat-body">
-      <div class="heat-labels">${data && data.series.map((s) => html`<div>GPU ${s.metric.gpu}</div>`)}</div>
+      <div class="heat-labels">${gpus.map((g) => html`<div>GPU ${g}</div>`)}</div>
       <div class="strip-wrap" ...${drag.handlers}>
-        <canvas ref=${el} class="heat-canvas" style=${`height:${Math.max(1, rows) * 18}px`}
+        <canvas ref=${canvas} class="heat-canvas" style=${`height:${Math.max(1, rows) * 18}px`}
           onMouseMove=${onMove} onMouseLeave=${() => setTip(null)}></canvas>
         <${StripOverlay} events=${events} t0=${t0} t1=${t1} sel=${drag.sel} />
       </div>
     </div>
-    <div class="heat-tip">${tip || "\u00a0"}</div>
+    ${children}
   </div>`;
 }
 
@@ -317,19 +326,11 @@ export function ThrottleStrip({ intervals, gpus, range, events, name = "throttle
     const on = intervals.filter((iv) => iv.gpu === g && iv.start <= t && t < iv.end).map((iv) => (REASON_BY_NAME[iv.reason] || {}).label || iv.reason);
     setTip(`GPU ${g} at ${new Date(t * 1000).toLocaleTimeString()}: ${on.length ? on.join(", ") : "not throttled"}`);
   };
-  return html`<div class="heat throttle" data-chart=${name} data-series=${rows} data-intervals=${intervals.length}>
-    <div class="heat-title">${title}</div>
-    <div class="heat-body">
-      <div class="heat-labels">${gpus.map((g) => html`<div>GPU ${g}</div>`)}</div>
-      <div class="strip-wrap" ...${drag.handlers}>
-        <canvas ref=${el} class="heat-canvas" style=${`height:${Math.max(1, rows) * 18}px`}
-          onMouseMove=${onMove} onMouseLeave=${() => setTip(null)}></canvas>
-        <${StripOverlay} events=${events} t0=${t0} t1=${t1} sel=${drag.sel} />
-      </div>
-    </div>
+  return html`<${StripFrame} cls="heat throttle" name=${name} title=${title} gpus=${gpus} attrs=${{ "data-intervals": intervals.length }}
+    canvas=${el} onMove=${onMove} setTip=${setTip} t0=${t0} t1=${t1} events=${events} drag=${drag}>
     <div class="legend"><${ShadeLegend} intervals=${intervals} /></div>
     <div class="heat-tip">${tip || "\u00a0"}</div>
-  </div>`;
+  </${StripFrame}>`;
 }
 
 

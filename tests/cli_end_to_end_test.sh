@@ -98,7 +98,7 @@ curl -fsS "http://127.0.0.1:$PORT/" >"$TMP/index.html" || fail "GET / failed"
 if grep -q 'The dashboard was not built' "$TMP/index.html"; then
   echo "cli_end_to_end_test: the dashboard was not built here: $(grep -o 'not built: [^<]*' "$TMP/index.html")" >&2
 else
-  grep -q '<div id="app"></div>' "$TMP/index.html" || fail "GET / is not the dashboard: $(head -c 200 "$TMP/index.html")"
+  grep -q '<div id="app">' "$TMP/index.html" || fail "GET / is not the dashboard: $(head -c 200 "$TMP/index.html")"
   curl -fsS -H 'Accept-Encoding: gzip' -D "$TMP/js.hdr" -o "$TMP/app.js.gz" "http://127.0.0.1:$PORT/assets/app.js" || fail "app.js"
   grep -qi '^Content-Encoding: gzip' "$TMP/js.hdr" || fail "app.js not gzipped for a gzip client"
   # Not `gzip -dc | grep -q`: grep stops at the first match, and under pipefail the SIGPIPE that

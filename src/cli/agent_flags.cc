@@ -219,9 +219,12 @@ void AddAgentFlags(CLI::App* app, AgentFlags* f) {
                   "made at first start with mode 0600)");
   app->add_option("--write-token-file", f->write_token_file,
                   "A second token that may only send data (remote-write, events)");
+  app->add_option("--tokens", f->tokens_file,
+                  "Tokens file: one `TOKEN ROLE [PROJECT,...]` a line, ROLE read, write or "
+                  "admin (docs/limits.md, Tokens); every route but /healthz then needs a token");
   app->add_flag("--insecure-listen", f->insecure_listen,
-                "Serve beyond loopback with no token configured (reads open to the network, "
-                "every write refused); logged as a warning");
+                "Serve reads beyond loopback with no token (open to the network; writes keep "
+                "their tokens); logged as a warning");
   AddStoreFlags(app, f);
   app->add_option("--log-level", f->log_level, "debug, info, warning or error (default info)");
 }
@@ -275,6 +278,7 @@ std::map<std::string, std::string*> FlagFields(AgentFlags* f) {
           {"max-series-per-sender", &f->max_series_per_sender},
           {"admin-token-file", &f->admin_token_file},
           {"write-token-file", &f->write_token_file},
+          {"tokens", &f->tokens_file},
           {"log-level", &f->log_level}};
 }
 
@@ -407,21 +411,38 @@ Result<server::HttpOptions> MakeHttpOptions(const AgentFlags& f) {
     if (!token.ok()) return token.status();
     o.auth.write_token = *token;
   }
+  if (!f.tokens_file.empty()) {
+    auto tokens = server::TokensFile::Open(f.tokens_file);
+    if (!tokens.ok()) return tokens.status();
+    o.auth.tokens = std::move(tokens).value();
+  }
   auto addr = server::ParseListenAddress(f.listen);
   if (!addr.ok()) return addr.status();
-  if (!server::IsLoopbackHost(addr->host) && o.auth.admin_token.empty() &&
-      o.auth.write_token.empty()) {
-    if (!f.insecure_listen)
-      return Status::InvalidArgument(
-          "--listen " + f.listen +
-          " serves beyond loopback, and no token is configured: give --data-dir (its "
-          "admin.token) or --admin-token-file, or --insecure-listen to serve reads to the "
-          "network anyway");
+  const bool loopback = server::IsLoopbackHost(addr->host);
+  const bool any_token =
+      !o.auth.admin_token.empty() || !o.auth.write_token.empty() || o.auth.tokens;
+  if (!loopback && !any_token && !f.insecure_listen)
+    return Status::InvalidArgument(
+        "--listen " + f.listen +
+        " serves beyond loopback, and no token is configured: give --tokens (read tokens for "
+        "Prometheus and Grafana), --data-dir (its admin.token) or --admin-token-file, or "
+        "--insecure-listen to serve reads to the network anyway");
+  o.auth.reads_need_token = o.auth.tokens || (!loopback && !f.insecure_listen);
+  if (!loopback && f.insecure_listen)
     GW_LOG_WARN(
-        "INSECURE: --listen {} serves beyond loopback with no token: anyone who reaches it reads "
-        "every job's logs and metrics (writes stay refused)",
+        "INSECURE: --listen {} serves beyond loopback and --insecure-listen leaves reads open: "
+        "anyone who reaches it reads every job's logs and metrics",
         f.listen);
-  }
+  else if (!o.auth.reads_need_token)
+    GW_LOG_INFO(
+        "reads are open to every local user on {} (loopback, no --tokens); state changes need "
+        "the admin token",
+        f.listen);
+  else if (!o.auth.tokens)
+    GW_LOG_WARN(
+        "--listen {} serves beyond loopback: every read needs a token, and only the admin token "
+        "is configured; give --tokens with read tokens for Prometheus and Grafana",
+        f.listen);
   return o;
 }
 

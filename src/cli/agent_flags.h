@@ -66,6 +66,7 @@ struct AgentFlags {
   // Tokens (server/auth.h).
   std::string admin_token_file;  // default <data-dir>/admin.token
   std::string write_token_file;
+  std::string tokens_file;  // --tokens (server/tokens.h)
   bool insecure_listen = false;
   std::string job_log_roots = "~,/tmp,/var/tmp";
   std::vector<std::string> limits;  // --limit NAME=VALUE (cli/limits.h); not a config-file key
@@ -97,8 +98,10 @@ Status ApplyConfig(CLI::App* app, AgentFlags* f);
 // The agent's options. The --job-hang-* flags set the one hang policy the diagnosis and the
 // job registry share (AgentOptions::diagnosis.hang; model/hang_policy.h).
 Result<server::AgentOptions> MakeOptions(const AgentFlags& f, const std::string& version);
-// The HTTP limits and the tokens: reads or creates the admin token, reads the write token, and
-// refuses a listener beyond loopback with no token unless --insecure-listen.
+// The HTTP limits and the tokens: reads or creates the admin token, reads the write token and
+// the tokens file, and refuses a listener beyond loopback with no token unless
+// --insecure-listen. Reads need a token beyond loopback (unless --insecure-listen) and whenever
+// a tokens file is given; on loopback without one they stay open, and that is logged.
 Result<server::HttpOptions> MakeHttpOptions(const AgentFlags& f);
 
 }  // namespace gpuwatch::cli

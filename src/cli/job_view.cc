@@ -147,16 +147,54 @@ std::string DefaultAgentUrl() {
   return env && *env ? env : "http://127.0.0.1:9470";
 }
 
+namespace {
+// The host of "http://host:port/..." ("[::1]" without brackets).
+std::string UrlHost(std::string_view url) {
+  if (const size_t scheme = url.find("://"); scheme != std::string_view::npos)
+    url.remove_prefix(scheme + 3);
+  if (url.starts_with("[")) return std::string(url.substr(1, url.find(']') - 1));
+  return std::string(url.substr(0, url.find_first_of(":/")));
+}
+
+std::string ErrorOf(const std::string& body) {
+  json j = json::parse(body, nullptr, false);
+  if (!j.is_discarded() && j.is_object() && j.contains("error") && j["error"].is_string())
+    return j["error"].get<std::string>();
+  return body.substr(0, 200);
+}
+}  // namespace
+
 Result<std::string> AgentGet(const std::string& agent_url, const std::string& path) {
   httplib::Client c(agent_url);
   c.set_connection_timeout(3);
   c.set_read_timeout(30);
-  auto res = c.Get(path);
+  // Reads need a token where the agent listens beyond loopback or has a tokens file: the one
+  // in $GPUWATCH_TOKEN_FILE, else (for an agent on this machine only: a token is never sent to
+  // another host unasked) the local admin token, tried after a 401.
+  httplib::Headers headers;
+  const char* env = std::getenv("GPUWATCH_TOKEN_FILE");
+  if (env && *env) {
+    auto token = server::ReadTokenFile(env);
+    if (!token.ok()) return token.status();
+    headers.emplace("Authorization", "Bearer " + *token);
+  }
+  auto res = c.Get(path, headers);
+  if (res && res->status == 401 && headers.empty() && server::IsLoopbackHost(UrlHost(agent_url))) {
+    auto token = FindAgentToken("");
+    if (token.ok() && !token->empty()) {
+      headers.emplace("Authorization", "Bearer " + *token);
+      res = c.Get(path, headers);
+    }
+  }
   if (!res)
     return Status::Unavailable("no agent answers at " + agent_url + " (" +
                                httplib::to_string(res.error()) +
                                "); start one with `gpuwatch up` or pass --agent URL");
   if (res->status == 404) return Status::NotFound(path + ": not found at " + agent_url);
+  if (res->status == 401 || res->status == 403)
+    return Status::PermissionDenied(fmt::format(
+        "{}{}: HTTP {}: {}; set GPUWATCH_TOKEN_FILE to a file (mode 0600) holding a read token",
+        agent_url, path, res->status, ErrorOf(res->body)));
   if (res->status != 200)
     return Status::Unavailable(fmt::format("{}{}: HTTP {}", agent_url, path, res->status));
   return std::move(res->body);

@@ -40,6 +40,7 @@
 #include "server/api.h"
 #include "server/dashboard_assets.h"
 #include "server/http_server.h"
+#include "server/tokens.h"
 #include "store/event_store.h"
 #include "store/store.h"
 
@@ -577,6 +578,17 @@ int Main(int argc, char** argv) {
   auto* docs_metrics = docs->add_subcommand("metrics", "docs/metrics.md, from the metric catalog");
   auto* docs_limits =
       docs->add_subcommand("limits", "docs/limits.md's table of limits, from the code's defaults");
+  std::string token_role;
+  std::vector<std::string> token_projects;
+  auto* token_cmd = app.add_subcommand("token", "Tokens for a --tokens file");
+  token_cmd->require_subcommand(1);
+  auto* token_new = token_cmd->add_subcommand(
+      "new", "Print a tokens-file line, TOKEN ROLE [PROJECT,...], with a new random token");
+  token_new->add_option("role", token_role, "read, write or admin")
+      ->required()
+      ->check(CLI::IsMember({"read", "write", "admin"}));
+  token_new->add_option("projects", token_projects, "Confine the token to these projects (a,b)")
+      ->delimiter(',');
   bool alerts_json = false;
   auto* alerts_cmd = app.add_subcommand(
       "alerts", "The agent's alerts: firing, silenced, resolved (exit 1 while any fires)");
@@ -738,6 +750,18 @@ int Main(int argc, char** argv) {
       return 0;
     }
     if (Status st = WriteFileAtomically(rules_out, yaml); !st.ok()) return Fail(st);
+    return 0;
+  }
+  if (token_new->parsed()) {
+    const server::Role role = token_role == "admin"   ? server::Role::kAdmin
+                              : token_role == "write" ? server::Role::kWrite
+                                                      : server::Role::kRead;
+    auto line = server::NewTokenLine(role, token_projects);
+    if (!line.ok()) {
+      std::cerr << "gpuwatch token new: " << line.status().message() << "\n";
+      return 2;
+    }
+    std::cout << *line << "\n";
     return 0;
   }
   if (docs_limits->parsed()) {

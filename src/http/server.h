@@ -76,8 +76,10 @@ struct ServerLimits {
   int listen_backlog = 128;
 };
 
-// Who a route lets in; the authorizer decides what each level needs (server/auth.h).
-enum class Access { kRead, kWrite, kAdmin };
+// Who a route lets in; the authorizer decides what each level needs (server/auth.h). kPublic
+// routes are never asked for a token (/healthz, the dashboard's static files, which hold no
+// data).
+enum class Access { kPublic, kRead, kWrite, kAdmin };
 
 struct Request {
   std::string method;  // "HEAD" is served by GET routes
@@ -90,6 +92,8 @@ struct Request {
   std::vector<std::string> matches;  // the route pattern's groups; [0] is the whole path
   std::string remote_address;        // the peer's IP address
   std::string principal;             // who the authorizer said this is ("" for anonymous reads)
+  // The projects the principal is confined to (server/scope.h); empty: not confined.
+  std::vector<std::string> scope;
   std::shared_ptr<const std::atomic<bool>> cancelled;  // set when the client left or on Stop
 
   bool HasParam(std::string_view name) const;
@@ -121,9 +125,10 @@ struct RouteOptions {
   bool inline_handler = false;
 };
 
-// Called with the request's head (no body yet) before the body is read. Returns nullopt to let
-// it through, having set `principal`; or the response that refuses it (401/403).
-using Authorizer = std::function<std::optional<Response>(const Request&, Access, std::string*)>;
+// Called with the request's head (no body yet) before the body is read, on the I/O thread.
+// Returns nullopt to let it through, having set the request's `principal` and `scope`; or the
+// response that refuses it (401/403/429).
+using Authorizer = std::function<std::optional<Response>(Request&, Access)>;
 
 struct ServerStats {
   std::array<uint64_t, static_cast<size_t>(Refusal::kCount)> refused{};

@@ -333,18 +333,17 @@ TEST_F(ServerTest, AuthorizerRefusesBeforeTheBodyIsRead) {
                    r.status = 204;
                  },
                  {.access = Access::kWrite, .max_body_bytes = 1 << 20});
-  server_->SetAuthorizer(
-      [](const Request& q, Access a, std::string* who) -> std::optional<Response> {
-        if (a == Access::kRead) return std::nullopt;
-        if (q.Header("Authorization") == "Bearer t") {
-          *who = "admin";
-          return std::nullopt;
-        }
-        Response r;
-        r.status = 401;
-        r.Set("token required\n", "text/plain");
-        return r;
-      });
+  server_->SetAuthorizer([](Request& q, Access a) -> std::optional<Response> {
+    if (a == Access::kRead) return std::nullopt;
+    if (q.Header("Authorization") == "Bearer t") {
+      q.principal = "admin";
+      return std::nullopt;
+    }
+    Response r;
+    r.status = 401;
+    r.Set("token required\n", "text/plain");
+    return r;
+  });
   ASSERT_TRUE(server_->Start("127.0.0.1", 0).ok());
   const int port = server_->port();
   const std::string denied =

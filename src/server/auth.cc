@@ -6,6 +6,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
@@ -13,33 +14,15 @@
 #include "common/file_io.h"
 #include "common/random.h"
 #include "common/strings.h"
+#include "common/time_base.h"
 #include "server/api.h"
+#include "server/scope.h"
 
 namespace gpuwatch::server {
 namespace {
 
-// Compares without an early exit, so the time taken says nothing about how much matched.
-bool ConstantTimeEquals(std::string_view a, std::string_view b) {
-  if (a.size() != b.size()) return false;
-  unsigned char diff = 0;
-  for (size_t i = 0; i < a.size(); ++i) diff |= static_cast<unsigned char>(a[i] ^ b[i]);
-  return diff == 0;
-}
-
-Status CheckPrivate(const std::string& path) {
-  struct stat sb {};
-  if (::stat(path.c_str(), &sb) != 0)
-    return Status::IoError("cannot stat " + path + ": " + std::strerror(errno));
-  if (!S_ISREG(sb.st_mode)) return Status::InvalidArgument(path + " is not a regular file");
-  if (sb.st_mode & 077)
-    return Status::PermissionDenied(
-        fmt::format("token file {} is readable by group or others (mode {:04o}); run chmod 600 {}",
-                    path, sb.st_mode & 07777, path));
-  return Status::Ok();
-}
-
 Result<std::string> ReadToken(const std::string& path) {
-  GW_RETURN_IF_ERROR(CheckPrivate(path));
+  GW_RETURN_IF_ERROR(CheckSecretFile(path));
   auto f = ReadSmallFile(path, 4096);
   if (!f.ok) return Status::IoError("cannot read " + path + ": " + std::strerror(f.err));
   std::string token(TrimWhitespace(f.data));
@@ -90,39 +73,123 @@ Result<std::string> LoadOrCreateAdminToken(const std::string& path) {
 
 Result<std::string> ReadTokenFile(const std::string& path) { return ReadToken(path); }
 
+int64_t AuthFailureLimiter::BlockedSeconds(const std::string& source, Clock::time_point now) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = by_source_.find(source);
+  if (it == by_source_.end() || it->second.blocked_until <= now) return 0;
+  const auto left = std::chrono::ceil<std::chrono::seconds>(it->second.blocked_until - now);
+  return std::max<int64_t>(1, left.count());
+}
+
+void AuthFailureLimiter::RecordFailure(const std::string& source, Clock::time_point now) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = by_source_.find(source);
+  if (it == by_source_.end()) {
+    if (by_source_.size() >= limits_.max_sources) {
+      // Forget the addresses that are neither blocked nor inside a window; if a scan from many
+      // addresses still fills the map, forget the one whose window is oldest.
+      std::erase_if(by_source_, [&](const auto& kv) {
+        return kv.second.blocked_until <= now && kv.second.window_start + limits_.window <= now;
+      });
+      if (by_source_.size() >= limits_.max_sources) {
+        auto oldest = by_source_.begin();
+        for (auto j = by_source_.begin(); j != by_source_.end(); ++j)
+          if (j->second.window_start < oldest->second.window_start) oldest = j;
+        by_source_.erase(oldest);
+      }
+    }
+    it = by_source_.emplace(source, Entry{0, now, {}}).first;
+  }
+  Entry& e = it->second;
+  if (e.window_start + limits_.window <= now) {
+    e.window_start = now;
+    e.failures = 0;
+  }
+  if (++e.failures >= limits_.max_failures) {
+    e.blocked_until = now + limits_.block;
+    e.failures = 0;
+    e.window_start = now;
+  }
+}
+
+size_t AuthFailureLimiter::sources() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return by_source_.size();
+}
+
 http::Authorizer MakeAuthorizer(AuthConfig config) {
-  return [c = std::move(config)](const http::Request& req, http::Access access,
-                                 std::string* principal) -> std::optional<http::Response> {
-    if (access == http::Access::kRead) return std::nullopt;
+  auto limiter = std::make_shared<AuthFailureLimiter>(config.failures);
+  return [c = std::move(config), limiter](http::Request& req,
+                                          http::Access access) -> std::optional<http::Response> {
+    using http::Access;
+    if (access == Access::kPublic) return std::nullopt;
+    if (access == Access::kRead && !c.reads_need_token) return std::nullopt;
+    const auto now = AuthFailureLimiter::Clock::now();
+    if (const int64_t wait_s = limiter->BlockedSeconds(req.remote_address, now)) {
+      http::Response r =
+          Refusal(429, "too many requests with a wrong token from " + req.remote_address +
+                           "; retry in " + std::to_string(wait_s) + " s");
+      r.SetHeader("Retry-After", std::to_string(wait_s));
+      return r;
+    }
     const std::string header = req.Header("Authorization");
     std::string_view token;
     if (header.size() > 7 &&
         http::EqualsIgnoreCase(std::string_view(header).substr(0, 7), "Bearer "))
       token = TrimWhitespace(std::string_view(header).substr(7));
-    const std::string where =
-        c.admin_token_path.empty() ? "" : " (the admin token is in " + c.admin_token_path + ")";
-    if (c.admin_token.empty() && (access == http::Access::kAdmin || c.write_token.empty()))
-      return Refusal(403, req.method + " " + req.path +
+    std::string where;
+    if (c.tokens) where = c.tokens->path();
+    if (!c.admin_token_path.empty()) where += (where.empty() ? "" : " or ") + c.admin_token_path;
+    where = where.empty() ? "" : " (tokens are in " + where + ")";
+    const std::string what = req.method + " " + req.path;
+    const bool any_token = !c.admin_token.empty() || !c.write_token.empty() || c.tokens;
+    if (!any_token)
+      return Refusal(403, what +
                               " changes the agent's state, and this agent has no admin token: "
-                              "start it with --data-dir or --admin-token-file");
+                              "start it with --data-dir, --admin-token-file or --tokens");
     if (token.empty())
-      return Refusal(401, req.method + " " + req.path +
-                              " changes the agent's state and needs Authorization: Bearer "
-                              "<token>" +
-                              where);
-    if (!c.admin_token.empty() && ConstantTimeEquals(token, c.admin_token)) {
-      *principal = "admin";
-      return std::nullopt;
+      return Refusal(401, what + (access == Access::kRead ? " needs" : " changes state and needs") +
+                              " Authorization: Bearer <token>" + where);
+
+    // Who is it? The tokens file is checked even when an earlier token matched, so the time
+    // taken does not say which kind of token was sent.
+    std::shared_ptr<const TokenTable> table = c.tokens ? c.tokens->Current() : nullptr;
+    const TokenEntry* entry = table ? table->Find(token) : nullptr;
+    Role role = Role::kRead;
+    std::string principal;
+    std::vector<std::string> scope;
+    if (!c.admin_token.empty() && TokensEqual(token, c.admin_token)) {
+      role = Role::kAdmin;
+      principal = "admin";
+    } else if (!c.write_token.empty() && TokensEqual(token, c.write_token)) {
+      role = Role::kWrite;
+      principal = "writer";
+    } else if (entry) {
+      if (entry->expires_ms && *entry->expires_ms <= WallClockMs())
+        return Refusal(401, "the token on line " + std::to_string(entry->line) + " of " +
+                                c.tokens->path() + " expired at " + FormatUtc(*entry->expires_ms));
+      role = entry->role;
+      principal = entry->principal;
+      scope = entry->projects;
+    } else {
+      limiter->RecordFailure(req.remote_address, now);
+      return Refusal(401, "wrong token for " + what + where);
     }
-    if (!c.write_token.empty() && ConstantTimeEquals(token, c.write_token)) {
-      if (access == http::Access::kWrite) {
-        *principal = "writer";
-        return std::nullopt;
-      }
-      return Refusal(403, "the write token may send data, not " + req.method + " " + req.path +
-                              "; use the admin token" + where);
-    }
-    return Refusal(401, "wrong token for " + req.method + " " + req.path + where);
+
+    const bool allowed = role == Role::kAdmin || (role == Role::kRead && access == Access::kRead) ||
+                         (role == Role::kWrite && access == Access::kWrite);
+    if (!allowed)
+      return Refusal(403, "a " + std::string(RoleName(role)) + " token (" + principal +
+                              ") may not " + what +
+                              (access == Access::kAdmin   ? ": it needs an admin token"
+                               : access == Access::kWrite ? ": it needs a write or admin token"
+                                                          : ": it needs a read or admin token"));
+    if (!scope.empty() && access == Access::kAdmin)
+      return Refusal(403, principal + " is confined to projects " + ProjectList(scope) +
+                              " and may not " + what + ", which acts on the whole node");
+    req.principal = std::move(principal);
+    req.scope = std::move(scope);
+    return std::nullopt;
   };
 }
 

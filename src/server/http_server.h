@@ -8,6 +8,7 @@
 
 #include <atomic>
 #include <memory>
+#include <set>
 #include <string>
 #include <thread>
 
@@ -54,6 +55,8 @@ class HttpServer {
  private:
   void AddRoutes();
   void AddQueryRoutes();
+  // The jobs a request confined to projects may see (server/scope.h).
+  std::set<std::string> ScopeJobs(const http::Request& req) const;
   const Agent* agent_;
   store::Store* store_;
   store::EventStore* events_;

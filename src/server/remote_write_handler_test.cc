@@ -70,13 +70,13 @@ class GateTest : public ::testing::Test {
   std::unique_ptr<store::Store> store_;
 };
 
-constexpr int64_t kNowMs = 1'700'000'000'000;
+constexpr int64_t kWriteNowMs = 1'700'000'000'000;
 
 // D1 (issue 17): a timestamp near INT64_MIN gets a 400 that names it, and the rest is stored.
 TEST_F(GateTest, D1_TimestampNearInt64MinIsRefusedByName) {
   store::RemoteSeries s;
   s.labels = {{"__name__", "x"}};
-  s.samples = {{INT64_MIN, 1}, {kNowMs, 1}};
+  s.samples = {{INT64_MIN, 1}, {kWriteNowMs, 1}};
   RemoteWriteGate gate;
   const HttpReply r = gate.Handle(store_.get(), store::EncodeRemoteWrite({s}), "snappy", "a");
   EXPECT_EQ(r.status, 400);
@@ -92,15 +92,15 @@ TEST_F(GateTest, D6_SeriesLimitsPerSenderAndInAll) {
   o.max_series_per_sender = 3;
   o.max_series = 5;
   RemoteWriteGate gate(o);
-  EXPECT_EQ(gate.Handle(store_.get(), Series(0, 3, kNowMs), "snappy", "a").status, 204);
-  HttpReply r = gate.Handle(store_.get(), Series(3, 4, kNowMs), "snappy", "a");
+  EXPECT_EQ(gate.Handle(store_.get(), Series(0, 3, kWriteNowMs), "snappy", "a").status, 204);
+  HttpReply r = gate.Handle(store_.get(), Series(3, 4, kWriteNowMs), "snappy", "a");
   EXPECT_EQ(r.status, 400);
   EXPECT_NE(r.body.find("over the series limit (3 per sender, 5 in all)"), std::string::npos)
       << r.body;
   // Its existing series are still taken.
-  EXPECT_EQ(gate.Handle(store_.get(), Series(0, 3, kNowMs + 1000), "snappy", "a").status, 204);
+  EXPECT_EQ(gate.Handle(store_.get(), Series(0, 3, kWriteNowMs + 1000), "snappy", "a").status, 204);
   // Sender b may create 2 more (5 in all), not 3.
-  r = gate.Handle(store_.get(), Series(10, 13, kNowMs), "snappy", "b");
+  r = gate.Handle(store_.get(), Series(10, 13, kWriteNowMs), "snappy", "b");
   EXPECT_EQ(r.status, 400);
   EXPECT_NE(r.body.find("2 samples stored"), std::string::npos) << r.body;
   EXPECT_EQ(gate.counts().series_created, 5u);
@@ -111,7 +111,7 @@ TEST_F(GateTest, D6_SeriesLimitsPerSenderAndInAll) {
   // A restart (a new gate over the same store) does not reset the limit in all: it counts the
   // head's series.
   RemoteWriteGate after_restart(o);
-  r = after_restart.Handle(store_.get(), Series(20, 21, kNowMs), "snappy", "c");
+  r = after_restart.Handle(store_.get(), Series(20, 21, kWriteNowMs), "snappy", "c");
   EXPECT_EQ(r.status, 400) << r.body;
 }
 
@@ -120,7 +120,7 @@ TEST_F(GateTest, D6_SeriesLimitsPerSenderAndInAll) {
 TEST_F(GateTest, D3_DecompressionBombIsRefused413) {
   store::RemoteSeries s;
   s.labels.assign(60, {"", ""});
-  s.samples = {{kNowMs, 1}};
+  s.samples = {{kWriteNowMs, 1}};
   std::vector<store::RemoteSeries> many(40'000, s);
   const std::string body = store::EncodeRemoteWrite(many);
   RemoteWriteOptions o;

@@ -360,6 +360,43 @@ test("the dashboard end to end", { timeout: 220_000 }, async (t) => {
       await page.locator("tr, [data-event]").filter({ hasText: xidEvent.text }).filter({ hasText: `GPU ${FAULT_GPU}` })
         .first().waitFor().catch(() => assert.fail(`no event row with "${xidEvent.text}" on GPU ${FAULT_GPU}`));
     });
+
+    // An agent whose reads need a token (docs/limits.md, "Tokens"): played by the browser's
+    // router, which answers 401 to every API read without the token, as the agent does. The page
+    // asks for a token, keeps it for the tab, and sends it on every read from then on; never in
+    // the URL.
+    await t.test("a 401 asks for a token, which every read then carries", async () => {
+      const TOKEN = "e2e-read-token-0123456789abcdef";
+      const page = await ctx.newPage();
+      const seen = [];
+      await page.route("**/api/v1/**", async (r) => {
+        const auth = r.request().headers()["authorization"] || "";
+        seen.push({ url: r.request().url(), auth });
+        if (auth !== "Bearer " + TOKEN)
+          return r.fulfill({ status: 401, contentType: "application/json",
+            body: JSON.stringify({ error: "GET /api/v1/host needs Authorization: Bearer <token>" }) });
+        return r.continue();
+      });
+      try {
+        await page.goto(`${demo.pageBase}/#/jobs?range=${RANGE}`, { waitUntil: "load" });
+        const bar = page.locator('[data-banner="token"]');
+        await bar.waitFor().catch(() => assert.fail("no token prompt after a 401"));
+        await shoot(page, "token-prompt");
+        await bar.locator('input[name="token"]').fill(TOKEN);
+        await bar.locator('button[type="submit"]').click();
+        await page.waitForLoadState("load");
+        await page.waitForLoadState("networkidle");
+        await page.locator('[data-banner="token"]').waitFor({ state: "detached", timeout: 5000 })
+          .catch(() => assert.fail("the token prompt stays after a good token"));
+        const after = seen.slice(seen.findIndex((x) => x.auth === "Bearer " + TOKEN));
+        assert.ok(after.length > 0, "no read carried the token");
+        assert.deepEqual(after.filter((x) => x.auth !== "Bearer " + TOKEN).map((x) => x.url), [],
+          "reads without the token after it was given");
+        assert.ok(!seen.some((x) => x.url.includes(TOKEN)) && !page.url().includes(TOKEN), "the token went into a URL");
+      } finally {
+        await page.close();
+      }
+    });
   } finally {
     if (ctx) await ctx.close().catch(() => {});
     if (userDataDir) fs.rmSync(userDataDir, { recursive: true, force: true });

@@ -3,9 +3,28 @@
 import { useEffect, useState } from "preact/hooks";
 import { panelUrl } from "./view_state.js";
 
+// The read token, where the agent asks for one (it listens beyond loopback or has a tokens
+// file: docs/limits.md, "Tokens"). Kept in sessionStorage: it lasts the tab, never goes in the
+// URL (a shared link must not carry it), and is sent only to this page's own origin.
+const TOKEN_KEY = "gpuwatch.token";
+export const readToken = () => (typeof sessionStorage !== "undefined" && sessionStorage.getItem(TOKEN_KEY)) || "";
+export function saveToken(token) {
+  if (token) sessionStorage.setItem(TOKEN_KEY, token.trim());
+  else sessionStorage.removeItem(TOKEN_KEY);
+}
+// Set when a read was refused for want of a token (401): the page then asks for one.
+export const auth = { needed: false, message: "", listeners: new Set() };
+function authFailed(message) {
+  auth.needed = true;
+  auth.message = message;
+  auth.listeners.forEach((f) => f());
+}
+
 export async function getJson(url) {
-  const r = await fetch(url);
+  const token = readToken();
+  const r = await fetch(url, token ? { headers: { Authorization: "Bearer " + token } } : undefined);
   const body = await r.json().catch(() => ({}));
+  if (r.status === 401) authFailed(body.error || "this agent needs a token");
   if (!r.ok || body.status === "error") throw new Error(body.error || `${url}: HTTP ${r.status}`);
   return body;
 }

@@ -9,7 +9,7 @@ import "./app.css";
 import {
   FILTERS, RANGES, filterParams, filtersOf, formatHash, isSimulated, num, parseHash, rangeParams, timeRange, zoomOutParams,
 } from "./view_state.js";
-import { getJson, loadEvents, panel, usePoll, useWidth } from "./api.js";
+import { auth, getJson, loadEvents, panel, readToken, saveToken, usePoll, useWidth } from "./api.js";
 import { EventList, HeatStrip, PanelChart, html } from "./charts.js";
 import { gpuMatchers, inScope, jobMatchers, namesSelector, scopeOf, selector } from "./scope.js";
 import { findingHref, findingView, mergeFindings, runbookRef } from "./findings.js";
@@ -283,6 +283,29 @@ function ZoomBar({ view }) {
   </span>`;
 }
 
+// Asks for a token once a read was refused with 401 (the agent needs one), and keeps it for
+// the tab (api.js). A 403 is not asked about: the token is right, and its role or projects do
+// not reach that screen, which the screen's error says.
+function TokenBar() {
+  const [, redraw] = useState(0);
+  useEffect(() => {
+    const on = () => redraw((n) => n + 1);
+    auth.listeners.add(on);
+    return () => auth.listeners.delete(on);
+  }, []);
+  if (!auth.needed) return null;
+  const submit = (e) => {
+    e.preventDefault();
+    saveToken(new FormData(e.target).get("token") || "");
+    location.reload();
+  };
+  return html`<form class="tokenbar" data-banner="token" onSubmit=${submit}>
+    <span>${readToken() ? "The token was refused: " : "This agent needs a token: "}${auth.message}</span>
+    <input name="token" type="password" autocomplete="off" placeholder="read token" />
+    <button type="submit">Use token</button>
+  </form>`;
+}
+
 function App() {
   const view = useHash();
   const [, Screen] = SCREENS[view.screen] || SCREENS.gpus;
@@ -310,6 +333,7 @@ function App() {
     </header>
     ${isSimulated(host.data, caps.data) && html`<div class="simulated" data-banner="simulated" role="alert">
       SIMULATED — the GPUs of ${(host.data && host.data.hostname) || "this node"} are gpuwatch demo's simulation, not real hardware.</div>`}
+    <${TokenBar} />
     <div class="toolbar">
       <${Filters} view=${view} jobs=${jobList} nodes=${nodeNames} gpus=${gpus.data || []} />
       <${ZoomBar} view=${view} />

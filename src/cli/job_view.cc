@@ -247,15 +247,10 @@ Result<json> AgentSendJson(const std::string& agent_url, const std::string& meth
     return Status::Unavailable("no agent answers at " + agent_url + " (" +
                                httplib::to_string(res.error()) +
                                "); start one with `gpuwatch up` or pass --agent URL");
-  json j = json::parse(res->body, nullptr, false);
-  if (res->status / 100 != 2) {
-    const std::string why =
-        !j.is_discarded() && j.is_object() && j.contains("error") && j["error"].is_string()
-            ? j["error"].get<std::string>()
-            : res->body.substr(0, 200);
+  if (res->status / 100 != 2)
     return Status::InvalidArgument(
-        fmt::format("{} {}: HTTP {}: {}", method, path, res->status, why));
-  }
+        fmt::format("{} {}: HTTP {}: {}", method, path, res->status, ErrorOf(res->body)));
+  json j = json::parse(res->body, nullptr, false);
   if (j.is_discarded()) return Status::Corruption(agent_url + path + ": reply is not JSON");
   return j;
 }

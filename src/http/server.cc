@@ -634,7 +634,7 @@ bool Server::StartRequest(Conn& c, size_t head_end) {
   }
   // Auth before the body: an unauthenticated client cannot make the server buffer anything.
   if (authorizer_) {
-    if (auto deny = authorizer_(*req, route->options.access)) {
+    if (auto deny = authorizer_(*req, route->options)) {
       Count(Refusal::kUnauthorized);
       Finish(c, std::move(*deny), true);
       return false;

@@ -123,12 +123,16 @@ struct RouteOptions {
   // Runs on the I/O thread: for cheap answers that must work when every worker is busy
   // (/healthz). Must not block.
   bool inline_handler = false;
+  // A request the authorizer confined to projects (Request::scope) may reach this route: its
+  // handler narrows what it shows to them, or it only takes data in. Everything else is refused
+  // such a request, so a route added later shows nothing to a confined token by default.
+  bool allow_scoped = false;
 };
 
 // Called with the request's head (no body yet) before the body is read, on the I/O thread.
 // Returns nullopt to let it through, having set the request's `principal` and `scope`; or the
 // response that refuses it (401/403/429).
-using Authorizer = std::function<std::optional<Response>(Request&, Access)>;
+using Authorizer = std::function<std::optional<Response>(Request&, const RouteOptions&)>;
 
 struct ServerStats {
   std::array<uint64_t, static_cast<size_t>(Refusal::kCount)> refused{};

@@ -333,8 +333,8 @@ TEST_F(ServerTest, AuthorizerRefusesBeforeTheBodyIsRead) {
                    r.status = 204;
                  },
                  {.access = Access::kWrite, .max_body_bytes = 1 << 20});
-  server_->SetAuthorizer([](Request& q, Access a) -> std::optional<Response> {
-    if (a == Access::kRead) return std::nullopt;
+  server_->SetAuthorizer([](Request& q, const RouteOptions& o) -> std::optional<Response> {
+    if (o.access == Access::kRead) return std::nullopt;
     if (q.Header("Authorization") == "Bearer t") {
       q.principal = "admin";
       return std::nullopt;

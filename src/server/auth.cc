@@ -119,9 +119,10 @@ size_t AuthFailureLimiter::sources() const {
 
 http::Authorizer MakeAuthorizer(AuthConfig config) {
   auto limiter = std::make_shared<AuthFailureLimiter>(config.failures);
-  return [c = std::move(config), limiter](http::Request& req,
-                                          http::Access access) -> std::optional<http::Response> {
+  return [c = std::move(config), limiter](
+             http::Request& req, const http::RouteOptions& route) -> std::optional<http::Response> {
     using http::Access;
+    const Access access = route.access;
     if (access == Access::kPublic) return std::nullopt;
     if (access == Access::kRead && !c.reads_need_token) return std::nullopt;
     const auto now = AuthFailureLimiter::Clock::now();
@@ -187,6 +188,9 @@ http::Authorizer MakeAuthorizer(AuthConfig config) {
     if (!scope.empty() && access == Access::kAdmin)
       return Refusal(403, principal + " is confined to projects " + ProjectList(scope) +
                               " and may not " + what + ", which acts on the whole node");
+    if (!scope.empty() && !route.allow_scoped)
+      return Refusal(403, principal + " is confined to projects (" + ProjectList(scope) +
+                              "): " + req.path + " shows the whole node, not one project's jobs");
     req.principal = std::move(principal);
     req.scope = std::move(scope);
     return std::nullopt;

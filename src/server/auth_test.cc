@@ -71,11 +71,14 @@ struct Asked {
   std::vector<std::string> scope;
 };
 Asked Ask(const http::Authorizer& auth, const std::string& token, http::Access access,
-          const std::string& from = "10.0.0.7") {
+          const std::string& from = "10.0.0.7", bool allow_scoped = false) {
   http::Request r = WithToken(token);
   r.remote_address = from;
   Asked a;
-  a.refusal = auth(r, access);
+  http::RouteOptions route;
+  route.access = access;
+  route.allow_scoped = allow_scoped;
+  a.refusal = auth(r, route);
   a.principal = r.principal;
   a.scope = r.scope;
   return a;
@@ -164,10 +167,15 @@ TEST_F(AuthTest, TokensFileRolesAndScopes) {
   // admin: everything.
   for (Access x : {Access::kRead, Access::kWrite, Access::kAdmin})
     EXPECT_FALSE(Ask(auth, admin, x).refusal);
-  // A scoped token carries its projects to the routes.
-  a = Ask(auth, scoped, Access::kRead);
+  // A scoped token carries its projects to the routes that narrow what they show to them...
+  a = Ask(auth, scoped, Access::kRead, "10.0.0.7", /*allow_scoped=*/true);
   EXPECT_FALSE(a.refusal);
   EXPECT_EQ(a.scope, (std::vector<std::string>{"nlp", "vision"}));
+  // ...and is refused every other route, before its handler runs.
+  r = Ask(auth, scoped, Access::kRead).refusal;
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 403);
+  EXPECT_NE(r->body.find("shows the whole node"), std::string::npos) << r->body;
   // A scoped admin may not act on the whole node.
   r = Ask(auth, scoped_admin, Access::kAdmin).refusal;
   ASSERT_TRUE(r);

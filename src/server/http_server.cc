@@ -39,14 +39,6 @@ void Refuse403(const Request& req, Response& res, const std::string& why) {
           "application/json");
 }
 
-// A route that shows the whole node: 403 for a token confined to projects (server/scope.h).
-http::Handler NodeWide(http::Handler h) {
-  return [h = std::move(h)](const Request& req, Response& res) {
-    if (!req.scope.empty())
-      return Refuse403(req, res, req.path + " shows the whole node, not one project's jobs");
-    h(req, res);
-  };
-}
 }  // namespace
 
 std::set<std::string> HttpServer::ScopeJobs(const Request& req) const {
@@ -69,49 +61,53 @@ void HttpServer::AddRoutes() {
   const Agent* agent = agent_;
   // Only /metrics is compressed, with gzip level 1, when the client accepts it: scrapes are
   // ~400 KB and frequent; everything else is small or already compressed.
-  srv.Route("GET", "/metrics", NodeWide([agent, this](const Request& req, Response& res) {
-              // Reserve the last size: one allocation instead of a dozen regrowths of a ~400 KB
-              // body.
-              std::string body;
-              body.reserve(metrics_size_hint_.load(std::memory_order_relaxed));
-              agent->WithState([&](const AgentState& s) {
-                RenderPrometheus(s, &body);
-                return 0;
-              });
-              RenderLimitCounters(agent->WithState([](const AgentState& s) { return s.hostname; }),
-                                  Counters(), &body);
-              metrics_size_hint_.store(body.size() + body.size() / 8, std::memory_order_relaxed);
-              if (AcceptsGzip(req.Header("Accept-Encoding"))) {
-                if (auto z = GzipCompress(body); z.ok()) {
-                  res.SetHeader("Content-Encoding", "gzip");
-                  body = std::move(z).value();
-                }
-              }
-              res.Set(std::move(body), "text/plain; version=0.0.4; charset=utf-8");
-            }));
+  srv.Route("GET", "/metrics", [agent, this](const Request& req, Response& res) {
+    // Reserve the last size: one allocation instead of a dozen regrowths of a ~400 KB
+    // body.
+    std::string body;
+    body.reserve(metrics_size_hint_.load(std::memory_order_relaxed));
+    agent->WithState([&](const AgentState& s) {
+      RenderPrometheus(s, &body);
+      return 0;
+    });
+    RenderLimitCounters(agent->WithState([](const AgentState& s) { return s.hostname; }),
+                        Counters(), &body);
+    metrics_size_hint_.store(body.size() + body.size() / 8, std::memory_order_relaxed);
+    if (AcceptsGzip(req.Header("Accept-Encoding"))) {
+      if (auto z = GzipCompress(body); z.ok()) {
+        res.SetHeader("Content-Encoding", "gzip");
+        body = std::move(z).value();
+      }
+    }
+    res.Set(std::move(body), "text/plain; version=0.0.4; charset=utf-8");
+  });
   auto json_route = [&srv, agent](const char* path, nlohmann::json (*fn)(const AgentState&)) {
-    srv.Route("GET", path, NodeWide([agent, fn](const Request&, Response& res) {
-                auto j = agent->WithState([fn](const AgentState& s) { return fn(s); });
-                res.Set(DumpJson(j, 2), "application/json");
-              }));
+    srv.Route("GET", path, [agent, fn](const Request&, Response& res) {
+      auto j = agent->WithState([fn](const AgentState& s) { return fn(s); });
+      res.Set(DumpJson(j, 2), "application/json");
+    });
   };
   json_route("/api/v1/gpus", &GpusJson);
   json_route("/api/v1/processes", &ProcessesJson);
   json_route("/api/v1/capabilities", &CapabilitiesJson);
   if (events_) {
-    srv.Route("GET", "/api/v1/events", [this, agent](const Request& req, Response& res) {
-      // A confined token reads the events of one of its jobs: its log lines, annotations and
-      // lifecycle. The node's own events (XIDs, throttling) concern every job on it.
-      if (!req.scope.empty() && !ScopeJobs(req).count(req.Param("job")))
-        return Refuse403(req, res, "the events API needs job= naming one of its projects' jobs");
-      ApiRequest api;
-      for (const auto& [k, v] : req.params) api.params.emplace(k, v);
-      api.now_ms = WallClockMs();
-      const std::string host = agent->WithState([](const AgentState& s) { return s.hostname; });
-      const ApiResponse r = HandleEventsQuery(*events_, api, host);
-      res.status = r.http_status;
-      res.Set(r.body, "application/json");
-    });
+    srv.Route("GET", "/api/v1/events",
+              [this, agent](const Request& req, Response& res) {
+                // A confined token reads the events of one of its jobs: its log lines, annotations
+                // and lifecycle. The node's own events (XIDs, throttling) concern every job on it.
+                if (!req.scope.empty() && !ScopeJobs(req).count(req.Param("job")))
+                  return Refuse403(req, res,
+                                   "the events API needs job= naming one of its projects' jobs");
+                ApiRequest api;
+                for (const auto& [k, v] : req.params) api.params.emplace(k, v);
+                api.now_ms = WallClockMs();
+                const std::string host =
+                    agent->WithState([](const AgentState& s) { return s.hostname; });
+                const ApiResponse r = HandleEventsQuery(*events_, api, host);
+                res.status = r.http_status;
+                res.Set(r.body, "application/json");
+              },
+              {.allow_scoped = true});
     srv.Route("POST", "/api/v1/events",
               [this, agent](const Request& req, Response& res) {
                 const int64_t now_ms = WallClockMs();
@@ -121,55 +117,59 @@ void HttpServer::AddRoutes() {
                 res.status = r.http_status;
                 if (!r.body.empty()) res.Set(r.body, "application/json");
               },
-              {.access = Access::kWrite});
+              {.access = Access::kWrite, .allow_scoped = true});
   } else {
     json_route("/api/v1/events", &EventsJson);
   }
   json_route("/api/v1/host", &HostJson);
   // The flight recorder's window in trace form (`gpuwatch record` polls this). start/end in Unix
   // seconds; default the last 15 minutes.
-  srv.Route("GET", "/api/v1/trace", NodeWide([agent](const Request& req, Response& res) {
-              const int64_t now_ms = WallClockMs();
-              auto param_ms = [&](const char* name, int64_t def) -> std::optional<int64_t> {
-                if (!req.HasParam(name)) return def;
-                const std::string v = req.Param(name);
-                char* end = nullptr;
-                double secs = std::strtod(v.c_str(), &end);
-                // Beyond ±3000 years the ms would not fit an int64.
-                if (v.empty() || *end != '\0' || !std::isfinite(secs) || std::fabs(secs) > 1e11)
-                  return std::nullopt;
-                return static_cast<int64_t>(secs * 1000);
-              };
-              auto start = param_ms("start", now_ms - 15 * 60 * 1000);
-              auto end = param_ms("end", now_ms);
-              if (!start || !end) {
-                res.status = 400;
-                res.Set(R"({"error":"start and end are Unix seconds"})", "application/json");
-                return;
-              }
-              std::string body;
-              for (const auto& line : agent->TraceWindow(*start, *end)) {
-                body += line;
-                body += '\n';
-              }
-              res.Set(std::move(body), "application/x-ndjson");
-            }));
-  // The diagnosis engine's findings on this node (findings.md form); job= and node= filter.
-  srv.Route("GET", "/api/v1/findings", [this, agent](const Request& req, Response& res) {
-    nlohmann::json doc = agent->Findings(req.Param("job"), req.Param("node"));
-    if (!req.scope.empty()) KeepJobsInScope(doc, "findings", ScopeJobs(req));
-    res.Set(doc.dump(), "application/json");
-  });
-  // Alerts and silences (docs/format/alerts.md).
-  srv.Route("GET", "/api/v1/alerts", [this, agent](const Request& req, Response& res) {
-    nlohmann::json doc = agent->AlertsJson();
-    if (!req.scope.empty()) {
-      const std::set<std::string> jobs = ScopeJobs(req);
-      KeepJobsInScope(doc, "alerts", jobs);
-      KeepJobsInScope(doc, "silences", jobs);
+  srv.Route("GET", "/api/v1/trace", [agent](const Request& req, Response& res) {
+    const int64_t now_ms = WallClockMs();
+    auto param_ms = [&](const char* name, int64_t def) -> std::optional<int64_t> {
+      if (!req.HasParam(name)) return def;
+      const std::string v = req.Param(name);
+      char* end = nullptr;
+      double secs = std::strtod(v.c_str(), &end);
+      // Beyond ±3000 years the ms would not fit an int64.
+      if (v.empty() || *end != '\0' || !std::isfinite(secs) || std::fabs(secs) > 1e11)
+        return std::nullopt;
+      return static_cast<int64_t>(secs * 1000);
+    };
+    auto start = param_ms("start", now_ms - 15 * 60 * 1000);
+    auto end = param_ms("end", now_ms);
+    if (!start || !end) {
+      res.status = 400;
+      res.Set(R"({"error":"start and end are Unix seconds"})", "application/json");
+      return;
     }
-    res.Set(DumpJson(doc, 2), "application/json");
+    std::string body;
+    for (const auto& line : agent->TraceWindow(*start, *end)) {
+      body += line;
+      body += '\n';
+    }
+    res.Set(std::move(body), "application/x-ndjson");
   });
+  // The diagnosis engine's findings on this node (findings.md form); job= and node= filter.
+  srv.Route("GET", "/api/v1/findings",
+            [this, agent](const Request& req, Response& res) {
+              nlohmann::json doc = agent->Findings(req.Param("job"), req.Param("node"));
+              if (!req.scope.empty()) KeepJobsInScope(doc, "findings", ScopeJobs(req));
+              res.Set(doc.dump(), "application/json");
+            },
+            {.allow_scoped = true});
+  // Alerts and silences (docs/format/alerts.md).
+  srv.Route("GET", "/api/v1/alerts",
+            [this, agent](const Request& req, Response& res) {
+              nlohmann::json doc = agent->AlertsJson();
+              if (!req.scope.empty()) {
+                const std::set<std::string> jobs = ScopeJobs(req);
+                KeepJobsInScope(doc, "alerts", jobs);
+                KeepJobsInScope(doc, "silences", jobs);
+              }
+              res.Set(DumpJson(doc, 2), "application/json");
+            },
+            {.allow_scoped = true});
   srv.Route("POST", "/api/v1/silences",
             [agent](const Request& req, Response& res) {
               nlohmann::json body = nlohmann::json::parse(req.body, nullptr, false);
@@ -203,26 +203,25 @@ void HttpServer::AddRoutes() {
               res.Set(R"({"expired":true})", "application/json");
             },
             {.access = Access::kAdmin});
-  srv.Route(
-      "GET", "/api/v1/snapshots", NodeWide([agent](const Request&, Response& res) {
-        nlohmann::json j = {{"snapshots", nlohmann::json::array()}};
-        if (auto* s = agent->snapshots()) {
-          for (const auto& i : s->List())
-            j["snapshots"].push_back({{"id", i.id},
-                                      {"reason", i.reason},
-                                      {"job", i.job},
-                                      {"node", i.node},
-                                      {"t_ms", i.t_ms},
-                                      {"from_ms", i.from_ms},
-                                      {"records", i.records},
-                                      {"job_log_lines", i.job_log_lines},
-                                      {"state", i.state},
-                                      {"error", i.error},
-                                      {"trace", "/api/v1/snapshots/" + i.id + "/trace.jsonl.gz"},
-                                      {"job_log", "/api/v1/snapshots/" + i.id + "/job.log"}});
-        }
-        res.Set(DumpJson(j, 2), "application/json");
-      }));
+  srv.Route("GET", "/api/v1/snapshots", [agent](const Request&, Response& res) {
+    nlohmann::json j = {{"snapshots", nlohmann::json::array()}};
+    if (auto* s = agent->snapshots()) {
+      for (const auto& i : s->List())
+        j["snapshots"].push_back({{"id", i.id},
+                                  {"reason", i.reason},
+                                  {"job", i.job},
+                                  {"node", i.node},
+                                  {"t_ms", i.t_ms},
+                                  {"from_ms", i.from_ms},
+                                  {"records", i.records},
+                                  {"job_log_lines", i.job_log_lines},
+                                  {"state", i.state},
+                                  {"error", i.error},
+                                  {"trace", "/api/v1/snapshots/" + i.id + "/trace.jsonl.gz"},
+                                  {"job_log", "/api/v1/snapshots/" + i.id + "/job.log"}});
+    }
+    res.Set(DumpJson(j, 2), "application/json");
+  });
   srv.Route("POST", "/api/v1/snapshots",
             [agent](const Request& req, Response& res) {
               auto* s = agent->snapshots();
@@ -242,76 +241,73 @@ void HttpServer::AddRoutes() {
               res.Set(DumpJson({{"id", r->id}, {"records", r->records}}), "application/json");
             },
             {.access = Access::kAdmin, .max_body_bytes = kSmallBodyBytes, .parse_form = true});
-  srv.Route("GET", R"(/api/v1/snapshots/([^/]+)/([a-z.]+))",
-            NodeWide([agent](const Request& req, Response& res) {
-              auto* s = agent->snapshots();
-              auto path = s ? s->FilePath(req.matches[1], req.matches[2])
-                            : Result<std::string>(Status::NotFound("snapshots are off"));
-              if (!path.ok()) {
-                res.status = 404;
-                res.Set(DumpJson({{"error", path.status().message()}}), "application/json");
-                return;
-              }
-              std::FILE* f = std::fopen(path->c_str(), "rb");
-              if (!f) {
-                res.status = 404;
-                return;
-              }
-              std::string body;
-              char buf[1 << 16];
-              for (size_t n; (n = std::fread(buf, 1, sizeof(buf), f)) > 0;) body.append(buf, n);
-              std::fclose(f);
-              res.Set(std::move(body), req.matches[2] == "trace.jsonl.gz"
-                                           ? "application/gzip"
-                                           : "text/plain; charset=utf-8");
-            }));
+  srv.Route(
+      "GET", R"(/api/v1/snapshots/([^/]+)/([a-z.]+))", [agent](const Request& req, Response& res) {
+        auto* s = agent->snapshots();
+        auto path = s ? s->FilePath(req.matches[1], req.matches[2])
+                      : Result<std::string>(Status::NotFound("snapshots are off"));
+        if (!path.ok()) {
+          res.status = 404;
+          res.Set(DumpJson({{"error", path.status().message()}}), "application/json");
+          return;
+        }
+        std::FILE* f = std::fopen(path->c_str(), "rb");
+        if (!f) {
+          res.status = 404;
+          return;
+        }
+        std::string body;
+        char buf[1 << 16];
+        for (size_t n; (n = std::fread(buf, 1, sizeof(buf), f)) > 0;) body.append(buf, n);
+        std::fclose(f);
+        res.Set(std::move(body), req.matches[2] == "trace.jsonl.gz" ? "application/gzip"
+                                                                    : "text/plain; charset=utf-8");
+      });
   // R8: the node's topology as of the last check, and the archive of its versions.
-  srv.Route("GET", "/api/v1/topology", NodeWide([agent](const Request&, Response& res) {
-              auto j = agent->WithState([](const AgentState& s) -> std::optional<nlohmann::json> {
-                if (!s.topology) return std::nullopt;
-                nlohmann::json changes = nlohmann::json::array();
-                for (const auto& c : s.topology_changes) {
-                  changes.push_back({{"kind", c.kind},
-                                     {"subject", c.subject},
-                                     {"before", c.before},
-                                     {"after", c.after},
-                                     {"summary", c.summary}});
-                }
-                return nlohmann::json{
-                    {"version", s.topology_version},
-                    {"baselines_stale_before_ms", s.baselines_stale_before_ms},
-                    {"last_changes", changes},
-                    {"matrix_text", topo::RenderTopoMatrix(s.topology->matrix)},
-                    {"snapshot", nlohmann::json::parse(topo::SnapshotToJson(*s.topology))}};
-              });
-              if (!j) {
-                res.status = 503;
-                res.Set(R"({"error":"the first topology check has not run yet"})",
-                        "application/json");
-                return;
-              }
-              res.Set(DumpJson(*j, 2), "application/json");
-            }));
-  srv.Route("GET", "/api/v1/topology/versions", NodeWide([agent](const Request&, Response& res) {
-              nlohmann::json j = {{"versions", nlohmann::json::array()}};
-              if (!agent->data_dir().empty()) {
-                auto list = topo::TopologyArchive(agent->data_dir() + "/topology").List();
-                if (!list.ok()) {
-                  res.status = 500;
-                  res.Set(DumpJson({{"error", list.status().message()}}), "application/json");
-                  return;
-                }
-                for (const auto& v : *list) {
-                  j["versions"].push_back(
-                      {{"version", v.version},
-                       {"written_ms", v.taken_at_ms},
-                       {"url", "/api/v1/topology/versions/" + std::to_string(v.version)}});
-                }
-              }
-              res.Set(DumpJson(j, 2), "application/json");
-            }));
+  srv.Route("GET", "/api/v1/topology", [agent](const Request&, Response& res) {
+    auto j = agent->WithState([](const AgentState& s) -> std::optional<nlohmann::json> {
+      if (!s.topology) return std::nullopt;
+      nlohmann::json changes = nlohmann::json::array();
+      for (const auto& c : s.topology_changes) {
+        changes.push_back({{"kind", c.kind},
+                           {"subject", c.subject},
+                           {"before", c.before},
+                           {"after", c.after},
+                           {"summary", c.summary}});
+      }
+      return nlohmann::json{{"version", s.topology_version},
+                            {"baselines_stale_before_ms", s.baselines_stale_before_ms},
+                            {"last_changes", changes},
+                            {"matrix_text", topo::RenderTopoMatrix(s.topology->matrix)},
+                            {"snapshot", nlohmann::json::parse(topo::SnapshotToJson(*s.topology))}};
+    });
+    if (!j) {
+      res.status = 503;
+      res.Set(R"({"error":"the first topology check has not run yet"})", "application/json");
+      return;
+    }
+    res.Set(DumpJson(*j, 2), "application/json");
+  });
+  srv.Route("GET", "/api/v1/topology/versions", [agent](const Request&, Response& res) {
+    nlohmann::json j = {{"versions", nlohmann::json::array()}};
+    if (!agent->data_dir().empty()) {
+      auto list = topo::TopologyArchive(agent->data_dir() + "/topology").List();
+      if (!list.ok()) {
+        res.status = 500;
+        res.Set(DumpJson({{"error", list.status().message()}}), "application/json");
+        return;
+      }
+      for (const auto& v : *list) {
+        j["versions"].push_back(
+            {{"version", v.version},
+             {"written_ms", v.taken_at_ms},
+             {"url", "/api/v1/topology/versions/" + std::to_string(v.version)}});
+      }
+    }
+    res.Set(DumpJson(j, 2), "application/json");
+  });
   srv.Route("GET", R"(/api/v1/topology/versions/([0-9]{1,9}))",
-            NodeWide([agent](const Request& req, Response& res) {
+            [agent](const Request& req, Response& res) {
               auto snap = agent->data_dir().empty()
                               ? Result<topo::NodeSnapshot>(Status::NotFound("no --data-dir"))
                               : topo::TopologyArchive(agent->data_dir() + "/topology")
@@ -322,28 +318,35 @@ void HttpServer::AddRoutes() {
                 return;
               }
               res.Set(topo::SnapshotToJson(*snap), "application/json");
-            }));
-  srv.Route("GET", "/api/v1/jobs", [this, agent](const Request& req, Response& res) {
-    std::vector<jobs::JobView> jobs = agent->jobs().Jobs();
-    if (!req.scope.empty())
-      std::erase_if(jobs,
-                    [&](const jobs::JobView& j) { return !ProjectInScope(req.scope, j.project); });
-    res.Set(DumpJson(JobsJson(jobs, agent->job_socket_path(),
+            });
+  srv.Route(
+      "GET", "/api/v1/jobs",
+      [this, agent](const Request& req, Response& res) {
+        std::vector<jobs::JobView> jobs = agent->jobs().Jobs();
+        if (!req.scope.empty())
+          std::erase_if(
+              jobs, [&](const jobs::JobView& j) { return !ProjectInScope(req.scope, j.project); });
+        res.Set(
+            DumpJson(JobsJson(jobs, agent->job_socket_path(),
                               [agent](const std::string& job) { return agent->JobBaseline(job); }),
                      2),
             "application/json");
-  });
-  srv.Route("GET", R"(/api/v1/jobs/(.+))", [agent](const Request& req, Response& res) {
-    auto job = agent->jobs().Job(req.matches[1]);
-    if (!req.scope.empty() && (!job || !ProjectInScope(req.scope, job->project)))
-      return Refuse403(req, res, "job " + req.matches[1] + " is not one of its projects' jobs");
-    if (!job) {
-      res.status = 404;
-      res.Set(R"({"error":"no such job"})", "application/json");
-      return;
-    }
-    res.Set(DumpJson(JobJson(*job, true, agent->JobBaseline(job->id)), 2), "application/json");
-  });
+      },
+      {.allow_scoped = true});
+  srv.Route(
+      "GET", R"(/api/v1/jobs/(.+))",
+      [agent](const Request& req, Response& res) {
+        auto job = agent->jobs().Job(req.matches[1]);
+        if (!req.scope.empty() && (!job || !ProjectInScope(req.scope, job->project)))
+          return Refuse403(req, res, "job " + req.matches[1] + " is not one of its projects' jobs");
+        if (!job) {
+          res.status = 404;
+          res.Set(R"({"error":"no such job"})", "application/json");
+          return;
+        }
+        res.Set(DumpJson(JobJson(*job, true, agent->JobBaseline(job->id)), 2), "application/json");
+      },
+      {.allow_scoped = true});
   if (store_) AddQueryRoutes();
   // Inline: answered by the I/O thread, so it reports a live process even when every worker is
   // busy.
@@ -400,7 +403,9 @@ void HttpServer::AddQueryRoutes() {
               // RSS until the heap top happens to be free (issue 17, D3).
               if (req.body.size() > (1u << 20)) malloc_trim(0);
             },
-            {.access = Access::kWrite, .max_body_bytes = options_.max_write_body_bytes});
+            {.access = Access::kWrite,
+             .max_body_bytes = options_.max_write_body_bytes,
+             .allow_scoped = true});
   // The Prometheus query API (GET and form POST, as Grafana sends both).
   auto query = [this](const Request& req, Response& res) {
     // At most max_concurrent_queries evaluate at once; the rest are told to come back, so
@@ -442,22 +447,24 @@ void HttpServer::AddQueryRoutes() {
   };
   for (const char* path : {"/api/v1/query", "/api/v1/query_range", "/api/v1/labels",
                            "/api/v1/series", R"(/api/v1/label/([^/]+)/values)"}) {
-    srv.Route("GET", path, query);
-    srv.Route("POST", path, query, {.parse_form = true});
+    srv.Route("GET", path, query, {.allow_scoped = true});
+    srv.Route("POST", path, query, {.parse_form = true, .allow_scoped = true});
   }
   // The dashboard's charts, downsampled here (server/panel_api.h).
-  srv.Route("GET", std::string(kPanelApiPath), [this](const Request& req, Response& res) {
-    ApiRequest api;
-    api.path = req.path;
-    for (const auto& [k, v] : req.params) api.params.emplace(k, v);
-    api.now_ms = WallClockMs();
-    std::optional<ScopedQuerier> scoped;
-    if (!req.scope.empty()) scoped.emplace(*store_, ScopeJobs(req));
-    const ApiResponse r =
-        HandlePanelApi(scoped ? static_cast<const store::Querier&>(*scoped) : *store_, api);
-    res.status = r.http_status;
-    res.Set(r.body, "application/json");
-  });
+  srv.Route("GET", std::string(kPanelApiPath),
+            [this](const Request& req, Response& res) {
+              ApiRequest api;
+              api.path = req.path;
+              for (const auto& [k, v] : req.params) api.params.emplace(k, v);
+              api.now_ms = WallClockMs();
+              std::optional<ScopedQuerier> scoped;
+              if (!req.scope.empty()) scoped.emplace(*store_, ScopeJobs(req));
+              const ApiResponse r = HandlePanelApi(
+                  scoped ? static_cast<const store::Querier&>(*scoped) : *store_, api);
+              res.status = r.http_status;
+              res.Set(r.body, "application/json");
+            },
+            {.allow_scoped = true});
 }
 
 Status HttpServer::Start(const ListenAddress& addr) {

@@ -2,7 +2,9 @@
 
 #include <algorithm>
 #include <cstring>
+#include <deque>
 #include <filesystem>
+#include <optional>
 #include <unordered_map>
 
 #include "common/log.h"
@@ -18,6 +20,35 @@ using internal::UnZigZag;
 using internal::ZigZag;
 
 bool SameBits(double a, double b) { return std::memcmp(&a, &b, sizeof(double)) == 0; }
+
+bool EarlierSample(const Sample& a, const Sample& b) { return a.t_ms < b.t_ms; }
+
+// Decodes the samples of `chunk` within [lo, hi] into `out`.
+void DecodeRange(std::string_view chunk, int64_t lo, int64_t hi, std::vector<Sample>* out) {
+  auto dec = ChunkDecoder::Open(chunk);
+  if (!dec.ok()) return;
+  int64_t t;
+  double v;
+  while (dec->Next(&t, &v)) {
+    if (t > hi) break;
+    if (t >= lo) out->push_back({t, v});
+  }
+}
+
+// Appends the samples of a sorted vector within [lo, hi].
+void CopyRange(const std::vector<Sample>& from, int64_t lo, int64_t hi, std::vector<Sample>* out) {
+  auto it = std::lower_bound(from.begin(), from.end(), Sample{lo, 0}, EarlierSample);
+  for (; it != from.end() && it->t_ms <= hi; ++it) out->push_back(*it);
+}
+
+// Sorts by time and keeps the first sample of each timestamp.
+void SortUniqueSamples(std::vector<Sample>* s) {
+  if (!std::is_sorted(s->begin(), s->end(), EarlierSample))
+    std::stable_sort(s->begin(), s->end(), EarlierSample);
+  s->erase(std::unique(s->begin(), s->end(),
+                       [](const Sample& a, const Sample& b) { return a.t_ms == b.t_ms; }),
+           s->end());
+}
 
 }  // namespace
 
@@ -124,13 +155,29 @@ Result<HeadFlush> Head::CutForFlush() {
     s.logged = false;
     std::lock_guard<std::mutex> sl(s.mu);
     if (!s.open.empty()) Seal(s);
-    if (s.sealed.empty()) continue;
+    if (s.sealed.empty() && s.ooo.empty()) continue;
     HeadFlushSeries fs;
     fs.series_ref = ref;
     fs.labels = index_.LabelsOf(ref);
     for (const auto& c : s.sealed) {
       fs.chunks.push_back({c.min_t_ms, c.max_t_ms, c.num_samples, c.bytes});
       flush.samples += c.num_samples;
+    }
+    fs.sealed_chunks = fs.chunks.size();
+    // The out-of-order samples go to the block as chunks of their own (a block's chunks of one
+    // series may overlap in time; readers merge by timestamp). A previous cut whose block was
+    // never installed (a failed flush) is taken again.
+    s.ooo_flushing.insert(s.ooo_flushing.end(), s.ooo.begin(), s.ooo.end());
+    s.ooo.clear();
+    SortUniqueSamples(&s.ooo_flushing);
+    for (size_t i = 0; i < s.ooo_flushing.size(); i += options_.chunk_max_samples) {
+      ChunkEncoder enc;
+      const size_t n = std::min(options_.chunk_max_samples, s.ooo_flushing.size() - i);
+      for (size_t k = i; k < i + n; ++k)
+        enc.Append(s.ooo_flushing[k].t_ms, s.ooo_flushing[k].value).IgnoreError();  // sorted
+      fs.chunks.push_back({enc.first_t_ms(), enc.last_t_ms(), static_cast<uint32_t>(n),
+                           enc.Finish()});
+      flush.samples += n;
     }
     flush.series.push_back(std::move(fs));
   }
@@ -147,9 +194,13 @@ void Head::DropFlushed(const HeadFlush& flush) {
       s = series_[fs.series_ref].get();
     }
     std::lock_guard<std::mutex> sl(s->mu);
-    const size_t n = std::min(fs.chunks.size(), s->sealed.size());
+    const size_t n = std::min(fs.sealed_chunks, s->sealed.size());
     for (size_t i = 0; i < n; ++i) s->samples -= s->sealed[i].num_samples;
     s->sealed.erase(s->sealed.begin(), s->sealed.begin() + static_cast<std::ptrdiff_t>(n));
+    if (fs.chunks.size() > fs.sealed_chunks) {
+      s->samples -= s->ooo_flushing.size();
+      s->ooo_flushing.clear();
+    }
   }
 }
 
@@ -169,6 +220,25 @@ Head::MemSeries& Head::SeriesFor(SeriesRef ref) {
   std::lock_guard<std::mutex> lock(series_mu_);
   while (series_.size() <= ref) series_.push_back(std::make_unique<MemSeries>());
   return *series_[ref];
+}
+
+std::vector<Sample> Head::MemSeries::Held(int64_t lo, int64_t hi) const {
+  std::vector<Sample> out;
+  for (const auto& c : sealed)
+    if (c.max_t_ms >= lo && c.min_t_ms <= hi) DecodeRange(c.bytes, lo, hi, &out);
+  if (!open.empty() && open.last_t_ms() >= lo && open.first_t_ms() <= hi)
+    DecodeRange(open.Snapshot(), lo, hi, &out);
+  CopyRange(ooo, lo, hi, &out);
+  CopyRange(ooo_flushing, lo, hi, &out);
+  SortUniqueSamples(&out);
+  return out;
+}
+
+void Head::ApplyOutOfOrder(MemSeries& s, int64_t t_ms, double v) {
+  auto it = std::lower_bound(s.ooo.begin(), s.ooo.end(), Sample{t_ms, 0}, EarlierSample);
+  if (it != s.ooo.end() && it->t_ms == t_ms) return;
+  s.ooo.insert(it, Sample{t_ms, v});
+  ++s.samples;
 }
 
 bool Head::MemSeries::IsRecentDuplicate(int64_t t_ms, double v) const {
@@ -237,6 +307,11 @@ void Head::Replay(uint8_t type, std::string_view payload) {
     if (!s.has_last || t > s.last_t_ms) {
       ApplySample(s, t, v);
       NoteUnflushed(t, t);
+    } else if (t < s.last_t_ms && s.Held(t, t).empty()) {
+      // Only accepted samples are logged: an older one was taken out of order (the window
+      // was checked then). One the head already holds is a segment replayed twice.
+      ApplyOutOfOrder(s, t, v);
+      NoteUnflushed(t, t);
     }
   }
   if (!c.ok) ++replay_bad_records_;
@@ -250,7 +325,20 @@ Result<AppendResult> Head::Append(const std::vector<Input>& batch, const AppendL
     MemSeries* series;
     int64_t t_ms;
     double value;
+    bool out_of_order = false;
   };
+  // Samples older than their series' newest, within the out-of-order window: judged after the
+  // in-order ones are applied, against everything the head then holds.
+  struct Candidate {
+    MemSeries* series;
+    SeriesRef ref;
+    int64_t t_ms;
+    double value;
+    const Labels* labels;
+  };
+  std::vector<Candidate> candidates;
+  std::deque<Labels> candidate_labels;  // stable addresses for Candidate::labels
+  const int64_t window = options_.out_of_order_window_ms;
   // One WAL record's worth: split at half the record limit so a record never exceeds it (a
   // series definition or a sample is far smaller than the other half).
   constexpr size_t kSplitBytes = kMaxWalRecordBytes / 2;
@@ -290,7 +378,10 @@ Result<AppendResult> Head::Append(const std::vector<Input>& batch, const AppendL
     int64_t lo = INT64_MAX, hi = INT64_MIN;
     for (const auto& p : pending) {
       std::lock_guard<std::mutex> sl(p.series->mu);
-      ApplySample(*p.series, p.t_ms, p.value);
+      if (p.out_of_order)
+        ApplyOutOfOrder(*p.series, p.t_ms, p.value);
+      else
+        ApplySample(*p.series, p.t_ms, p.value);
       lo = std::min(lo, p.t_ms);
       hi = std::max(hi, p.t_ms);
     }
@@ -376,6 +467,12 @@ Result<AppendResult> Head::Append(const std::vector<Input>& batch, const AppendL
           continue;
         }
       }
+      if (last.has && x.t_ms <= last.t_ms && window > 0 && last.t_ms - x.t_ms <= window) {
+        if (candidates.empty() || candidates.back().series != &s)
+          candidate_labels.push_back(*labels);
+        candidates.push_back({&s, ref, x.t_ms, x.value, &candidate_labels.back()});
+        continue;
+      }
       if (last.has && x.t_ms <= last.t_ms) {
         ++result.out_of_order;
         if (result.first_error.empty())
@@ -394,6 +491,53 @@ Result<AppendResult> Head::Append(const std::vector<Input>& batch, const AppendL
         GW_RETURN_IF_ERROR(write_record());
     }
     if (series_part.size() + samples_part.size() >= kSplitBytes) GW_RETURN_IF_ERROR(write_record());
+  }
+  GW_RETURN_IF_ERROR(write_record());
+  if (candidates.empty()) return result;
+
+  // Out-of-order samples, per series in time order: one look at what the series holds over
+  // the candidates' span (its chunks decoded once), then each is a duplicate, a conflict or new.
+  std::stable_sort(candidates.begin(), candidates.end(), [](const Candidate& a, const Candidate& b) {
+    return a.series != b.series ? a.series < b.series : a.t_ms < b.t_ms;
+  });
+  for (size_t begin = 0; begin < candidates.size();) {
+    size_t end = begin;
+    while (end < candidates.size() && candidates[end].series == candidates[begin].series) ++end;
+    MemSeries& s = *candidates[begin].series;
+    std::vector<Sample> held;
+    {
+      std::lock_guard<std::mutex> sl(s.mu);
+      held = s.Held(candidates[begin].t_ms, candidates[end - 1].t_ms);
+    }
+    std::optional<Sample> taken;  // the previous candidate accepted, for repeats in the batch
+    for (size_t i = begin; i < end; ++i) {
+      const Candidate& c = candidates[i];
+      std::optional<double> have;
+      auto it = std::lower_bound(held.begin(), held.end(), Sample{c.t_ms, 0}, EarlierSample);
+      if (it != held.end() && it->t_ms == c.t_ms) have = it->value;
+      if (!have && taken && taken->t_ms == c.t_ms) have = taken->value;
+      if (have) {
+        if (SameBits(*have, c.value)) {
+          ++result.duplicates;
+          continue;
+        }
+        ++result.conflicts;
+        if (result.first_error.empty())
+          result.first_error = "sample for " + LabelsToString(*c.labels) + " at t=" +
+                               std::to_string(c.t_ms) +
+                               " ms has another value than the one already stored";
+        continue;
+      }
+      taken = Sample{c.t_ms, c.value};
+      pending.push_back({&s, c.t_ms, c.value, true});
+      PutVarint(&samples_part, c.ref);
+      PutVarint(&samples_part, ZigZag(c.t_ms));
+      PutDouble(&samples_part, c.value);
+      ++n_samples;
+      ++result.accepted_out_of_order;
+      if (samples_part.size() >= kSplitBytes) GW_RETURN_IF_ERROR(write_record());
+    }
+    begin = end;
   }
   GW_RETURN_IF_ERROR(write_record());
   return result;
@@ -425,6 +569,11 @@ std::vector<SeriesSamples> Head::Query(const std::vector<Matcher>& matchers, int
       if (c.max_t_ms >= mint_ms && c.min_t_ms <= maxt_ms) take(c.bytes);
     if (!s->open.empty() && s->open.last_t_ms() >= mint_ms && s->open.first_t_ms() <= maxt_ms)
       take(s->open.Snapshot());
+    if (!s->ooo.empty() || !s->ooo_flushing.empty()) {
+      CopyRange(s->ooo, mint_ms, maxt_ms, &ss.samples);
+      CopyRange(s->ooo_flushing, mint_ms, maxt_ms, &ss.samples);
+      SortUniqueSamples(&ss.samples);
+    }
     if (ss.samples.empty()) continue;
     ss.labels = index_.LabelsOf(ref);
     out.push_back(std::move(ss));
@@ -448,6 +597,8 @@ std::vector<Labels> Head::SeriesInRange(const std::vector<Matcher>& matchers, in
       for (const auto& c : s->sealed) hit |= c.max_t_ms >= mint_ms && c.min_t_ms <= maxt_ms;
       if (!s->open.empty())
         hit |= s->open.last_t_ms() >= mint_ms && s->open.first_t_ms() <= maxt_ms;
+      for (const auto* v : {&s->ooo, &s->ooo_flushing})
+        if (!v->empty()) hit |= v->back().t_ms >= mint_ms && v->front().t_ms <= maxt_ms;
     }
     if (hit) out.push_back(index_.LabelsOf(ref));
   }
@@ -471,6 +622,7 @@ uint64_t Head::chunk_bytes() const {
     std::lock_guard<std::mutex> sl(s->mu);
     for (const auto& c : s->sealed) n += c.bytes.size();
     n += s->open.encoded_bytes();
+    n += (s->ooo.size() + s->ooo_flushing.size()) * sizeof(Sample);
   }
   return n;
 }

@@ -37,6 +37,13 @@ struct HeadOptions {
   // A series' open chunk is sealed when it spans this much time or holds this many samples.
   int64_t chunk_span_ms = 2 * 3600 * 1000;
   size_t chunk_max_samples = 7200;
+  // Samples up to this much older than their series' newest are accepted out of order (0:
+  // none, the agent's own store, whose collectors write in order). The hub sets it so that an
+  // agent resending after an outage, or a Prometheus-style sender resending beside its live
+  // samples, is taken whole. Such samples wait, sorted, beside the series' chunks and go to
+  // the next block as one chunk of their own; a timestamp the head already holds is a
+  // duplicate (same value) or refused (another value), never stored twice.
+  int64_t out_of_order_window_ms = 0;
 };
 
 // What happened to the samples of one batch; rejected samples are counted with the reason of
@@ -44,13 +51,17 @@ struct HeadOptions {
 struct AppendResult {
   uint64_t accepted = 0;
   uint64_t duplicates = 0;      // same timestamp and bit-identical value as the last one: a retry
-  uint64_t out_of_order = 0;    // older than the series' newest sample
+  uint64_t out_of_order = 0;    // older than the series' newest sample (beyond the window)
+  uint64_t conflicts = 0;       // a timestamp the head holds, with another value
+  uint64_t accepted_out_of_order = 0;  // of `accepted`: within the out-of-order window
   uint64_t invalid = 0;         // bad label set
   uint64_t out_of_bounds = 0;   // timestamp outside [kMinSampleTimeMs, kMaxSampleTimeMs]
   uint64_t series_limited = 0;  // samples of new series over AppendLimits::max_new_series
   uint64_t new_series = 0;      // series this batch created
   std::string first_error;
-  uint64_t rejected() const { return out_of_order + invalid + out_of_bounds + series_limited; }
+  uint64_t rejected() const {
+    return out_of_order + conflicts + invalid + out_of_bounds + series_limited;
+  }
 };
 
 struct AppendLimits {
@@ -73,8 +84,9 @@ struct HeadFlushChunk {
 };
 struct HeadFlushSeries {
   Labels labels;
-  std::vector<HeadFlushChunk> chunks;
-  uint32_t series_ref = 0;  // the head's, for DropFlushed
+  std::vector<HeadFlushChunk> chunks;  // sealed chunks, then the out-of-order one if any
+  uint32_t series_ref = 0;             // the head's, for DropFlushed
+  size_t sealed_chunks = 0;            // of `chunks`, the ones DropFlushed takes from sealed
 };
 struct HeadFlush {
   uint64_t wal_first_kept = 0;
@@ -155,6 +167,12 @@ class Head {
     size_t recent_next = 0;
     bool IsRecentDuplicate(int64_t t_ms, double v) const;
     uint64_t samples = 0;
+    // Samples accepted out of order (HeadOptions::out_of_order_window_ms), ascending and
+    // unique; `ooo_flushing` holds the ones a flush cut took, queryable until DropFlushed.
+    std::vector<Sample> ooo, ooo_flushing;
+    // The samples the head holds within [lo, hi] (chunks and out-of-order ones), ascending
+    // and unique by timestamp. REQUIRES: mu held.
+    std::vector<Sample> Held(int64_t lo, int64_t hi) const;
   };
   // WAL record types. On-disk: never renumber.
   enum RecordType : uint8_t { kBatchRecord = 1 };
@@ -164,6 +182,9 @@ class Head {
   void FinishReplay();
   // Applies one sample already in the WAL. REQUIRES: s.mu held.
   void ApplySample(MemSeries& s, int64_t t_ms, double v);
+  // Keeps one out-of-order sample already in the WAL (a timestamp s holds is left alone).
+  // REQUIRES: s.mu held.
+  void ApplyOutOfOrder(MemSeries& s, int64_t t_ms, double v);
   MemSeries& SeriesFor(SeriesRef ref);  // REQUIRES: append_mu_ held
 
   HeadOptions options_;

@@ -102,6 +102,78 @@ TEST_F(HeadTest, RetriedRequestIsDuplicatesNotOutOfOrder) {
   EXPECT_EQ(r->out_of_order, 1u);
 }
 
+// The hub's window (HeadOptions::out_of_order_window_ms): an agent resending after an outage,
+// or a remote-write sender resending beside its live samples (Prometheus's own remote-write
+// retries a failed shard while newer samples go out on others), is taken whole, once.
+TEST_F(HeadTest, OutOfOrderWindowAcceptsOnceAndRefusesConflicts) {
+  HeadOptions o;
+  o.out_of_order_window_ms = 3600'000;
+  auto head = OpenHead(o);
+  ASSERT_TRUE(head->Append({In("0", {{3'600'000, 10}, {7'200'000, 20}})}).ok());
+  // Within the hour before the newest: accepted, in any order within the batch.
+  auto r = head->Append({In("0", {{5'000'000, 15}, {4'000'000, 14}, {7'100'000, 19}})});
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->accepted, 3u);
+  EXPECT_EQ(r->accepted_out_of_order, 3u);
+  EXPECT_EQ(r->rejected(), 0u);
+  // The same again (a retry) counts nothing twice; a timestamp the head holds with another
+  // value is a conflict; beyond the window is out of order.
+  r = head->Append({In("0", {{4'000'000, 14}, {5'000'000, 15}, {3'600'000, 10}, {5'000'000, 99},
+                              {3'000'000, 1}})});
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->accepted, 0u);
+  EXPECT_EQ(r->duplicates, 3u);
+  EXPECT_EQ(r->conflicts, 1u);
+  EXPECT_EQ(r->out_of_order, 1u);
+  r = head->Append({In("0", {{4'000'000, 41}})});
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->conflicts, 1u);
+  EXPECT_NE(r->first_error.find("another value"), std::string::npos) << r->first_error;
+  // A repeat inside one batch is one sample.
+  r = head->Append({In("0", {{6'000'000, 16}, {6'000'000, 16}})});
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->accepted, 1u);
+  EXPECT_EQ(r->duplicates, 1u);
+  const std::vector<Sample> want = {{3'600'000, 10}, {4'000'000, 14}, {5'000'000, 15},
+                                    {6'000'000, 16}, {7'100'000, 19}, {7'200'000, 20}};
+  auto check = [&](const Head& h, const char* when) {
+    auto got = h.Query(Sel("{gpu=\"0\"}"), 0, 10'000'000);
+    ASSERT_EQ(got.size(), 1u) << when;
+    ASSERT_EQ(got[0].samples.size(), want.size()) << when;
+    for (size_t i = 0; i < want.size(); ++i) {
+      EXPECT_EQ(got[0].samples[i].t_ms, want[i].t_ms) << when;
+      EXPECT_EQ(got[0].samples[i].value, want[i].value) << when;
+    }
+    EXPECT_EQ(h.num_samples(), want.size()) << when;
+    EXPECT_EQ(h.SeriesInRange(Sel("{gpu=\"0\"}"), 4'500'000, 5'500'000).size(), 1u) << when;
+  };
+  check(*head, "live");
+  // The WAL replays the out-of-order samples where they were.
+  head.reset();
+  head = OpenHead(o);
+  check(*head, "after reopen");
+  // In the flush, they are chunks of their own, after the in-order ones.
+  auto cut = head->CutForFlush();
+  ASSERT_TRUE(cut.ok());
+  ASSERT_EQ(cut->series.size(), 1u);
+  EXPECT_EQ(cut->series[0].sealed_chunks, 1u);
+  ASSERT_EQ(cut->series[0].chunks.size(), 2u);
+  EXPECT_EQ(cut->series[0].chunks[1].num_samples, 4u);
+  EXPECT_EQ(cut->samples, 6u);
+  check(*head, "cut, block not yet in place");
+  head->DropFlushed(*cut);
+  EXPECT_EQ(head->num_samples(), 0u);
+}
+
+TEST_F(HeadTest, WithoutAWindowOlderSamplesAreOutOfOrder) {
+  auto head = OpenHead();
+  ASSERT_TRUE(head->Append({In("0", {{2000, 2}})}).ok());
+  auto r = head->Append({In("0", {{1999, 1}})});
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->out_of_order, 1u);
+  EXPECT_EQ(r->accepted_out_of_order, 0u);
+}
+
 TEST_F(HeadTest, SealsChunksAndQueriesAcrossThem) {
   HeadOptions o;
   o.chunk_span_ms = 600 * 1000;

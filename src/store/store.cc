@@ -674,6 +674,8 @@ Status Store::FlushLocked() {
         auto decoded = DecodeChunk(c.bytes);
         if (decoded.ok()) samples.insert(samples.end(), decoded->begin(), decoded->end());
       }
+      // Out-of-order samples come as chunks of their own after the in-order ones.
+      if (fs.chunks.size() > fs.sealed_chunks) SortUnique(&samples);
       for (Tier t : kRollupTiers) {
         rollups.clear();
         AppendRollups(samples, TierWidthMs(t), &rollups);

@@ -274,6 +274,47 @@ TEST_F(StoreTest, RollupsFromBlocksAndHeadMatchRawData) {
   EXPECT_EQ(s->Coverage(Tier::k1h).max_t_ms, kT0 + 10800'000 - 1000);
 }
 
+// Out-of-order samples reach the blocks: queries and rollups count each sample once, before
+// and after the flush that writes them beside the in-order chunks.
+TEST_F(StoreTest, OutOfOrderSamplesFlushIntoBlocksAndRollUpOnce) {
+  StoreOptions o = Manual();
+  o.head.out_of_order_window_ms = 3600'000;
+  auto s = OpenStore(o);
+  // Every even second first, then the odd ones of the same half hour.
+  std::vector<Sample> even, odd;
+  for (int64_t t = kT0; t < kT0 + 1800'000; t += 1000)
+    (((t - kT0) / 1000) % 2 == 0 ? even : odd).push_back({t, static_cast<double>(t % 97)});
+  ASSERT_TRUE(s->Append({In("0", even, "DCGM_FI_DEV_GPU_TEMP")}).ok());
+  auto r = s->Append({In("0", odd, "DCGM_FI_DEV_GPU_TEMP")});
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->accepted, odd.size());
+  EXPECT_EQ(r->accepted_out_of_order, odd.size() - 1);  // the last odd second is the newest
+  auto expect_whole = [&](const char* when) {
+    auto raw = s->SelectRaw(Sel("DCGM_FI_DEV_GPU_TEMP"), kT0, kT0 + kHourMs);
+    ASSERT_TRUE(raw.ok());
+    ASSERT_EQ(raw->size(), 1u);
+    const auto& got = (*raw)[0].samples;
+    ASSERT_EQ(got.size(), 1800u) << when;
+    for (size_t i = 0; i < got.size(); ++i)
+      ASSERT_EQ(got[i].t_ms, kT0 + static_cast<int64_t>(i) * 1000) << when;
+    auto roll = s->SelectRollups(Tier::k1m, Sel("DCGM_FI_DEV_GPU_TEMP"), kT0, kT0 + kHourMs);
+    ASSERT_TRUE(roll.ok());
+    ASSERT_EQ(roll->size(), 1u);
+    ASSERT_EQ((*roll)[0].points.size(), 30u) << when;
+    for (const auto& p : (*roll)[0].points) {
+      EXPECT_EQ(p.count, 60) << when;
+      EXPECT_EQ(p.first_t_ms, p.t_ms) << when;
+      EXPECT_EQ(p.last_t_ms, p.t_ms + 59'000) << when;
+    }
+  };
+  expect_whole("in the head");
+  ASSERT_TRUE(s->Flush().ok());
+  expect_whole("in a block");
+  s.reset();
+  s = OpenStore(o);
+  expect_whole("reopened");
+}
+
 TEST_F(StoreTest, CompactionMergesADayAndKeepsRollupsExact) {
   auto s = OpenStore();
   for (int i = 0; i < 4; ++i) {

@@ -53,6 +53,8 @@ HttpReply RemoteWriteGate::Handle(store::Store* store, std::string_view body,
   if (r->rejected() > 0) {
     std::string why = fmt::format("{} samples stored", r->accepted);
     if (r->out_of_order) why += fmt::format(", {} out of order", r->out_of_order);
+    if (r->conflicts)
+      why += fmt::format(", {} with another value for a timestamp already stored", r->conflicts);
     if (r->invalid) why += fmt::format(", {} with invalid labels or too far ahead", r->invalid);
     if (r->out_of_bounds)
       why += fmt::format(", {} with timestamps out of bounds", r->out_of_bounds);

@@ -1,0 +1,297 @@
+#include "server/hub_ingest.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <charconv>
+#include <cmath>
+#include <filesystem>
+
+#include "common/log.h"
+
+namespace gpuwatch::server {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+// Reads "<spool id> <seq>\n" off the front of a logged entry.
+bool ParseEntryHeader(std::string_view payload, std::string* spool_id, uint64_t* seq,
+                      std::string_view* lines) {
+  const size_t nl = payload.find('\n');
+  if (nl == std::string_view::npos) return false;
+  const std::string_view head = payload.substr(0, nl);
+  const size_t sp = head.find(' ');
+  if (sp == std::string_view::npos) return false;
+  *spool_id = std::string(head.substr(0, sp));
+  const std::string_view n = head.substr(sp + 1);
+  if (std::from_chars(n.data(), n.data() + n.size(), *seq).ec != std::errc()) return false;
+  *lines = payload.substr(nl + 1);
+  return true;
+}
+
+bool ValidSpoolId(std::string_view id) {
+  return id.size() >= 16 && id.size() <= 64 &&
+         id.find_first_not_of("0123456789abcdef") == std::string_view::npos;
+}
+
+// What a node record says of the node (the driver, CUDA and NCCL the versions rule compares,
+// the clock offset, the GPUs).
+void NoteNodeRecord(const json& r, NodeStatus* s) {
+  auto str = [&](const char* k, std::string* out) {
+    if (auto it = r.find(k); it != r.end() && it->is_string()) *out = it->get<std::string>();
+  };
+  str("driver_version", &s->driver_version);
+  str("cuda_version", &s->cuda_version);
+  str("nccl_version", &s->nccl_version);
+  if (auto it = r.find("clock_offset_ms"); it != r.end() && it->is_number())
+    s->clock_offset_ms = it->get<double>();
+  if (auto it = r.find("gpus"); it != r.end() && it->is_array()) s->gpus = it->size();
+}
+
+}  // namespace
+
+bool ValidNodeName(std::string_view name) {
+  if (name.empty() || name.size() > 253) return false;
+  for (char c : name)
+    if (!(isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '_' || c == '-')) return false;
+  return name != "." && name != "..";
+}
+
+std::string_view NodeHealthName(NodeHealth h) {
+  switch (h) {
+    case NodeHealth::kHealthy:
+      return "healthy";
+    case NodeHealth::kDegraded:
+      return "degraded";
+    case NodeHealth::kDrainRecommended:
+      return "drain_recommended";
+  }
+  return "healthy";
+}
+
+Result<std::unique_ptr<HubIngest>> HubIngest::Open(HubIngestOptions options,
+                                                   trace::FlightRecorder* recorder) {
+  std::unique_ptr<HubIngest> h(new HubIngest(std::move(options), recorder));
+  GW_RETURN_IF_ERROR(h->Load());
+  return h;
+}
+
+Status HubIngest::Load() {
+  if (options_.data_dir.empty()) return Status::Ok();
+  const std::string root = options_.data_dir + "/records";
+  std::error_code ec;
+  fs::create_directories(root, ec);
+  if (ec) return Status::IoError("cannot create " + root + ": " + ec.message());
+  std::lock_guard<std::mutex> lock(mu_);
+  for (const auto& e : fs::directory_iterator(root, ec)) {
+    const std::string name = e.path().filename().string();
+    if (!e.is_directory() || !ValidNodeName(name)) continue;
+    auto node = NodeFor(name);
+    if (!node.ok()) return node.status();
+    // The newest entry logged is the stream's position.
+    Spool& log = *(*node)->log;
+    const SpoolStats st = log.Stats();
+    if (st.next_seq > st.first_seq) {
+      auto last = log.Read(st.next_seq - 1, 1);
+      std::string_view lines;
+      if (last.ok() && !last->empty() &&
+          ParseEntryHeader(last->back().payload, &(*node)->status.spool_id,
+                           &(*node)->status.next_seq, &lines))
+        ++(*node)->status.next_seq;
+    }
+  }
+  if (ec) return Status::IoError("cannot list " + root + ": " + ec.message());
+  GW_LOG_INFO("hub: {} nodes known from {}", nodes_.size(), root);
+  return Status::Ok();
+}
+
+Result<HubIngest::Node*> HubIngest::NodeFor(const std::string& name) {
+  auto it = nodes_.find(name);
+  if (it != nodes_.end()) return &it->second;
+  Node n;
+  n.status.node = name;
+  if (!options_.data_dir.empty()) {
+    SpoolOptions so;
+    so.max_bytes = options_.max_bytes_per_node;
+    so.segment_bytes = std::min<uint64_t>(so.segment_bytes, options_.max_bytes_per_node / 4);
+    so.sync = options_.sync;
+    auto log = Spool::Open(options_.data_dir + "/records/" + name, so);
+    if (!log.ok()) return log.status();
+    n.log = std::move(log).value();
+  }
+  return &nodes_.emplace(name, std::move(n)).first->second;
+}
+
+HttpReply HubIngest::HandleRecords(std::string_view body, std::string_view node,
+                                   std::string_view spool_id, std::string_view seq_text,
+                                   int64_t now_ms) {
+  if (!ValidNodeName(node))
+    return {400, "X-Gpuwatch-Node must name the node ([A-Za-z0-9._-], 1 to 253 characters)\n"};
+  if (!ValidSpoolId(spool_id))
+    return {400, "X-Gpuwatch-Spool must be the agent's spool id (16 to 64 hex digits)\n"};
+  uint64_t seq = 0;
+  if (seq_text.empty() ||
+      std::from_chars(seq_text.data(), seq_text.data() + seq_text.size(), seq).ec !=
+          std::errc() ||
+      seq == 0)
+    return {400, "X-Gpuwatch-Seq must be the entry's sequence number (a positive integer)\n"};
+
+  // Each line a trace record of this node: checked whole before anything is kept, so an entry
+  // is taken entirely or not at all.
+  struct Parsed {
+    int64_t t_ms;
+    std::string_view line;
+    bool node_record;
+  };
+  std::vector<Parsed> lines;
+  NodeStatus node_info;
+  bool saw_node_record = false;
+  size_t line_no = 0;
+  for (size_t pos = 0; pos < body.size();) {
+    size_t end = body.find('\n', pos);
+    if (end == std::string_view::npos) end = body.size();
+    std::string_view line = body.substr(pos, end - pos);
+    pos = end + 1;
+    ++line_no;
+    if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
+    if (line.empty()) continue;
+    if (lines.size() >= options_.max_lines_per_entry)
+      return {413, fmt::format("more than {} records in one entry\n", options_.max_lines_per_entry)};
+    json r = json::parse(line, nullptr, false);
+    if (r.is_discarded() || !r.is_object())
+      return {400, fmt::format("line {}: not a JSON object\n", line_no)};
+    auto t = r.find("t");
+    auto type = r.find("type");
+    if (t == r.end() || !t->is_number() || type == r.end() || !type->is_string())
+      return {400, fmt::format("line {}: a trace record needs \"t\" (a number) and \"type\"\n",
+                               line_no)};
+    const double t_s = t->get<double>();
+    if (!std::isfinite(t_s) || t_s < 0 || t_s > 9.2e12)
+      return {400, fmt::format("line {}: \"t\" {} is not a time in Unix seconds\n", line_no, t_s)};
+    if (auto n = r.find("node"); n != r.end()) {
+      if (!n->is_string() || n->get_ref<const std::string&>() != node)
+        return {400, fmt::format("line {}: the record names node {} but the entry comes from {}\n",
+                                 line_no, n->dump(), node)};
+    }
+    const bool is_node = type->get_ref<const std::string&>() == "node";
+    if (is_node) {
+      NoteNodeRecord(r, &node_info);
+      saw_node_record = true;
+    }
+    lines.push_back({static_cast<int64_t>(std::llround(t_s * 1000)), line, is_node});
+  }
+
+  Node* n;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = nodes_.find(std::string(node));
+    if (it == nodes_.end() && nodes_.size() >= options_.max_nodes)
+      return {429, fmt::format("the hub takes at most {} nodes\n", options_.max_nodes)};
+    auto got = NodeFor(std::string(node));
+    if (!got.ok()) {
+      GW_LOG_ERROR("hub: {}", got.status().message());
+      return {500, got.status().message() + "\n"};
+    }
+    n = *got;
+    NodeStatus& s = n->status;
+    if (s.spool_id != spool_id) {
+      if (!s.spool_id.empty())
+        GW_LOG_INFO("hub: node {} sends a new stream (spool {}, was {}): its data dir was reset",
+                    node, spool_id, s.spool_id);
+      s.spool_id = std::string(spool_id);
+      s.next_seq = 0;
+    }
+    if (s.next_seq != 0 && seq < s.next_seq) {
+      ++s.duplicates;
+      s.last_push_ms = now_ms;
+      return {200, fmt::format(R"({{"duplicate":true,"next_seq":{}}})", s.next_seq) + "\n"};
+    }
+    // On disk first: a reply of 200 means the entry survives the hub's crash.
+    if (n->log) {
+      std::string payload = fmt::format("{} {}\n", spool_id, seq);
+      payload.append(body);
+      if (auto st = n->log->Append(payload); !st.ok()) {
+        GW_LOG_ERROR("hub: records of {}: {}", node, st.status().message());
+        return {500, "cannot keep the records: " + st.status().message() + "\n"};
+      }
+    }
+    if (s.next_seq != 0 && seq > s.next_seq) s.gap_entries += seq - s.next_seq;
+    s.next_seq = seq + 1;
+    s.last_push_ms = now_ms;
+    ++s.entries;
+    s.records += lines.size();
+    for (const auto& p : lines) s.newest_record_ms = std::max(s.newest_record_ms, p.t_ms);
+    if (saw_node_record) {
+      node_info.node = s.node;
+      s.driver_version = node_info.driver_version;
+      s.cuda_version = node_info.cuda_version;
+      s.nccl_version = node_info.nccl_version;
+      s.clock_offset_ms = node_info.clock_offset_ms;
+      s.gpus = node_info.gpus;
+    }
+  }
+  for (const auto& p : lines) recorder_->Add(p.t_ms, std::string(p.line));
+  return {200, fmt::format(R"({{"taken":{},"next_seq":{}}})", lines.size(), seq + 1) + "\n"};
+}
+
+int64_t HubIngest::DiagnosisTimeMs(int64_t now_ms) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  int64_t t = now_ms;
+  for (const auto& [name, n] : nodes_) {
+    const NodeStatus& s = n.status;
+    if (s.last_push_ms == 0 || now_ms - s.last_push_ms > options_.stale_after_ms) continue;
+    t = std::min(t, s.newest_record_ms);
+  }
+  return t;
+}
+
+std::vector<NodeStatus> HubIngest::Nodes() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<NodeStatus> out;
+  for (const auto& [name, n] : nodes_) out.push_back(n.status);
+  return out;
+}
+
+json HubIngest::NodesJson(const std::vector<analyze::Finding>& findings, int64_t now_ms) const {
+  json arr = json::array();
+  for (const NodeStatus& s : Nodes()) {
+    NodeHealth health = NodeHealth::kHealthy;
+    std::vector<std::string> reasons;
+    // The card and link findings open on the node; the job's own troubles (task layer) say
+    // nothing of the node.
+    for (const auto& f : findings) {
+      if (f.node != s.node || f.is_info() || f.layer() == model::Layer::kTask) continue;
+      const NodeHealth h = f.severity == model::Severity::kCritical ? NodeHealth::kDrainRecommended
+                                                                    : NodeHealth::kDegraded;
+      health = std::max(health, h);
+      reasons.push_back(f.CauseText() + (f.gpu ? fmt::format(" on GPU {}", *f.gpu) : "") + ": " +
+                        f.summary);
+    }
+    const int64_t silent_ms = s.last_push_ms > 0 ? now_ms - s.last_push_ms : -1;
+    if (silent_ms > options_.stale_after_ms) {
+      health = std::max(health, NodeHealth::kDegraded);
+      reasons.push_back(fmt::format("no data from the node for {} s", silent_ms / 1000));
+    }
+    std::string reason;
+    for (const auto& r : reasons) reason += (reason.empty() ? "" : "; ") + r;
+    json n = {{"node", s.node},
+              {"health", NodeHealthName(health)},
+              {"reason", reasons.empty() ? "no open card or link finding" : reason},
+              {"last_push_ms", s.last_push_ms},
+              {"newest_record_ms", s.newest_record_ms},
+              {"entries", s.entries},
+              {"records", s.records},
+              {"duplicates", s.duplicates},
+              {"gap_entries", s.gap_entries},
+              {"gpus", s.gpus},
+              {"driver_version", s.driver_version},
+              {"cuda_version", s.cuda_version},
+              {"nccl_version", s.nccl_version}};
+    n["clock_offset_ms"] = s.clock_offset_ms ? json(*s.clock_offset_ms) : json(nullptr);
+    arr.push_back(std::move(n));
+  }
+  return {{"nodes", std::move(arr)}};
+}
+
+}  // namespace gpuwatch::server

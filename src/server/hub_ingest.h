@@ -1,0 +1,112 @@
+// HubIngest: the hub's receiving end of the agents' record streams (issue 19) and its list of
+// nodes with their health.
+//
+// POST /api/v1/records carries one entry of an agent's spool (server/spool.h): trace records
+// (../shared/spec/trace-format.md), one JSON object a line, with three headers:
+//   X-Gpuwatch-Node: the agent's node name; every record that names a node must name this one
+//   X-Gpuwatch-Spool: the agent's spool id (a new id is a new stream: a wiped data dir)
+//   X-Gpuwatch-Seq: the entry's sequence number in that spool
+// Idempotent per node, spool and sequence number: an entry at or below the newest taken is
+// answered 200 {"duplicate": true} and kept nowhere again, so a retry never counts twice. A
+// sequence number past the next expected is taken, and the entries skipped are counted as a
+// gap (the agent's spool dropped them over its bound).
+//
+// What is taken goes to disk first (one Spool per node under <data-dir>/records/<node>/, the
+// entry prefixed with "<spool id> <seq>\n", synced before the reply), then to the flight
+// recorder the hub's diagnosis reads. On a restart the newest entry of each node's log gives
+// its stream position back, so an agent resending what the hub had taken just before dying is
+// answered "duplicate".
+//
+// Every 400 says what was wrong (the line number and the field); a 400 is not retried by the
+// agent. The body is bounded by the HTTP route; the number of nodes by max_nodes (a new node
+// over it is 429: a hostile or misconfigured fleet cannot exhaust the hub).
+//
+// The diagnosis must not pass records still on their way: DiagnosisTimeMs gives the time up to
+// which every live node has delivered (the oldest of their newest records), so a node catching
+// up after an outage is diagnosed as it arrives, not skipped. A node silent for stale_after_ms
+// no longer holds the others back.
+//
+// Thread-safe.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "analyze/finding.h"
+#include "server/remote_write_handler.h"
+#include "server/spool.h"
+#include "trace/flight_recorder.h"
+
+namespace gpuwatch::server {
+
+struct HubIngestOptions {
+  std::string data_dir;  // "" keeps the records in memory only (tests)
+  size_t max_nodes = 20'000;
+  size_t max_lines_per_entry = 200'000;
+  uint64_t max_bytes_per_node = uint64_t{256} << 20;  // the on-disk record log of each node
+  int64_t stale_after_ms = 120'000;
+  bool sync = true;
+};
+
+// A node's health as the hub judges it (draining is only ever advised).
+enum class NodeHealth { kHealthy, kDegraded, kDrainRecommended };
+std::string_view NodeHealthName(NodeHealth h);  // "healthy", "degraded", "drain_recommended"
+
+struct NodeStatus {
+  std::string node;
+  std::string spool_id;
+  uint64_t next_seq = 0;  // the next entry expected
+  int64_t last_push_ms = 0;  // wall clock of the hub when it last took an entry
+  int64_t newest_record_ms = 0;
+  uint64_t entries = 0, records = 0, duplicates = 0, gap_entries = 0;
+  std::string driver_version, cuda_version, nccl_version;
+  std::optional<double> clock_offset_ms;
+  size_t gpus = 0;
+};
+
+class HubIngest {
+ public:
+  // `recorder` receives every record taken (the hub's diagnosis reads it); it outlives this.
+  static Result<std::unique_ptr<HubIngest>> Open(HubIngestOptions options,
+                                                 trace::FlightRecorder* recorder);
+
+  // One POST /api/v1/records. `now_ms`: the hub's clock.
+  HttpReply HandleRecords(std::string_view body, std::string_view node, std::string_view spool_id,
+                          std::string_view seq, int64_t now_ms);
+
+  // Up to when every node that pushed within stale_after_ms of now has delivered its records;
+  // now_ms when none has.
+  int64_t DiagnosisTimeMs(int64_t now_ms) const;
+
+  std::vector<NodeStatus> Nodes() const;
+  // GET /api/v1/nodes: {"nodes": [{node, health, reason, last_push_ms, ...}]}. The health
+  // comes from the findings open on each node (hardware causes advise a drain) and from how
+  // long the node has been silent.
+  nlohmann::json NodesJson(const std::vector<analyze::Finding>& findings, int64_t now_ms) const;
+
+ private:
+  struct Node {
+    NodeStatus status;
+    std::unique_ptr<Spool> log;  // null without a data dir
+  };
+  HubIngest(HubIngestOptions options, trace::FlightRecorder* recorder)
+      : options_(std::move(options)), recorder_(recorder) {}
+  Status Load();
+  Result<Node*> NodeFor(const std::string& name);  // REQUIRES: mu_ held
+
+  const HubIngestOptions options_;
+  trace::FlightRecorder* recorder_;
+  mutable std::mutex mu_;
+  std::map<std::string, Node> nodes_;
+};
+
+// A node name the hub takes (a hostname: [A-Za-z0-9._-], 1 to 253 characters).
+bool ValidNodeName(std::string_view name);
+
+}  // namespace gpuwatch::server

@@ -1,0 +1,159 @@
+#include "server/hub_ingest.h"
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+
+#include "store/testing/scratch_dir.h"
+
+namespace gpuwatch::server {
+namespace {
+
+namespace fs = std::filesystem;
+constexpr char kSpool[] = "0123456789abcdef0123456789abcdef";
+constexpr int64_t kNowMs = 1'764'460'900'000;
+
+std::string NodeLine(const std::string& node, double t, const std::string& driver) {
+  return R"({"t":)" + std::to_string(t) + R"(,"type":"node","node":")" + node +
+         R"(","driver_version":")" + driver +
+         R"(","cuda_version":"12.4","clock_offset_ms":0.4,"gpus":[{"index":0},{"index":1}]})";
+}
+std::string GpuLine(const std::string& node, double t) {
+  return R"({"t":)" + std::to_string(t) + R"(,"type":"gpu","node":")" + node +
+         R"(","gpu":0,"util_pct":97})";
+}
+
+class HubIngestTest : public ::testing::Test {
+ protected:
+  void SetUp() override { dir_ = store::testing::FreshScratchDir("hub_ingest"); }
+  void TearDown() override { fs::remove_all(dir_); }
+  std::unique_ptr<HubIngest> Open(trace::FlightRecorder* rec) {
+    HubIngestOptions o;
+    o.data_dir = dir_;
+    o.sync = false;
+    auto h = HubIngest::Open(o, rec);
+    EXPECT_TRUE(h.ok()) << h.status().ToString();
+    return h.ok() ? std::move(h).value() : nullptr;
+  }
+  std::string dir_;
+};
+
+TEST_F(HubIngestTest, AnEntryIsTakenOnceAcrossRetriesAndHubRestarts) {
+  trace::FlightRecorder rec;
+  auto hub = Open(&rec);
+  const std::string body =
+      NodeLine("gpu-a01", 1764460800, "550.90.07") + "\n" + GpuLine("gpu-a01", 1764460801) + "\n";
+  auto r = hub->HandleRecords(body, "gpu-a01", kSpool, "1", kNowMs);
+  EXPECT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(rec.Stats().lines, 2u);
+  // The retry of a request whose reply was lost: taken nowhere again.
+  r = hub->HandleRecords(body, "gpu-a01", kSpool, "1", kNowMs);
+  EXPECT_EQ(r.status, 200);
+  EXPECT_NE(r.body.find("\"duplicate\":true"), std::string::npos) << r.body;
+  EXPECT_EQ(rec.Stats().lines, 2u);
+  // The hub restarts: its log gives the stream position back.
+  hub.reset();
+  trace::FlightRecorder rec2;
+  hub = Open(&rec2);
+  r = hub->HandleRecords(body, "gpu-a01", kSpool, "1", kNowMs);
+  EXPECT_NE(r.body.find("\"duplicate\":true"), std::string::npos) << r.body;
+  EXPECT_EQ(rec2.Stats().lines, 0u);
+  r = hub->HandleRecords(GpuLine("gpu-a01", 1764460802), "gpu-a01", kSpool, "2", kNowMs);
+  EXPECT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(rec2.Stats().lines, 1u);
+  // A new spool (the agent's data dir was wiped) is a new stream from 1.
+  r = hub->HandleRecords(GpuLine("gpu-a01", 1764460803), "gpu-a01",
+                         "fedcba9876543210fedcba9876543210", "1", kNowMs);
+  EXPECT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(rec2.Stats().lines, 2u);
+  // Entries the agent's spool dropped are a gap, counted.
+  r = hub->HandleRecords(GpuLine("gpu-a01", 1764460804), "gpu-a01",
+                         "fedcba9876543210fedcba9876543210", "5", kNowMs);
+  EXPECT_EQ(r.status, 200);
+  auto nodes = hub->Nodes();
+  ASSERT_EQ(nodes.size(), 1u);
+  EXPECT_EQ(nodes[0].gap_entries, 3u);
+  EXPECT_EQ(nodes[0].next_seq, 6u);
+}
+
+TEST_F(HubIngestTest, EveryRefusalSaysWhyAndKeepsNothing) {
+  trace::FlightRecorder rec;
+  auto hub = Open(&rec);
+  struct Case {
+    std::string body, node, spool, seq, want;
+  };
+  const std::vector<Case> cases = {
+      {GpuLine("a", 1), "../etc", kSpool, "1", "X-Gpuwatch-Node"},
+      {GpuLine("a", 1), "a", "xyz", "1", "X-Gpuwatch-Spool"},
+      {GpuLine("a", 1), "a", kSpool, "0", "X-Gpuwatch-Seq"},
+      {GpuLine("a", 1), "a", kSpool, "-3", "X-Gpuwatch-Seq"},
+      {GpuLine("a", 1) + "\n[1,2]", "a", kSpool, "1", "line 2: not a JSON object"},
+      {R"({"type":"gpu"})", "a", kSpool, "1", "line 1: a trace record needs"},
+      {R"({"t":-5,"type":"gpu"})", "a", kSpool, "1", "not a time"},
+      // A node's write token cannot speak for another node.
+      {GpuLine("b", 1), "a", kSpool, "1", "names node \"b\" but the entry comes from a"},
+  };
+  for (const auto& c : cases) {
+    auto r = hub->HandleRecords(c.body, c.node, c.spool, c.seq, kNowMs);
+    EXPECT_EQ(r.status, 400) << c.body;
+    EXPECT_NE(r.body.find(c.want), std::string::npos) << r.body;
+  }
+  EXPECT_EQ(rec.Stats().lines, 0u);
+  EXPECT_TRUE(hub->Nodes().empty() || hub->Nodes()[0].records == 0);
+}
+
+TEST_F(HubIngestTest, TheNodeBoundRefusesNewNodesWith429) {
+  trace::FlightRecorder rec;
+  HubIngestOptions o;
+  o.max_nodes = 2;
+  auto hub = std::move(HubIngest::Open(o, &rec)).value();
+  EXPECT_EQ(hub->HandleRecords(GpuLine("a", 1), "a", kSpool, "1", kNowMs).status, 200);
+  EXPECT_EQ(hub->HandleRecords(GpuLine("b", 1), "b", kSpool, "1", kNowMs).status, 200);
+  auto r = hub->HandleRecords(GpuLine("c", 1), "c", kSpool, "1", kNowMs);
+  EXPECT_EQ(r.status, 429);
+  EXPECT_NE(r.body.find("at most 2 nodes"), std::string::npos);
+  EXPECT_EQ(hub->HandleRecords(GpuLine("a", 2), "a", kSpool, "2", kNowMs).status, 200);
+}
+
+TEST_F(HubIngestTest, DiagnosisWaitsForTheSlowestLiveNode) {
+  trace::FlightRecorder rec;
+  HubIngestOptions o;
+  o.stale_after_ms = 60'000;
+  auto hub = std::move(HubIngest::Open(o, &rec)).value();
+  EXPECT_EQ(hub->DiagnosisTimeMs(kNowMs), kNowMs);
+  hub->HandleRecords(GpuLine("a", 1764460890), "a", kSpool, "1", kNowMs);
+  // b is catching up after an outage: its newest record is 5 minutes old.
+  hub->HandleRecords(GpuLine("b", 1764460600), "b", kSpool, "1", kNowMs);
+  EXPECT_EQ(hub->DiagnosisTimeMs(kNowMs), 1764460600'000);
+  // A node silent for longer than stale_after_ms no longer holds the others back.
+  EXPECT_EQ(hub->DiagnosisTimeMs(kNowMs + 61'000), kNowMs + 61'000);
+}
+
+TEST_F(HubIngestTest, NodeHealthComesFromCardFindingsAndSilence) {
+  trace::FlightRecorder rec;
+  auto hub = Open(&rec);
+  hub->HandleRecords(NodeLine("a", 1764460800, "550.90.07"), "a", kSpool, "1", kNowMs);
+  hub->HandleRecords(NodeLine("b", 1764460800, "550.90.07"), "b", kSpool, "1", kNowMs);
+  hub->HandleRecords(NodeLine("c", 1764460800, "535.129.03"), "c", kSpool, "1", kNowMs - 600'000);
+  std::vector<analyze::Finding> findings;
+  auto dbe = analyze::MakeFinding(model::Cause::kEccDbe, model::Severity::kCritical, "a", 3);
+  dbe.summary = "uncorrectable ECC errors";
+  findings.push_back(dbe);
+  // A job's own trouble says nothing of the node.
+  findings.push_back(
+      analyze::MakeFinding(model::Cause::kDataStall, model::Severity::kWarning, "b"));
+  auto doc = hub->NodesJson(findings, kNowMs);
+  ASSERT_EQ(doc["nodes"].size(), 3u);
+  EXPECT_EQ(doc["nodes"][0]["health"], "drain_recommended");
+  EXPECT_NE(doc["nodes"][0]["reason"].get<std::string>().find("ecc_dbe on GPU 3"),
+            std::string::npos);
+  EXPECT_EQ(doc["nodes"][0]["gpus"], 2);
+  EXPECT_EQ(doc["nodes"][0]["driver_version"], "550.90.07");
+  EXPECT_EQ(doc["nodes"][1]["health"], "healthy");
+  EXPECT_EQ(doc["nodes"][2]["health"], "degraded");
+  EXPECT_NE(doc["nodes"][2]["reason"].get<std::string>().find("no data from the node for 600 s"),
+            std::string::npos);
+}
+
+}  // namespace
+}  // namespace gpuwatch::server

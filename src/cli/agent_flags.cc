@@ -53,6 +53,15 @@ Result<store::StoreOptions> ApplyWalSync(const std::string& wal_sync, store::Sto
 
 Result<store::StoreOptions> MakeStoreOptions(const AgentFlags& f) {
   store::StoreOptions o;
+  if (f.is_hub) {
+    // Agents resend after an outage while others send live: the hub takes samples this much
+    // older than their series' newest (store/head.h).
+    auto window = ParseDurationMs(f.out_of_order_window);
+    if (!window.ok() || *window < 0 || *window > 24 * 3600'000)
+      return Status::InvalidArgument("bad --out-of-order-window '" + f.out_of_order_window +
+                                     "': a duration up to 24h, such as 1h");
+    o.head.out_of_order_window_ms = *window;
+  }
   const std::pair<const std::string*, int64_t*> retentions[] = {
       {&f.retention_raw, &o.raw_retention_ms},
       {&f.retention_1m, &o.rollup_1m_retention_ms},
@@ -225,6 +234,20 @@ void AddAgentFlags(CLI::App* app, AgentFlags* f) {
   app->add_flag("--insecure-listen", f->insecure_listen,
                 "Serve reads beyond loopback with no token (open to the network; writes keep "
                 "their tokens); logged as a warning");
+  app->add_option("--hub", f->hub,
+                  "Push series and records to this hub (http://HOST:PORT) as well as serving "
+                  "locally; what the hub has not taken waits in DATA_DIR/spool");
+  auto* tok = app->add_option("--hub-token", f->hub_token,
+                              "The write token for the hub (visible in ps: prefer "
+                              "--hub-token-file)");
+  app->add_option("--hub-token-file", f->hub_token_file,
+                  "A file (mode 0600) holding the write token for the hub")
+      ->excludes(tok);
+  app->add_option("--hub-interval", f->hub_interval,
+                  "How often what was collected is spooled and sent to the hub (default 1s)");
+  app->add_option("--spool-max", f->spool_max,
+                  "The most each spool (samples, records) holds for the hub; beyond it the "
+                  "oldest unsent goes (default 512MiB)");
   AddStoreFlags(app, f);
   app->add_option("--log-level", f->log_level, "debug, info, warning or error (default info)");
 }
@@ -279,6 +302,10 @@ std::map<std::string, std::string*> FlagFields(AgentFlags* f) {
           {"admin-token-file", &f->admin_token_file},
           {"write-token-file", &f->write_token_file},
           {"tokens", &f->tokens_file},
+          {"hub", &f->hub},
+          {"hub-token-file", &f->hub_token_file},
+          {"hub-interval", &f->hub_interval},
+          {"spool-max", &f->spool_max},
           {"log-level", &f->log_level}};
 }
 
@@ -372,6 +399,29 @@ Result<server::AgentOptions> MakeOptions(const AgentFlags& f, const std::string&
   auto hz = positive("job-raw-steps-hz", f.job_raw_steps_hz);
   if (!hz.ok()) return hz.status();
   o.jobs.raw_steps_max_hz = *hz;
+  o.hub = f.is_hub;
+  if (!f.hub.empty()) {
+    if (f.is_hub) return Status::InvalidArgument("a hub does not push to another hub (--hub)");
+    o.push.url = f.hub;
+    while (o.push.url.ends_with("/")) o.push.url.pop_back();
+    o.push.token = f.hub_token;
+    if (!f.hub_token_file.empty()) {
+      auto token = server::ReadTokenFile(f.hub_token_file);
+      if (!token.ok()) return token.status();
+      o.push.token = *token;
+    }
+    auto every = ParseDurationMs(f.hub_interval);
+    if (!every.ok() || *every < 100 || *every > 3600'000)
+      return Status::InvalidArgument("bad --hub-interval '" + f.hub_interval +
+                                     "': a duration from 100ms to 1h");
+    o.push.interval = std::chrono::milliseconds(*every);
+    auto max = ParseByteSize(f.spool_max);
+    if (!max.ok() || *max < (uint64_t{1} << 20))
+      return Status::InvalidArgument("bad --spool-max '" + f.spool_max +
+                                     "': a size of at least 1MiB, such as 512MiB");
+    o.push.spool.max_bytes = *max;
+    o.push.spool.segment_bytes = std::min<uint64_t>(o.push.spool.segment_bytes, *max / 4);
+  }
   return o;
 }
 

@@ -68,6 +68,15 @@ struct AgentFlags {
   std::string write_token_file;
   std::string tokens_file;  // --tokens (server/tokens.h)
   bool insecure_listen = false;
+  // Push to a hub (server/hub_push.h).
+  std::string hub;  // URL; "" is off
+  std::string hub_token;  // on the command line: visible in ps; --hub-token-file is better
+  std::string hub_token_file;
+  std::string hub_interval = "1s";
+  std::string spool_max = "512MiB";
+  // Set by `gpuwatch hub` (cli/hub_cmd.h), not a flag of `up`.
+  bool is_hub = false;
+  std::string out_of_order_window = "1h";  // `gpuwatch hub` only
   std::string job_log_roots = "~,/tmp,/var/tmp";
   std::vector<std::string> limits;  // --limit NAME=VALUE (cli/limits.h); not a config-file key
 };

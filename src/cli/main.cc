@@ -18,6 +18,7 @@
 #include "cli/baseline_cmd.h"
 #include "cli/config_file.h"
 #include "cli/demo_cmd.h"
+#include "cli/hub_cmd.h"
 #include "cli/doctor.h"
 #include "cli/explain_cmd.h"
 #include "cli/job_view.h"
@@ -79,6 +80,35 @@ int Fail(const Status& st) {
 
 // Called each second while the agent serves, with the HTTP port; false stops the agent.
 using EverySecond = std::function<bool(const server::Agent&, int http_port)>;
+
+// The node's own inputs beside the GPUs: the job listener and the kernel log. 0, or the exit
+// code of a failure.
+int StartNodeInputs(const AgentFlags* flags, server::Agent* agent_ptr) {
+  server::Agent& agent = *agent_ptr;
+  jobs::JobListenerOptions jl;
+  jl.socket_path = flags->job_socket;
+  jl.udp = flags->job_udp;
+  jl.tcp = flags->job_tcp;
+  if (Status st = ApplyLimits(flags->limits, LimitTargets{.listener = &jl}); !st.ok())
+    return Fail(st);
+  if (Status st = agent.StartJobListener(jl); !st.ok()) {
+    // Another agent already answers at the default path: jobs report to it. Only a socket
+    // asked for by name is worth refusing to start over.
+    if (st.code() != StatusCode::kUnavailable || jl.socket_path != jobs::kDefaultJobSocket)
+      return Fail(st);
+    GW_LOG_WARN("{}; this agent takes no job reports on a Unix socket", st.message());
+    jl.socket_path = "off";
+    if (Status st2 = agent.StartJobListener(jl); !st2.ok()) return Fail(st2);
+  }
+  if (flags->kmsg != "off") {
+    // Reading the kernel log needs CAP_SYSLOG where dmesg_restrict=1: without it NVML's event
+    // set is the only XID source, which is no reason to stop.
+    if (Status st = agent.StartKernelLog(flags->kmsg); !st.ok())
+      GW_LOG_WARN("kernel log {} not read ({}): XIDs come from NVML only", flags->kmsg,
+                  st.message());
+  }
+  return 0;
+}
 
 // Runs an agent on `gpu` with the store, event store, job listener, kernel log and HTTP server
 // `flags` ask for, until SIGINT or SIGTERM (or until `every_second` says stop).
@@ -176,27 +206,10 @@ int ServeAgent(const AgentFlags* flags, const server::AgentOptions& agent_opts,
   if (!opts->user_rules.empty() && !(flags->keep_history == "on" && db))
     return Fail(Status::InvalidArgument(
         "--rules needs --data-dir and --keep-history on: the rules query the agent's store"));
-  jobs::JobListenerOptions jl;
-  jl.socket_path = flags->job_socket;
-  jl.udp = flags->job_udp;
-  jl.tcp = flags->job_tcp;
-  if (Status st = ApplyLimits(flags->limits, LimitTargets{.listener = &jl}); !st.ok())
-    return Fail(st);
-  if (Status st = agent.StartJobListener(jl); !st.ok()) {
-    // Another agent already answers at the default path: jobs report to it. Only a socket
-    // asked for by name is worth refusing to start over.
-    if (st.code() != StatusCode::kUnavailable || jl.socket_path != jobs::kDefaultJobSocket)
-      return Fail(st);
-    GW_LOG_WARN("{}; this agent takes no job reports on a Unix socket", st.message());
-    jl.socket_path = "off";
-    if (Status st2 = agent.StartJobListener(jl); !st2.ok()) return Fail(st2);
-  }
-  if (flags->kmsg != "off") {
-    // Reading the kernel log needs CAP_SYSLOG where dmesg_restrict=1: without it NVML's event
-    // set is the only XID source, which is no reason to stop.
-    if (Status st = agent.StartKernelLog(flags->kmsg); !st.ok())
-      GW_LOG_WARN("kernel log {} not read ({}): XIDs come from NVML only", flags->kmsg,
-                  st.message());
+  if (opts->hub) {
+    GW_LOG_INFO("hub: agents push to http://{}/api/v1/write and /api/v1/records", flags->listen);
+  } else {
+    if (int rc = StartNodeInputs(flags, &agent); rc != 0) return rc;
   }
   // The agent first: its snapshot manager exists before any HTTP thread can ask for it.
   agent.Start();
@@ -210,8 +223,8 @@ int ServeAgent(const AgentFlags* flags, const server::AgentOptions& agent_opts,
   // An IPv6 host goes in brackets, or the URL reads "http://:::9470".
   const std::string url_host =
       addr->host.find(':') != std::string::npos ? "[" + addr->host + "]" : addr->host;
-  GW_LOG_INFO("gpuwatch {} agent on {} serving http://{}:{}/metrics", GPUWATCH_VERSION,
-              opts->hostname, url_host, http.port());
+  GW_LOG_INFO("gpuwatch {} {} on {} serving http://{}:{}/metrics", GPUWATCH_VERSION,
+              opts->hub ? "hub" : "agent", opts->hostname, url_host, http.port());
   if (!agent.job_socket_path().empty()) GW_LOG_INFO("jobs report to {}", agent.job_socket_path());
   if (const std::string_view why = server::DashboardNotBuiltReason(); !why.empty())
     GW_LOG_WARN("the dashboard at / was not built into this binary: {}", why);
@@ -247,6 +260,15 @@ int RunAgent(CLI::App* app, AgentFlags* flags) {
   if (!opts.ok()) return Fail(opts.status());
   for (const auto& [key, value] : FlagFields(flags)) opts->config_text += key + "=" + *value + "\n";
   return ServeAgent(flags, *opts, MakeGpuSource(flags->nvml_lib), nullptr);
+}
+
+int RunHub(CLI::App* app, AgentFlags* flags) {
+  if (Status st = ApplyConfig(app, flags); !st.ok()) return Fail(st);
+  if (Status st = SetLevel(flags->log_level); !st.ok()) return Fail(st);
+  auto opts = MakeOptions(*flags, GPUWATCH_VERSION);
+  if (!opts.ok()) return Fail(opts.status());
+  for (const auto& [key, value] : FlagFields(flags)) opts->config_text += key + "=" + *value + "\n";
+  return ServeAgent(flags, *opts, nullptr, nullptr);
 }
 
 // `gpuwatch demo`: the agent on a simulated node (cli/demo_cmd.h).
@@ -312,6 +334,8 @@ int Main(int argc, char** argv) {
   AddAgentFlags(up, &up_flags);
   auto* agent = app.add_subcommand("agent", "Run the node agent (same flags as up)");
   AddAgentFlags(agent, &agent_flags);
+  AgentFlags hub_flags;
+  auto* hub = AddHubCommand(&app, &hub_flags);
 
   bool status_json = false, status_caps = false;
   std::string status_nvml = collect::kDefaultNvmlLibrary, status_root = "/";
@@ -674,6 +698,7 @@ int Main(int argc, char** argv) {
 
   if (up->parsed()) return RunAgent(up, &up_flags);
   if (agent->parsed()) return RunAgent(agent, &agent_flags);
+  if (hub->parsed()) return RunHub(hub, &hub_flags);
   if (status->parsed()) return RunStatus(status_json, status_caps, status_nvml, status_root);
   if (doctor->parsed())
     return RunDoctor(MakeGpuSource(doctor_nvml), doctor_root, doctor_data, doctor_json, std::cout,

@@ -92,8 +92,27 @@ Status Agent::Init() {
                              std::strerror(errno));
     RestoreAlertState();
   }
+  if (options_.hub) {
+    HubIngestOptions ho = options_.hub_ingest;
+    ho.data_dir = options_.data_dir;
+    auto h = HubIngest::Open(ho, &recorder_);
+    if (!h.ok()) return h.status();
+    hub_ = std::move(h).value();
+  } else if (!options_.push.url.empty()) {
+    if (options_.data_dir.empty())
+      return Status::InvalidArgument(
+          "--hub needs a data dir: what is not yet sent waits in <data-dir>/spool");
+    HubPushOptions po = options_.push;
+    po.spool_dir = options_.data_dir + "/spool";
+    if (po.node.empty()) po.node = options_.hostname;
+    auto p = HubPusher::Open(po);
+    if (!p.ok()) return p.status();
+    pusher_ = std::move(p).value();
+  }
   std::lock_guard<std::mutex> lock(mu_);
-  if (!gpu_) {
+  if (options_.hub) {
+    state_.gpu_unavailable_reason = "a hub collects nothing of its own";
+  } else if (!gpu_) {
     state_.gpu_unavailable_reason = "no GPU backend configured";
   } else if (Status st = gpu_->Init(); !st.ok()) {
     state_.gpu_unavailable_reason = st.message();
@@ -205,7 +224,7 @@ void Agent::RecordEvent(model::GpuEvent e) {
     std::optional<unsigned> gpu;
     if (e.gpu_index != model::kUnknownGpu) gpu = e.gpu_index;
     if (kind)
-      recorder_.Add(
+      Record(
           e.time_ms,
           trace::EventRecordLine(
               e.time_ms, options_.hostname, gpu, *kind,
@@ -302,17 +321,17 @@ void Agent::TickGpu() {
       extras.clock_offset_ms = prev_host_->time_source_offset_ms;
     else if (prev_host_ && prev_host_->clock_offset_ms)
       extras.clock_offset_ms = 0.0 - *prev_host_->clock_offset_ms;
-    recorder_.Add(now_ms,
+    Record(now_ms,
                   trace::NodeRecord(now_ms, options_.hostname, gpu_->System(), devices, extras));
   }
   for (size_t i = 0; i < n; ++i) {
     if (samples[i].time_ms == 0) continue;
     const model::GpuSample* prev =
         prev_gpu_samples_[i].time_ms != 0 ? &prev_gpu_samples_[i] : nullptr;
-    recorder_.Add(samples[i].time_ms,
+    Record(samples[i].time_ms,
                   trace::GpuRecord(options_.hostname, devices[i].index, samples[i], prev));
     for (auto& m : trace::MigRecords(options_.hostname, devices[i].index, samples[i]))
-      recorder_.Add(samples[i].time_ms, std::move(m));
+      Record(samples[i].time_ms, std::move(m));
     prev_gpu_samples_[i] = samples[i];
   }
   std::shared_ptr<const topo::NodeSnapshot> topology;
@@ -330,7 +349,7 @@ void Agent::TickGpu() {
     state_.caps = std::move(caps);
     state_.tick_seconds["gpu"] = secs;
     ++state_.tick_counts["gpu"];
-    if (store_) {
+    if (KeepsSeries()) {
       to_store = SeriesForStore(state_, stored_host_ms_);
       if (state_.host) stored_host_ms_ = std::max(stored_host_ms_, state_.host->time_ms);
     }
@@ -370,6 +389,8 @@ void Agent::StoreTick(std::vector<store::Head::Input> inputs) {
       if (!has_job) in.labels.push_back({"job", std::string(kScrapeJobName)});
     }
   }
+  if (pusher_) pusher_->AddSeries(inputs);
+  if (!store_) return;
   auto r = store_->Append(inputs);
   if (!r.ok()) {
     // Collection goes on; the next tick tries again (the store logs nothing it did not keep).
@@ -388,7 +409,7 @@ void Agent::TickHost() {
   std::vector<LinkRate> host_rates;
   std::vector<VanishedLink> vanished;
   if (st.ok()) {
-    recorder_.Add(h.time_ms,
+    Record(h.time_ms,
                   trace::HostRecord(options_.hostname, h, prev_host_ ? &*prev_host_ : nullptr));
     prev_host_ = h;
     host_rates = link_rates_.UpdateHost(h, &vanished);
@@ -420,7 +441,7 @@ void Agent::TickHost() {
     state_.tick_seconds["host"] = secs;
     ++state_.tick_counts["host"];
     // With GPUs the hardware tick stores the host sample beside its own; without, it is here.
-    if (store_ && !gpu_ready_ && state_.host) {
+    if (KeepsSeries() && !gpu_ready_ && state_.host) {
       to_store = SeriesForStore(state_, stored_host_ms_);
       stored_host_ms_ = std::max(stored_host_ms_, state_.host->time_ms);
     }
@@ -463,7 +484,7 @@ void Agent::TickProcesses() {
     }
   }
   for (const auto& p : attributed)
-    recorder_.Add(now_ms,
+    Record(now_ms,
                   trace::ProcRecord(
                       now_ms, options_.hostname, p,
                       p.cpu_numa_nodes.empty() ? std::nullopt : std::optional(p.cpu_numa_nodes)));
@@ -586,25 +607,25 @@ void Agent::RecordTrace(const jobs::JobOutputs& out, const std::vector<JobLogLin
           if (!j.exit_code && all_known) j.exit_code = 0;
         }
       }
-      recorder_.Add(e.t_ms, trace::JobRecord(e.t_ms, node, j));
+      Record(e.t_ms, trace::JobRecord(e.t_ms, node, j));
     } else if (e.kind == "checkpoint_start" || e.kind == "checkpoint_end" ||
                e.kind == "annotation") {
       const trace::EventKind k = e.kind == "annotation"         ? trace::EventKind::kAnnotation
                                  : e.kind == "checkpoint_start" ? trace::EventKind::kCheckpointStart
                                                                 : trace::EventKind::kCheckpointEnd;
-      recorder_.Add(e.t_ms, trace::EventRecordLine(e.t_ms, node, std::nullopt, k, std::nullopt,
+      Record(e.t_ms, trace::EventRecordLine(e.t_ms, node, std::nullopt, k, std::nullopt,
                                                    e.message, e.job));
     }
   }
   for (const auto& s : out.steps)
-    recorder_.Add(s.t_ms, trace::StepRecord(s.t_ms, node, s.job, s.rank, s.gpu, s.step));
+    Record(s.t_ms, trace::StepRecord(s.t_ms, node, s.job, s.rank, s.gpu, s.step));
   const int64_t now_ms = clock_.NowMs();
   for (const auto& l : lines) {
     const trace::LogSource src = l.path == "kernel" ? trace::LogSource::kKernel
                                  : l.cls.nccl       ? trace::LogSource::kNccl
                                                     : trace::LogSource::kJob;
     const int64_t t = l.t_ms ? l.t_ms : now_ms;
-    recorder_.Add(
+    Record(
         t, trace::LogRecord(t, node, l.job, l.job.empty() ? std::nullopt : std::optional(l.rank),
                             src, l.line));
   }
@@ -622,7 +643,7 @@ void Agent::KeepChangeEvents(const std::vector<ChangeEvent>& changes, const std:
                                : c.kind == "maintenance_start" ? trace::EventKind::kMaintenanceStart
                                : c.kind == "maintenance_end"   ? trace::EventKind::kMaintenanceEnd
                                                                : trace::EventKind::kConfigChange;
-    recorder_.Add(now_ms, trace::EventRecordLine(now_ms, options_.hostname, c.gpu_index, k,
+    Record(now_ms, trace::EventRecordLine(now_ms, options_.hostname, c.gpu_index, k,
                                                  std::nullopt, c.message, job));
   }
   if (event_store_) {
@@ -833,11 +854,27 @@ void Agent::TickDiagnosis() {
       return firing_jobs.count(job) != 0;
     });
   }
-  diagnosis_.Tick(now_ms);
+  // A hub reads only as far as every live node has delivered (HubIngest::DiagnosisTimeMs).
+  diagnosis_.Tick(hub_ ? std::min(now_ms, hub_->DiagnosisTimeMs(now_ms) + LiveDiagnosis::kLagMs)
+                       : now_ms);
   std::vector<analyze::AlertNotification> changes;
   std::vector<analyze::Alert> firing;
   // The user rules query the store: outside the alert book's lock, which the API also takes.
   std::vector<analyze::Finding> findings = diagnosis_.Findings();
+  // A hub refusing this agent's token is an alert here, not a silent loop of 401s.
+  if (pusher_) {
+    if (std::string why = pusher_->auth_error(); !why.empty()) {
+      analyze::Finding f =
+          analyze::MakeFinding(model::Cause::kUserRule, model::Severity::kCritical, options_.hostname);
+      f.rule = "gpuwatch_hub_push_refused";
+      f.first_seen = f.last_seen = static_cast<double>(now_ms) / 1000;
+      f.summary = why;
+      f.evidence = {why};
+      f.action = "give the agent a write token the hub's --tokens file lists (--hub-token-file); "
+                 "nothing is lost meanwhile: the spool keeps it";
+      findings.push_back(std::move(f));
+    }
+  }
   if (user_rules_ && store_) {
     for (auto& f : user_rules_->Evaluate(*store_, now_ms)) findings.push_back(std::move(f));
     if (!user_rules_->last_error().empty())
@@ -924,7 +961,7 @@ Status Agent::ExpireSilence(const std::string& id) const {
 
 void Agent::DrainJobs() {
   jobs::JobOutputs out = jobs_.TakeOutputs();
-  if (store_ && !out.steps.empty()) StoreTick(RawStepSeries(options_.hostname, out.steps));
+  if (KeepsSeries() && !out.steps.empty()) StoreTick(RawStepSeries(options_.hostname, out.steps));
   for (const auto& f : out.log_files) job_logs_.Follow(f);
   std::vector<JobLogLine> lines = job_logs_.Poll();
   for (const auto& job : out.ended_jobs) {
@@ -1059,9 +1096,10 @@ void Agent::Start() {
       snapshots_.reset();
     }
   }
-  RecordNodeChanges();
+  if (!options_.hub) RecordNodeChanges();
   stopping_drain_ = false;
   if (notifier_) notifier_->Start();
+  if (pusher_) pusher_->Start();
   tiers_thread_ = std::thread([this] { RunTiers(); });
   if (gpu_ready_) events_thread_ = std::thread([this] { RunEvents(); });
 }
@@ -1082,6 +1120,13 @@ void Agent::Stop() {
     DrainJobs();             // what the last second of jobs reported
   }
   if (snapshots_) snapshots_->Stop();
+  // After the last drain: its records reach the spool, sent at the next start.
+  if (pusher_) pusher_->Stop();
+}
+
+void Agent::Record(int64_t t_ms, std::string line) {
+  if (pusher_) pusher_->AddRecord(line);
+  recorder_.Add(t_ms, std::move(line));
 }
 
 void Agent::RunTiers() {
@@ -1095,13 +1140,16 @@ void Agent::RunTiers() {
   };
   const auto now = Clock::now();
   // The topology check first: the first node record of the trace then carries the wiring.
-  Tier tiers[] = {{"topology", options_.topology_interval, &Agent::TickTopology, now},
-                  {"gpu", options_.gpu_interval, &Agent::TickGpu, now},
-                  {"host", options_.host_interval, &Agent::TickHost, now},
-                  {"processes", options_.process_interval, &Agent::TickProcesses, now},
-                  {"jobs", options_.job_interval, &Agent::TickJobs, now + options_.job_interval},
-                  {"drain", std::chrono::milliseconds(1000), &Agent::DrainJobs, now},
-                  {"diagnosis", std::chrono::milliseconds(5000), &Agent::TickDiagnosis, now}};
+  std::vector<Tier> tiers;
+  if (!options_.hub)
+    tiers = {{"topology", options_.topology_interval, &Agent::TickTopology, now},
+             {"gpu", options_.gpu_interval, &Agent::TickGpu, now},
+             {"host", options_.host_interval, &Agent::TickHost, now},
+             {"processes", options_.process_interval, &Agent::TickProcesses, now},
+             {"jobs", options_.job_interval, &Agent::TickJobs, now + options_.job_interval},
+             {"drain", std::chrono::milliseconds(1000), &Agent::DrainJobs, now}};
+  // A hub only judges what its agents send.
+  tiers.push_back({"diagnosis", std::chrono::milliseconds(5000), &Agent::TickDiagnosis, now});
   // What each tier costs in CPU (this thread's clock, so waits and other threads do not count):
   // the agent's own overhead, by tier (gpuwatch_agent_tier_cpu_seconds_total).
   auto thread_cpu_s = [] {

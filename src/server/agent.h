@@ -32,6 +32,8 @@
 #include "server/alert_notifier.h"
 #include "server/auto_baselines.h"
 #include "server/change_timeline.h"
+#include "server/hub_ingest.h"
+#include "server/hub_push.h"
 #include "server/job_logs.h"
 #include "server/live_diagnosis.h"
 #include "server/scrape_labels.h"
@@ -88,6 +90,13 @@ struct AgentOptions {
   // With a data dir: learn each template's baseline from a run's first stable window, when
   // the template has none current on this shape (server/auto_baselines.h).
   bool learn_baselines = true;
+  // `gpuwatch hub`: no collection of its own; the agents' records arrive through hub_ingest
+  // (POST /api/v1/records) and the diagnosis, alerts and API run over all nodes at once.
+  bool hub = false;
+  HubIngestOptions hub_ingest;  // its data_dir is set from data_dir
+  // `gpuwatch up --hub URL`: push series and records to the hub (server/hub_push.h); url ""
+  // is off. REQUIRES: a data dir (the spool is under <data-dir>/spool).
+  HubPushOptions push;
 };
 
 // The job registry's options with the diagnosis's hang policy (one rule for both).
@@ -131,6 +140,7 @@ class Agent {
   nlohmann::json Findings(const std::string& job = "", const std::string& node = "") const {
     return diagnosis_.Document(job, node);
   }
+  std::vector<analyze::Finding> FindingList() const { return diagnosis_.Findings(); }
   std::optional<analyze::TemplateStep> JobBaseline(const std::string& job) const {
     return diagnosis_.JobBaseline(job);
   }
@@ -159,6 +169,11 @@ class Agent {
   }
   // "" without a data dir.
   const std::string& data_dir() const { return options_.data_dir; }
+  // The hub's receiver of record streams; null unless AgentOptions::hub.
+  HubIngest* hub() const { return hub_.get(); }
+  // The push to a hub; null unless AgentOptions::push.url.
+  const HubPusher* pusher() const { return pusher_.get(); }
+  bool is_hub() const { return options_.hub; }
   // Failure snapshots; null without a data dir.
   SnapshotManager* snapshots() const { return snapshots_.get(); }
   // Starts the tier and event threads. REQUIRES: Init() succeeded.
@@ -192,6 +207,12 @@ class Agent {
   // append waits for an fsync, and scrapes must not).
   void FlushEvents();
   void StoreTick(std::vector<store::Head::Input> inputs);  // tier thread
+  // Series are made each tick when something keeps them: the store or the push to a hub.
+  bool KeepsSeries() const { return store_ != nullptr || pusher_ != nullptr; }
+  // One trace record: into the flight recorder and, with --hub, the push's spool.
+  void Record(int64_t t_ms, std::string line);
+  std::unique_ptr<HubIngest> hub_;
+  std::unique_ptr<HubPusher> pusher_;
   uint64_t store_errors_ = 0;
   void RunTiers();
   void RunEvents();

@@ -568,6 +568,23 @@ void RenderLimitCounters(std::string_view hostname, const LimitCounters& c, std:
     Line(b, "gpuwatch_store_errors_total", host, "op=\"flush\"",
          static_cast<double>(c.store_flush_errors));
   }
+  one("gpuwatch_pushes_shed_total", static_cast<double>(c.pushes_shed));
+  if (c.has_push) {
+    HeaderOther(b, "gpuwatch_hub_push_requests_total");
+    Line(b, "gpuwatch_hub_push_requests_total", host, "result=\"sent\"",
+         static_cast<double>(c.push_requests_sent));
+    Line(b, "gpuwatch_hub_push_requests_total", host, "result=\"failed\"",
+         static_cast<double>(c.push_requests_failed));
+    HeaderOther(b, "gpuwatch_hub_push_entries_total");
+    Line(b, "gpuwatch_hub_push_entries_total", host, "result=\"sent\"",
+         static_cast<double>(c.push_entries_sent));
+    Line(b, "gpuwatch_hub_push_entries_total", host, "result=\"dropped\"",
+         static_cast<double>(c.push_entries_dropped));
+    one("gpuwatch_hub_push_backlog_entries", static_cast<double>(c.push_backlog_entries));
+    one("gpuwatch_hub_push_last_success_timestamp_seconds",
+        static_cast<double>(c.push_last_success_ms) / 1000);
+    one("gpuwatch_hub_push_auth_refused", c.push_auth_refused ? 1 : 0);
+  }
   if (c.has_events) {
     HeaderOther(b, "gpuwatch_events_bytes");
     Line(b, "gpuwatch_events_bytes", host, "partition=\"events\"",

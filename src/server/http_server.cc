@@ -348,6 +348,7 @@ void HttpServer::AddRoutes() {
       },
       {.allow_scoped = true});
   if (store_) AddQueryRoutes();
+  if (agent->hub()) AddHubRoutes();
   // Inline: answered by the I/O thread, so it reports a live process even when every worker is
   // busy.
   srv.Route("GET", "/healthz", [](const Request&, Response& res) { res.Set("ok\n", "text/plain"); },
@@ -389,10 +390,59 @@ void HttpServer::AddRoutes() {
   }
 }
 
+bool HttpServer::AdmitPush(Response& res) {
+  if (pushes_pending_.fetch_add(1) < options_.max_pending_pushes) return true;
+  pushes_pending_.fetch_sub(1);
+  pushes_shed_.fetch_add(1);
+  res.status = 429;
+  // Spread the retries: senders that were refused together do not all come back at once.
+  res.SetHeader("Retry-After", std::to_string(1 + pushes_shed_.load() % 5));
+  res.Set("too many pushes at once; retry after the Retry-After seconds\n", "text/plain");
+  return false;
+}
+
+// The hub's routes: agents' record streams in, the node list out (server/hub_ingest.h).
+void HttpServer::AddHubRoutes() {
+  auto& srv = server_;
+  HubIngest* hub = agent_->hub();
+  srv.Route("POST", "/api/v1/records",
+            [this, hub](const Request& req, Response& res) {
+              if (!AdmitPush(res)) return;
+              struct Done {
+                std::atomic<size_t>& n;
+                ~Done() { n.fetch_sub(1); }
+              } done{pushes_pending_};
+              const std::string type = req.Header("Content-Type");
+              if (!type.empty() && !type.starts_with("application/x-ndjson") &&
+                  !type.starts_with("application/jsonl") && !type.starts_with("text/plain")) {
+                res.status = 415;
+                res.Set("records are trace-format JSON lines (Content-Type: "
+                        "application/x-ndjson)\n",
+                        "text/plain");
+                return;
+              }
+              const HttpReply r =
+                  hub->HandleRecords(req.body, req.Header("X-Gpuwatch-Node"),
+                                     req.Header("X-Gpuwatch-Spool"), req.Header("X-Gpuwatch-Seq"),
+                                     WallClockMs());
+              res.status = r.status;
+              res.Set(r.body, r.status == 200 ? "application/json" : "text/plain");
+            },
+            {.access = Access::kWrite, .max_body_bytes = options_.max_write_body_bytes});
+  srv.Route("GET", "/api/v1/nodes", [this, hub](const Request&, Response& res) {
+    res.Set(DumpJson(hub->NodesJson(agent_->FindingList(), WallClockMs()), 2), "application/json");
+  });
+}
+
 void HttpServer::AddQueryRoutes() {
   auto& srv = server_;
   srv.Route("POST", "/api/v1/write",
             [this](const Request& req, Response& res) {
+              if (!AdmitPush(res)) return;
+              struct Done {
+                std::atomic<size_t>& n;
+                ~Done() { n.fetch_sub(1); }
+              } done{pushes_pending_};
               // Series are counted per sender: the token's principal and the address it came from.
               const HttpReply r =
                   remote_write_.Handle(store_, req.body, req.Header("Content-Encoding"),
@@ -491,6 +541,18 @@ LimitCounters HttpServer::Counters() const {
   c.remote_write_refused_series_limit = rw.samples_refused_series_limit;
   c.remote_write_refused_out_of_bounds = rw.samples_refused_out_of_bounds;
   c.remote_write_refused_too_large = rw.requests_refused_too_large;
+  c.pushes_shed = pushes_shed_.load();
+  if (const HubPusher* p = agent_->pusher()) {
+    const HubPusher::Counters pc = p->counters();
+    c.has_push = true;
+    c.push_requests_sent = pc.requests_sent;
+    c.push_requests_failed = pc.requests_failed;
+    c.push_entries_sent = pc.entries_sent;
+    c.push_entries_dropped = pc.entries_dropped;
+    c.push_backlog_entries = pc.backlog_entries;
+    c.push_last_success_ms = pc.last_success_ms;
+    c.push_auth_refused = !p->auth_error().empty();
+  }
   if (store_) {
     const store::StoreHealth h = store_->Health();
     c.has_store = true;

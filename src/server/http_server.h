@@ -36,6 +36,9 @@ struct HttpOptions {
   query::EngineOptions query;
   AuthConfig auth;  // who may change state (server/auth.h)
   RemoteWriteOptions remote_write;
+  // Pushes (remote-write, records) being handled at once beyond which the next is told 429
+  // with Retry-After: a hub that falls behind sheds load instead of queueing every worker.
+  size_t max_pending_pushes = 8;
 };
 
 class HttpServer {
@@ -68,6 +71,11 @@ class HttpServer {
   std::atomic<uint64_t> queries_refused_[4] = {};
   LimitCounters Counters() const;
   RemoteWriteGate remote_write_;
+  std::atomic<size_t> pushes_pending_{0};
+  std::atomic<uint64_t> pushes_shed_{0};
+  // Takes a push slot, or answers 429 and returns false.
+  bool AdmitPush(http::Response& res);
+  void AddHubRoutes();
 };
 
 }  // namespace gpuwatch::server

@@ -230,7 +230,11 @@ std::string EncodeWriteRequest(const std::vector<RemoteSeries>& series) {
 }
 
 std::string EncodeRemoteWrite(const std::vector<RemoteSeries>& series) {
-  std::string proto = EncodeWriteRequest(series), out;
+  return SnappyCompress(EncodeWriteRequest(series));
+}
+
+std::string SnappyCompress(std::string_view proto) {
+  std::string out;
   snappy::Compress(proto.data(), proto.size(), &out);
   return out;
 }

@@ -50,5 +50,9 @@ Result<std::vector<RemoteSeries>> DecodeWriteRequest(std::string_view proto,
 // Encoding, for clients, tests and the store benchmark (feeding other systems the same bytes).
 std::string EncodeWriteRequest(const std::vector<RemoteSeries>& series);
 std::string EncodeRemoteWrite(const std::vector<RemoteSeries>& series);  // + snappy
+// Snappy (block format) of an encoded WriteRequest: concatenated WriteRequests are one
+// WriteRequest with their series appended (protobuf merges repeated fields), so a sender may
+// join several encoded requests and compress them once.
+std::string SnappyCompress(std::string_view proto);
 
 }  // namespace gpuwatch::store

@@ -1,0 +1,275 @@
+#include "server/hub_push.h"
+
+#include <fmt/format.h>
+#include <httplib.h>
+
+#include <algorithm>
+
+#include "common/log.h"
+#include "common/time_base.h"
+#include "store/remote_write.h"
+
+namespace gpuwatch::server {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Seconds of a Retry-After header (delta-seconds form; an HTTP date or nonsense gets `dflt`),
+// at most 60.
+int RetryAfterSeconds(const httplib::Result& res, int dflt) {
+  const std::string v = res->get_header_value("Retry-After");
+  int s = 0;
+  for (char c : v) {
+    if (c < '0' || c > '9') return dflt;
+    s = std::min(s * 10 + (c - '0'), 3600);
+  }
+  return v.empty() ? dflt : std::clamp(s, 1, 60);
+}
+
+}  // namespace
+
+Result<std::unique_ptr<HubPusher>> HubPusher::Open(HubPushOptions options) {
+  if (options.url.empty()) return Status::InvalidArgument("--hub needs a URL");
+  if (!options.url.starts_with("http://"))
+    return Status::InvalidArgument("--hub " + options.url +
+                                   ": only http:// URLs are supported (put TLS in a reverse "
+                                   "proxy beside the hub, docs/deploy.md)");
+  std::unique_ptr<HubPusher> p(new HubPusher(options));
+  auto s = Spool::Open(options.spool_dir + "/samples", options.spool);
+  if (!s.ok()) return s.status();
+  p->samples_ = std::move(s).value();
+  auto r = Spool::Open(options.spool_dir + "/records", options.spool);
+  if (!r.ok()) return r.status();
+  p->records_ = std::move(r).value();
+  const SpoolStats ss = p->samples_->Stats(), rs = p->records_->Stats();
+  const uint64_t backlog = (ss.next_seq - p->samples_->Position(kDestination)) +
+                           (rs.next_seq - p->records_->Position(kDestination));
+  if (backlog > 0)
+    GW_LOG_INFO("hub push: {} entries not yet sent to {} are in the spool; they go first",
+                backlog, options.url);
+  return p;
+}
+
+HubPusher::~HubPusher() { Stop(); }
+
+void HubPusher::AddSeries(const std::vector<store::Head::Input>& inputs) {
+  std::vector<store::RemoteSeries> rs;
+  rs.reserve(inputs.size());
+  uint64_t n = 0;
+  for (const auto& in : inputs) {
+    store::RemoteSeries s;
+    s.labels = in.labels;
+    for (const auto& x : in.samples) s.samples.push_back({x.t_ms, x.value});
+    n += s.samples.size();
+    rs.push_back(std::move(s));
+  }
+  std::string proto = store::EncodeWriteRequest(rs);
+  std::lock_guard<std::mutex> lock(buf_mu_);
+  series_buf_ += proto;
+  series_in_buf_ += n;
+}
+
+void HubPusher::AddRecord(std::string line) {
+  std::lock_guard<std::mutex> lock(buf_mu_);
+  records_buf_ += line;
+  records_buf_ += '\n';
+  ++records_in_buf_;
+}
+
+Status HubPusher::Flush() {
+  std::string series, records;
+  uint64_t n_series, n_records;
+  {
+    std::lock_guard<std::mutex> lock(buf_mu_);
+    series.swap(series_buf_);
+    records.swap(records_buf_);
+    n_series = std::exchange(series_in_buf_, 0);
+    n_records = std::exchange(records_in_buf_, 0);
+  }
+  Status first = Status::Ok();
+  if (!series.empty()) {
+    auto st = samples_->Append(series);
+    if (!st.ok()) first = st.status();
+  }
+  if (!records.empty()) {
+    auto st = records_->Append(records);
+    if (!st.ok() && first.ok()) first = st.status();
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  counters_.samples_spooled += n_series;
+  counters_.records_spooled += n_records;
+  return first;
+}
+
+HubPusher::Outcome HubPusher::Post(
+    const std::string& path, const std::string& body, const std::string& type,
+    const std::vector<std::pair<std::string, std::string>>& extra) {
+  httplib::Client c(options_.url);
+  const auto secs = static_cast<time_t>(options_.timeout.count());
+  c.set_connection_timeout(secs);
+  c.set_read_timeout(secs);
+  c.set_write_timeout(secs);
+  httplib::Headers headers;
+  for (const auto& [k, v] : extra) headers.emplace(k, v);
+  if (!options_.token.empty()) headers.emplace("Authorization", "Bearer " + options_.token);
+  auto res = c.Post(path, headers, body, type);
+  std::lock_guard<std::mutex> lock(mu_);
+  auto backoff = [&](int seconds, const std::string& why) {
+    ++counters_.requests_failed;
+    wait_until_ = Clock::now() + std::chrono::seconds(seconds);
+    if (failures_in_row_++ % 30 == 0)
+      GW_LOG_WARN("hub push: {} {}{}: {}; retrying in {} s", "POST", options_.url, path, why,
+                  seconds);
+    return Outcome::kRetryLater;
+  };
+  if (!res) {
+    const int s = std::min(30, 1 << std::min(failures_in_row_, 5));
+    return backoff(s, httplib::to_string(res.error()));
+  }
+  const int status = res->status;
+  const std::string reason = res->body.substr(0, 300);
+  if (status >= 200 && status < 300) {
+    ++counters_.requests_sent;
+    counters_.last_success_ms = WallClockMs();
+    if (failures_in_row_ > 0 || !auth_error_.empty())
+      GW_LOG_INFO("hub push: {} takes the data again", options_.url);
+    failures_in_row_ = 0;
+    auth_error_.clear();
+    return Outcome::kSent;
+  }
+  if (status == 401 || status == 403) {
+    const std::string why = fmt::format("the hub at {} answers {} to this agent's token: {}",
+                                        options_.url, status, reason);
+    if (auth_error_ != why) GW_LOG_ERROR("hub push: {}", why);
+    auth_error_ = why;
+    ++counters_.requests_failed;
+    wait_until_ = Clock::now() + std::chrono::seconds(60);
+    return Outcome::kRetryLater;
+  }
+  if (status == 429 || status == 503)
+    return backoff(RetryAfterSeconds(res, 5), fmt::format("HTTP {}: {}", status, reason));
+  if (status == 400 || status == 409 || status == 413 || status == 415) {
+    ++counters_.requests_failed;
+    GW_LOG_ERROR("hub push: {}{} refused an entry with HTTP {} (not retried): {}", options_.url,
+                 path, status, reason);
+    return Outcome::kDropped;
+  }
+  return backoff(std::min(30, 1 << std::min(failures_in_row_, 5)),
+                 fmt::format("HTTP {}: {}", status, reason));
+}
+
+bool HubPusher::SendSamples() {
+  const uint64_t from = samples_->Position(kDestination);
+  auto entries = samples_->Read(from, options_.max_request_bytes);
+  if (!entries.ok()) {
+    GW_LOG_ERROR("hub push: {}", entries.status().message());
+    return false;
+  }
+  if (entries->empty()) return false;
+  std::string proto;
+  for (const auto& e : *entries) proto += e.payload;
+  const Outcome o = Post("/api/v1/write", store::SnappyCompress(proto), "application/x-protobuf",
+                         {{"Content-Encoding", "snappy"},
+                          {"X-Prometheus-Remote-Write-Version", "0.1.0"}});
+  if (o == Outcome::kRetryLater) return false;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    (o == Outcome::kSent ? counters_.entries_sent : counters_.entries_dropped) += entries->size();
+  }
+  if (Status st = samples_->Ack(kDestination, entries->back().seq + 1); !st.ok())
+    GW_LOG_WARN("hub push: {}", st.message());
+  return true;
+}
+
+bool HubPusher::SendRecords() {
+  const uint64_t from = records_->Position(kDestination);
+  auto entries = records_->Read(from, 1);
+  if (!entries.ok()) {
+    GW_LOG_ERROR("hub push: {}", entries.status().message());
+    return false;
+  }
+  if (entries->empty()) return false;
+  const SpoolEntry& e = entries->front();
+  const Outcome o = Post("/api/v1/records", e.payload, "application/x-ndjson",
+                         {{"X-Gpuwatch-Node", options_.node},
+                          {"X-Gpuwatch-Spool", records_->id()},
+                          {"X-Gpuwatch-Seq", std::to_string(e.seq)}});
+  if (o == Outcome::kRetryLater) return false;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    ++(o == Outcome::kSent ? counters_.entries_sent : counters_.entries_dropped);
+  }
+  if (Status st = records_->Ack(kDestination, e.seq + 1); !st.ok())
+    GW_LOG_WARN("hub push: {}", st.message());
+  return true;
+}
+
+void HubPusher::SendPending() {
+  // Requests are spaced to max_requests_per_second; samples and records take turns, so a long
+  // backlog of one does not hold the other back.
+  const auto spacing = std::chrono::microseconds(1'000'000 / std::max(1, options_.max_requests_per_second));
+  while (true) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (Clock::now() < wait_until_) return;
+    }
+    const auto t0 = Clock::now();
+    const bool a = SendSamples();
+    bool waiting;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      waiting = Clock::now() < wait_until_;
+    }
+    const bool b = !waiting && SendRecords();
+    if (!a && !b) return;
+    std::unique_lock<std::mutex> lock(stop_mu_);
+    if (stop_cv_.wait_until(lock, t0 + spacing * (a + b), [this] { return stopping_; })) return;
+  }
+}
+
+HubPusher::Counters HubPusher::counters() const {
+  Counters c;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    c = counters_;
+  }
+  c.backlog_entries = (samples_->Stats().next_seq - samples_->Position(kDestination)) +
+                      (records_->Stats().next_seq - records_->Position(kDestination));
+  return c;
+}
+
+std::string HubPusher::auth_error() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return auth_error_;
+}
+
+void HubPusher::Start() {
+  {
+    std::lock_guard<std::mutex> lock(stop_mu_);
+    stopping_ = false;
+  }
+  thread_ = std::thread([this] { Run(); });
+}
+
+void HubPusher::Run() {
+  while (true) {
+    if (Status st = Flush(); !st.ok()) GW_LOG_ERROR("hub push: cannot spool: {}", st.message());
+    SendPending();
+    std::unique_lock<std::mutex> lock(stop_mu_);
+    if (stop_cv_.wait_for(lock, options_.interval, [this] { return stopping_; })) return;
+  }
+}
+
+void HubPusher::Stop() {
+  {
+    std::lock_guard<std::mutex> lock(stop_mu_);
+    if (stopping_ && !thread_.joinable()) return;
+    stopping_ = true;
+  }
+  stop_cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+  // What was collected since the last interval is kept for the next start.
+  if (Status st = Flush(); !st.ok()) GW_LOG_ERROR("hub push: cannot spool: {}", st.message());
+}
+
+}  // namespace gpuwatch::server

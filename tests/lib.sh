@@ -6,7 +6,7 @@ TMP=$(mktemp -d /tmp/gpuwatch-test.XXXXXX)
 cleanup() {
   for p in "${PIDS[@]:-}"; do [ -n "$p" ] && kill "$p" 2>/dev/null || true; done
   for p in "${PIDS[@]:-}"; do [ -n "$p" ] && wait "$p" 2>/dev/null || true; done
-  rm -rf "$TMP"
+  if [ "${GPUWATCH_KEEP_TMP:-0}" = 1 ]; then echo "kept $TMP" >&2; else rm -rf "$TMP"; fi
 }
 trap cleanup EXIT
 

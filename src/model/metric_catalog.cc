@@ -64,7 +64,7 @@ constexpr std::array<GpuMetricDesc, kNumGpuMetrics> kGpu = {{
 }};
 
 constexpr MetricType kI = MetricType::kInfo;
-constexpr std::array<OtherMetricDesc, 92> kOther = {{
+constexpr std::array<OtherMetricDesc, 98> kOther = {{
   // GPU, beyond scalars.
   {"gpuwatch_gpu_info", kI, "serial, vbios_version, minor_number, mig_mode", "Static facts of a GPU; value 1."},
   {"gpuwatch_gpu_up", kG, "", "1 while the GPU answers NVML, 0 after it was lost (XID 79, GPU_IS_LOST)."},
@@ -161,6 +161,13 @@ constexpr std::array<OtherMetricDesc, 92> kOther = {{
   {"gpuwatch_store_wal_bytes", kG, "Hostname", "Bytes of the store's write-ahead log (what a restart replays)."},
   {"gpuwatch_store_head_series", kG, "Hostname", "Series in the store's head (memory)."},
   {"gpuwatch_store_errors_total", kC, "Hostname, op", "Store operations that failed: write (the WAL refused an append: disk full, file-size limit, I/O error) and flush (a block could not be written; the data stays in the WAL)."},
+  {"gpuwatch_pushes_shed_total", kC, "Hostname", "Pushes (remote-write, records) answered 429 with Retry-After because too many were being handled at once."},
+  // The push to a hub (gpuwatch up --hub).
+  {"gpuwatch_hub_push_requests_total", kC, "Hostname, result", "Requests this agent sent to its hub: sent (2xx) or failed (no connection, 4xx, 5xx)."},
+  {"gpuwatch_hub_push_entries_total", kC, "Hostname, result", "Spool entries the hub took (sent) or refused for good with a 400, 409, 413 or 415 (dropped)."},
+  {"gpuwatch_hub_push_backlog_entries", kG, "Hostname", "Spool entries (samples and records) the hub has not yet taken: after an outage, what is left to resend."},
+  {"gpuwatch_hub_push_last_success_timestamp_seconds", kG, "Hostname", "When the hub last took a request from this agent."},
+  {"gpuwatch_hub_push_auth_refused", kG, "Hostname", "1 while the hub answers 401 or 403 to this agent's token (an alert fires too; nothing is dropped)."},
   {"gpuwatch_events_bytes", kG, "Hostname, partition", "Bytes of the event log on disk: events, and bulk (job log lines and annotations, with their own budget)."},
   {"gpuwatch_remote_write_refused_requests_total", kC, "Hostname, reason", "Remote-write requests refused whole: too_large (inflated size, series, samples or labels over the per-request limits, 413)."},
   {"gpuwatch_agent_tier_cpu_seconds_total", kC, "Hostname, tier", "CPU time each tier of the agent's collection thread used since start (topology, gpu, host, processes, jobs, drain, diagnosis): the agent's own cost."},

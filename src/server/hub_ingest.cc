@@ -6,7 +6,9 @@
 #include <charconv>
 #include <cmath>
 #include <filesystem>
+#include <fstream>
 
+#include "common/file_io.h"
 #include "common/log.h"
 
 namespace gpuwatch::server {
@@ -28,6 +30,13 @@ bool ParseEntryHeader(std::string_view payload, std::string* spool_id, uint64_t*
   if (std::from_chars(n.data(), n.data() + n.size(), *seq).ec != std::errc()) return false;
   *lines = payload.substr(nl + 1);
   return true;
+}
+
+std::string ReadNodeRecord(const std::string& path) {
+  std::ifstream in(path);
+  std::string line;
+  std::getline(in, line);
+  return line;
 }
 
 bool ValidSpoolId(std::string_view id) {
@@ -89,6 +98,15 @@ Status HubIngest::Load() {
     if (!e.is_directory() || !ValidNodeName(name)) continue;
     auto node = NodeFor(name);
     if (!node.ok()) return node.status();
+    // The node's latest node record: what /api/v1/nodes says of it, and the first record of
+    // its stream for the diagnosis (the agent sends one only at start and on a change).
+    if (auto text = ReadNodeRecord(root + "/" + name + "/node.json"); !text.empty()) {
+      json r = json::parse(text, nullptr, false);
+      if (r.is_object() && r.contains("t") && r["t"].is_number()) {
+        NoteNodeRecord(r, &(*node)->status);
+        recorder_->Add(static_cast<int64_t>(std::llround(r["t"].get<double>() * 1000)), text);
+      }
+    }
     // The newest entry logged is the stream's position.
     Spool& log = *(*node)->log;
     const SpoolStats st = log.Stats();
@@ -142,11 +160,10 @@ HttpReply HubIngest::HandleRecords(std::string_view body, std::string_view node,
   struct Parsed {
     int64_t t_ms;
     std::string_view line;
-    bool node_record;
   };
   std::vector<Parsed> lines;
   NodeStatus node_info;
-  bool saw_node_record = false;
+  std::string_view node_line;  // the entry's last node record
   size_t line_no = 0;
   for (size_t pos = 0; pos < body.size();) {
     size_t end = body.find('\n', pos);
@@ -174,12 +191,11 @@ HttpReply HubIngest::HandleRecords(std::string_view body, std::string_view node,
         return {400, fmt::format("line {}: the record names node {} but the entry comes from {}\n",
                                  line_no, n->dump(), node)};
     }
-    const bool is_node = type->get_ref<const std::string&>() == "node";
-    if (is_node) {
+    if (type->get_ref<const std::string&>() == "node") {
       NoteNodeRecord(r, &node_info);
-      saw_node_record = true;
+      node_line = line;
     }
-    lines.push_back({static_cast<int64_t>(std::llround(t_s * 1000)), line, is_node});
+    lines.push_back({static_cast<int64_t>(std::llround(t_s * 1000)), line});
   }
 
   Node* n;
@@ -222,7 +238,13 @@ HttpReply HubIngest::HandleRecords(std::string_view body, std::string_view node,
     ++s.entries;
     s.records += lines.size();
     for (const auto& p : lines) s.newest_record_ms = std::max(s.newest_record_ms, p.t_ms);
-    if (saw_node_record) {
+    if (!node_line.empty()) {
+      if (!options_.data_dir.empty()) {
+        const std::string path =
+            options_.data_dir + "/records/" + std::string(node) + "/node.json";
+        if (Status st = WriteFileAtomically(path, std::string(node_line) + "\n"); !st.ok())
+          GW_LOG_WARN("hub: {}", st.message());
+      }
       node_info.node = s.node;
       s.driver_version = node_info.driver_version;
       s.cuda_version = node_info.cuda_version;

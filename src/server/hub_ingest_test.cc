@@ -55,17 +55,22 @@ TEST_F(HubIngestTest, AnEntryIsTakenOnceAcrossRetriesAndHubRestarts) {
   hub.reset();
   trace::FlightRecorder rec2;
   hub = Open(&rec2);
+  // What it knew of the node, and its node record for the diagnosis, come back too.
+  ASSERT_EQ(hub->Nodes().size(), 1u);
+  EXPECT_EQ(hub->Nodes()[0].driver_version, "550.90.07");
+  EXPECT_EQ(hub->Nodes()[0].gpus, 2u);
+  EXPECT_EQ(rec2.Stats().lines, 1u);
   r = hub->HandleRecords(body, "gpu-a01", kSpool, "1", kNowMs);
   EXPECT_NE(r.body.find("\"duplicate\":true"), std::string::npos) << r.body;
-  EXPECT_EQ(rec2.Stats().lines, 0u);
+  EXPECT_EQ(rec2.Stats().lines, 1u);
   r = hub->HandleRecords(GpuLine("gpu-a01", 1764460802), "gpu-a01", kSpool, "2", kNowMs);
   EXPECT_EQ(r.status, 200) << r.body;
-  EXPECT_EQ(rec2.Stats().lines, 1u);
+  EXPECT_EQ(rec2.Stats().lines, 2u);
   // A new spool (the agent's data dir was wiped) is a new stream from 1.
   r = hub->HandleRecords(GpuLine("gpu-a01", 1764460803), "gpu-a01",
                          "fedcba9876543210fedcba9876543210", "1", kNowMs);
   EXPECT_EQ(r.status, 200) << r.body;
-  EXPECT_EQ(rec2.Stats().lines, 2u);
+  EXPECT_EQ(rec2.Stats().lines, 3u);
   // Entries the agent's spool dropped are a gap, counted.
   r = hub->HandleRecords(GpuLine("gpu-a01", 1764460804), "gpu-a01",
                          "fedcba9876543210fedcba9876543210", "5", kNowMs);

@@ -855,8 +855,11 @@ void Agent::TickDiagnosis() {
     });
   }
   // A hub reads only as far as every live node has delivered (HubIngest::DiagnosisTimeMs).
-  diagnosis_.Tick(hub_ ? std::min(now_ms, hub_->DiagnosisTimeMs(now_ms) + LiveDiagnosis::kLagMs)
-                       : now_ms);
+  if (!hub_) {
+    diagnosis_.Tick(now_ms);
+  } else if (const int64_t upto_ms = hub_->DiagnosisTimeMs(now_ms); upto_ms >= 0) {
+    diagnosis_.Tick(std::min(now_ms, upto_ms + LiveDiagnosis::kLagMs));
+  }
   std::vector<analyze::AlertNotification> changes;
   std::vector<analyze::Alert> firing;
   // The user rules query the store: outside the alert book's lock, which the API also takes.

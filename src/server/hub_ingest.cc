@@ -259,11 +259,11 @@ HttpReply HubIngest::HandleRecords(std::string_view body, std::string_view node,
 
 int64_t HubIngest::DiagnosisTimeMs(int64_t now_ms) const {
   std::lock_guard<std::mutex> lock(mu_);
-  int64_t t = now_ms;
+  int64_t t = -1;
   for (const auto& [name, n] : nodes_) {
     const NodeStatus& s = n.status;
     if (s.last_push_ms == 0 || now_ms - s.last_push_ms > options_.stale_after_ms) continue;
-    t = std::min(t, s.newest_record_ms);
+    t = t < 0 ? s.newest_record_ms : std::min(t, s.newest_record_ms);
   }
   return t;
 }

@@ -81,7 +81,8 @@ class HubIngest {
                           std::string_view seq, int64_t now_ms);
 
   // Up to when every node that pushed within stale_after_ms of now has delivered its records;
-  // now_ms when none has.
+  // -1 when none has (the diagnosis then waits: a hub just restarted must not pass the
+  // backlog its agents are about to resend).
   int64_t DiagnosisTimeMs(int64_t now_ms) const;
 
   std::vector<NodeStatus> Nodes() const;

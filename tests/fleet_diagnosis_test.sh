@@ -5,7 +5,8 @@
 # against the others', aligned by step number), and a straggler GPU on node 1 that the ranks of
 # every node wait for — played as three agents pushing their record streams to a hub
 # (tests/fleet_push.py). The hub names each cause at its node (and GPU), as `gpuwatch replay`
-# does on the whole trace, and /api/v1/nodes gives node 1 its reason.
+# does on the whole trace; /api/v1/nodes gives node 1 its reason, and /api/v1/jobs has the job
+# once, with its three nodes and twelve ranks.
 GPUWATCH=$1
 . "$(dirname "$0")/lib.sh"
 
@@ -51,5 +52,15 @@ assert nodes["sim-H100-01"]["driver_version"] == "535.104.05", nodes["sim-H100-0
 assert nodes["sim-H100-01"]["health"] == "degraded", nodes["sim-H100-01"]
 assert "straggler_gpu on GPU 2" in nodes["sim-H100-01"]["reason"], nodes["sim-H100-01"]
 assert nodes["sim-H100-00"]["health"] == "healthy", nodes["sim-H100-00"]
+PY
+# The job across nodes: one job, its three nodes and twelve ranks.
+curl -fsS -H "Authorization: Bearer $READ" "$HUB/api/v1/jobs/sim-7" >"$TMP/job.json"
+python3 - "$TMP/job.json" <<'PY' || fail "job: $(head -c 600 "$TMP/job.json")"
+import json, sys
+j = json.load(open(sys.argv[1]))
+assert j["state"] == "finished" and j["template"] == "sim-llm-fsdp", j
+assert [n["node"] for n in j["nodes"]] == ["sim-H100-00", "sim-H100-01", "sim-H100-02"], j["nodes"]
+assert all(n["gpus"] == [0, 1, 2, 3] for n in j["nodes"]), j["nodes"]
+assert len(j["ranks"]) == 12 and j["ranks"][6]["node"] == "sim-H100-01", j["ranks"]
 PY
 echo "PASS fleet diagnosis"

@@ -148,6 +148,7 @@ struct RankView {
   std::string phase;  // the open phase, "" when none
   WindowStats window;
   std::map<std::string, double> scalars;  // last values
+  std::string node;  // the node it runs on (a hub's view, server/fleet_jobs.h); "" on an agent
 };
 
 struct JobView {
@@ -166,6 +167,8 @@ struct JobView {
   std::string starter;
   WindowStats window;  // iterations/s of the slowest rank, samples/s summed, worst p50/p95/p99
   std::vector<RankView> ranks;
+  // The nodes it runs on with their GPUs (a hub's view, server/fleet_jobs.h); empty on an agent.
+  std::map<std::string, std::vector<unsigned>> nodes;
 };
 
 struct RegistryCounters {

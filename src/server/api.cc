@@ -250,6 +250,10 @@ nlohmann::json JobJson(const jobs::JobView& v, bool with_ranks,
   j["container"] = v.container;
   j["gpu_seconds"] = v.gpu_seconds;
   j["window"] = WindowJson(v.window);
+  if (!v.nodes.empty()) {
+    j["nodes"] = nlohmann::json::array();
+    for (const auto& [node, gpus] : v.nodes) j["nodes"].push_back({{"node", node}, {"gpus", gpus}});
+  }
   j["baseline"] = nullptr;
   if (baseline)
     j["baseline"] = {{"template", baseline->template_name},
@@ -278,6 +282,7 @@ nlohmann::json JobJson(const jobs::JobView& v, bool with_ranks,
       rj["phase"] = r.phase;
       rj["window"] = WindowJson(r.window);
       rj["scalars"] = r.scalars;
+      if (!r.node.empty()) rj["node"] = r.node;
       j["ranks"].push_back(std::move(rj));
     }
   }

@@ -42,7 +42,7 @@ void Refuse403(const Request& req, Response& res, const std::string& why) {
 }  // namespace
 
 std::set<std::string> HttpServer::ScopeJobs(const Request& req) const {
-  return JobsInScope(req.scope, agent_->jobs().Jobs(), store_);
+  return JobsInScope(req.scope, agent_->JobList(), store_);
 }
 
 HttpServer::HttpServer(const Agent* agent, store::Store* store, store::EventStore* events,
@@ -322,7 +322,7 @@ void HttpServer::AddRoutes() {
   srv.Route(
       "GET", "/api/v1/jobs",
       [this, agent](const Request& req, Response& res) {
-        std::vector<jobs::JobView> jobs = agent->jobs().Jobs();
+        std::vector<jobs::JobView> jobs = agent->JobList();
         if (!req.scope.empty())
           std::erase_if(
               jobs, [&](const jobs::JobView& j) { return !ProjectInScope(req.scope, j.project); });
@@ -336,7 +336,7 @@ void HttpServer::AddRoutes() {
   srv.Route(
       "GET", R"(/api/v1/jobs/(.+))",
       [agent](const Request& req, Response& res) {
-        auto job = agent->jobs().Job(req.matches[1]);
+        auto job = agent->JobById(req.matches[1]);
         if (!req.scope.empty() && (!job || !ProjectInScope(req.scope, job->project)))
           return Refuse403(req, res, "job " + req.matches[1] + " is not one of its projects' jobs");
         if (!job) {

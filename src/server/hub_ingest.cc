@@ -164,6 +164,7 @@ HttpReply HubIngest::HandleRecords(std::string_view body, std::string_view node,
   std::vector<Parsed> lines;
   NodeStatus node_info;
   std::string_view node_line;  // the entry's last node record
+  std::vector<std::pair<json, int64_t>> job_records;  // for the fleet's job list
   size_t line_no = 0;
   for (size_t pos = 0; pos < body.size();) {
     size_t end = body.find('\n', pos);
@@ -191,7 +192,10 @@ HttpReply HubIngest::HandleRecords(std::string_view body, std::string_view node,
         return {400, fmt::format("line {}: the record names node {} but the entry comes from {}\n",
                                  line_no, n->dump(), node)};
     }
-    if (type->get_ref<const std::string&>() == "node") {
+    const std::string& type_name = type->get_ref<const std::string&>();
+    if (type_name == "job" || type_name == "step")
+      job_records.emplace_back(std::move(r), static_cast<int64_t>(std::llround(t_s * 1000)));
+    else if (type_name == "node") {
       NoteNodeRecord(r, &node_info);
       node_line = line;
     }
@@ -254,6 +258,8 @@ HttpReply HubIngest::HandleRecords(std::string_view body, std::string_view node,
     }
   }
   for (const auto& p : lines) recorder_->Add(p.t_ms, std::string(p.line));
+  const std::string node_name(node);
+  for (const auto& [r, t_ms] : job_records) jobs_.Add(node_name, r, t_ms);
   return {200, fmt::format(R"({{"taken":{},"next_seq":{}}})", lines.size(), seq + 1) + "\n"};
 }
 

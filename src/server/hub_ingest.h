@@ -39,6 +39,7 @@
 #include <vector>
 
 #include "analyze/finding.h"
+#include "server/fleet_jobs.h"
 #include "server/remote_write_handler.h"
 #include "server/spool.h"
 #include "trace/flight_recorder.h"
@@ -86,6 +87,8 @@ class HubIngest {
   int64_t DiagnosisTimeMs(int64_t now_ms) const;
 
   std::vector<NodeStatus> Nodes() const;
+  // The jobs across nodes, from the job and step records taken.
+  const FleetJobs& jobs() const { return jobs_; }
   // GET /api/v1/nodes: {"nodes": [{node, health, reason, last_push_ms, ...}]}. The health
   // comes from the findings open on each node (hardware causes advise a drain) and from how
   // long the node has been silent.
@@ -105,6 +108,7 @@ class HubIngest {
   trace::FlightRecorder* recorder_;
   mutable std::mutex mu_;
   std::map<std::string, Node> nodes_;
+  FleetJobs jobs_;
 };
 
 // A node name the hub takes (a hostname: [A-Za-z0-9._-], 1 to 253 characters).

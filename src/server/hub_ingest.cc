@@ -187,6 +187,11 @@ HttpReply HubIngest::HandleRecords(std::string_view body, std::string_view node,
     const double t_s = t->get<double>();
     if (!std::isfinite(t_s) || t_s < 0 || t_s > 9.2e12)
       return {400, fmt::format("line {}: \"t\" {} is not a time in Unix seconds\n", line_no, t_s)};
+    if (t_s * 1000 > static_cast<double>(now_ms + options_.max_future_ms))
+      return {400, fmt::format("line {}: \"t\" {} is {:.0f} s ahead of the hub's clock (at most "
+                               "{} s are taken): check the node's time source\n",
+                               line_no, t_s, t_s - static_cast<double>(now_ms) / 1000,
+                               options_.max_future_ms / 1000)};
     if (auto n = r.find("node"); n != r.end()) {
       if (!n->is_string() || n->get_ref<const std::string&>() != node)
         return {400, fmt::format("line {}: the record names node {} but the entry comes from {}\n",

@@ -52,6 +52,10 @@ struct HubIngestOptions {
   size_t max_lines_per_entry = 200'000;
   uint64_t max_bytes_per_node = uint64_t{256} << 20;  // the on-disk record log of each node
   int64_t stale_after_ms = 120'000;
+  // Records further ahead of the hub's clock are refused (400): one record from a node with a
+  // wild clock would otherwise age every other node's records out of the flight recorder and
+  // carry the diagnosis past what has arrived. The store's bound, for the same reason.
+  int64_t max_future_ms = 3600'000;
   bool sync = true;
 };
 

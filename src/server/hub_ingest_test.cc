@@ -95,6 +95,8 @@ TEST_F(HubIngestTest, EveryRefusalSaysWhyAndKeepsNothing) {
       {GpuLine("a", 1) + "\n[1,2]", "a", kSpool, "1", "line 2: not a JSON object"},
       {R"({"type":"gpu"})", "a", kSpool, "1", "line 1: a trace record needs"},
       {R"({"t":-5,"type":"gpu"})", "a", kSpool, "1", "not a time"},
+      // A wild clock two hours ahead would age every other node out of the recorder.
+      {GpuLine("a", kNowMs / 1000 + 7200), "a", kSpool, "1", "ahead of the hub's clock"},
       // A node's write token cannot speak for another node.
       {GpuLine("b", 1), "a", kSpool, "1", "names node \"b\" but the entry comes from a"},
   };

@@ -2,7 +2,8 @@
 # Installs, from Debian 12's archive, whatever gpuwatch needs that is missing.
 #   scripts/deps.sh build   — compiler, CMake, libraries
 #   scripts/deps.sh test    — build + GoogleTest, the servers tests start (Prometheus,
-#                             Alertmanager; promtool comes with Prometheus) and Chromium (the
+#                             Alertmanager, VictoriaMetrics; promtool comes with Prometheus)
+#                             and Chromium (the
 #                             dashboard's end-to-end test drives it; web/e2e)
 #   scripts/deps.sh bench   — test + Google Benchmark, node-exporter, GNU time
 # Packages already installed are not touched; apt-get runs only when something is missing.
@@ -12,7 +13,7 @@ build_pkgs=(g++ cmake ninja-build pkg-config nlohmann-json3-dev libfmt-dev libcl
             libcpp-httplib-dev libssl-dev zlib1g-dev libbrotli-dev libre2-dev
             libsnappy-dev libzstd-dev libncurses-dev)
 test_pkgs=(libgtest-dev libgmock-dev python3 curl tmux prometheus prometheus-alertmanager
-           chromium)
+           victoria-metrics chromium)
 bench_pkgs=(libbenchmark-dev prometheus-node-exporter time)
 
 want=("${build_pkgs[@]}")
@@ -40,7 +41,7 @@ export DEBIAN_FRONTEND=noninteractive
 $SUDO apt-get update -qq
 # Debian's prometheus packages start system services on install; the tests start their own.
 $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
-for svc in prometheus prometheus-alertmanager; do
+for svc in prometheus prometheus-alertmanager victoria-metrics; do
   if [ -d /run/systemd/system ] && printf '%s\n' "${missing[@]}" | grep -qx "$svc"; then
     $SUDO systemctl disable --now "$svc" >/dev/null 2>&1 || true
   fi

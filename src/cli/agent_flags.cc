@@ -245,6 +245,12 @@ void AddAgentFlags(CLI::App* app, AgentFlags* f) {
       ->excludes(tok);
   app->add_option("--hub-interval", f->hub_interval,
                   "How often what was collected is spooled and sent to the hub (default 1s)");
+  app->add_option("--remote-write", f->remote_write,
+                  "Also remote-write the series to this URL (VictoriaMetrics, Mimir, Thanos "
+                  "receive, Prometheus), e.g. http://vm:8428/api/v1/write; spooled under "
+                  "DATA_DIR/forward while it is down");
+  app->add_option("--remote-write-token-file", f->remote_write_token_file,
+                  "A file (mode 0600) with the bearer token --remote-write needs, if any");
   app->add_option("--spool-max", f->spool_max,
                   "The most each spool (samples, records) holds for the hub; beyond it the "
                   "oldest unsent goes (default 512MiB)");
@@ -306,6 +312,8 @@ std::map<std::string, std::string*> FlagFields(AgentFlags* f) {
           {"hub-token-file", &f->hub_token_file},
           {"hub-interval", &f->hub_interval},
           {"spool-max", &f->spool_max},
+          {"remote-write", &f->remote_write},
+          {"remote-write-token-file", &f->remote_write_token_file},
           {"log-level", &f->log_level}};
 }
 
@@ -400,6 +408,25 @@ Result<server::AgentOptions> MakeOptions(const AgentFlags& f, const std::string&
   if (!hz.ok()) return hz.status();
   o.jobs.raw_steps_max_hz = *hz;
   o.hub = f.is_hub;
+  auto spool_max = ParseByteSize(f.spool_max);
+  if (!spool_max.ok() || *spool_max < (uint64_t{1} << 20))
+    return Status::InvalidArgument("bad --spool-max '" + f.spool_max +
+                                   "': a size of at least 1MiB, such as 512MiB");
+  if (!f.remote_write.empty()) {
+    if (!f.remote_write.starts_with("http://"))
+      return Status::InvalidArgument("--remote-write " + f.remote_write +
+                                     ": an http:// URL such as http://vm:8428/api/v1/write");
+    o.forward.url = f.remote_write;
+    if (!f.remote_write_token_file.empty()) {
+      auto token = server::ReadTokenFile(f.remote_write_token_file);
+      if (!token.ok()) return token.status();
+      o.forward.token = *token;
+    }
+    o.forward.spool.max_bytes = *spool_max;
+    o.forward.spool.segment_bytes = std::min<uint64_t>(o.forward.spool.segment_bytes, *spool_max / 4);
+    // Samples only: several seconds a request keep a cluster's insert path efficient.
+    o.forward.interval = std::chrono::seconds(5);
+  }
   if (!f.hub.empty()) {
     if (f.is_hub) return Status::InvalidArgument("a hub does not push to another hub (--hub)");
     o.push.url = f.hub;
@@ -415,12 +442,8 @@ Result<server::AgentOptions> MakeOptions(const AgentFlags& f, const std::string&
       return Status::InvalidArgument("bad --hub-interval '" + f.hub_interval +
                                      "': a duration from 100ms to 1h");
     o.push.interval = std::chrono::milliseconds(*every);
-    auto max = ParseByteSize(f.spool_max);
-    if (!max.ok() || *max < (uint64_t{1} << 20))
-      return Status::InvalidArgument("bad --spool-max '" + f.spool_max +
-                                     "': a size of at least 1MiB, such as 512MiB");
-    o.push.spool.max_bytes = *max;
-    o.push.spool.segment_bytes = std::min<uint64_t>(o.push.spool.segment_bytes, *max / 4);
+    o.push.spool.max_bytes = *spool_max;
+    o.push.spool.segment_bytes = std::min<uint64_t>(o.push.spool.segment_bytes, *spool_max / 4);
   }
   return o;
 }

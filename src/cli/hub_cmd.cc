@@ -20,6 +20,14 @@ CLI::App* AddHubCommand(CLI::App* app, AgentFlags* f) {
                   "tokens); every route but /healthz then needs a token");
   hub->add_flag("--insecure-listen", f->insecure_listen,
                 "Serve reads beyond loopback with no token (logged as a warning)");
+  hub->add_option("--remote-write", f->remote_write,
+                  "Pass every series the hub takes on to this Prometheus-compatible cluster "
+                  "(VictoriaMetrics, Mimir, Thanos receive, Prometheus), e.g. "
+                  "http://vm:8428/api/v1/write; spooled under DATA_DIR/forward while it is down");
+  hub->add_option("--remote-write-token-file", f->remote_write_token_file,
+                  "A file (mode 0600) with the bearer token --remote-write needs, if any");
+  hub->add_option("--spool-max", f->spool_max,
+                  "The most the --remote-write spool holds (default 512MiB)");
   hub->add_option("--hostname", f->hostname, "The hub's own name in its events (default: host)");
   hub->add_option("--out-of-order-window", f->out_of_order_window,
                   "Samples this much older than their series' newest are still taken, as "

@@ -109,6 +109,18 @@ Status Agent::Init() {
     if (!p.ok()) return p.status();
     pusher_ = std::move(p).value();
   }
+  if (!options_.forward.url.empty()) {
+    if (options_.data_dir.empty())
+      return Status::InvalidArgument(
+          "--remote-write needs a data dir: what is not yet sent waits in <data-dir>/forward");
+    HubPushOptions fo = options_.forward;
+    fo.spool_dir = options_.data_dir + "/forward";
+    fo.records = false;
+    fo.label = "remote write";
+    auto f = HubPusher::Open(fo);
+    if (!f.ok()) return f.status();
+    forwarder_ = std::move(f).value();
+  }
   std::lock_guard<std::mutex> lock(mu_);
   if (options_.hub) {
     state_.gpu_unavailable_reason = "a hub collects nothing of its own";
@@ -390,6 +402,7 @@ void Agent::StoreTick(std::vector<store::Head::Input> inputs) {
     }
   }
   if (pusher_) pusher_->AddSeries(inputs);
+  if (forwarder_) forwarder_->AddSeries(inputs);
   if (!store_) return;
   auto r = store_->Append(inputs);
   if (!r.ok()) {
@@ -1103,6 +1116,7 @@ void Agent::Start() {
   stopping_drain_ = false;
   if (notifier_) notifier_->Start();
   if (pusher_) pusher_->Start();
+  if (forwarder_) forwarder_->Start();
   tiers_thread_ = std::thread([this] { RunTiers(); });
   if (gpu_ready_) events_thread_ = std::thread([this] { RunEvents(); });
 }
@@ -1125,6 +1139,7 @@ void Agent::Stop() {
   if (snapshots_) snapshots_->Stop();
   // After the last drain: its records reach the spool, sent at the next start.
   if (pusher_) pusher_->Stop();
+  if (forwarder_) forwarder_->Stop();
 }
 
 void Agent::Record(int64_t t_ms, std::string line) {

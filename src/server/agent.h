@@ -97,6 +97,10 @@ struct AgentOptions {
   // `gpuwatch up --hub URL`: push series and records to the hub (server/hub_push.h); url ""
   // is off. REQUIRES: a data dir (the spool is under <data-dir>/spool).
   HubPushOptions push;
+  // --remote-write URL: the series (an agent's own, or what a hub takes in) also go to a
+  // Prometheus-compatible cluster (VictoriaMetrics, Mimir, Thanos receive, Prometheus), through
+  // a spool of their own under <data-dir>/forward. url "" is off.
+  HubPushOptions forward;
 };
 
 // The job registry's options with the diagnosis's hang policy (one rule for both).
@@ -180,6 +184,9 @@ class Agent {
   HubIngest* hub() const { return hub_.get(); }
   // The push to a hub; null unless AgentOptions::push.url.
   const HubPusher* pusher() const { return pusher_.get(); }
+  // The remote-write destination's sender; null without --remote-write. A hub's HTTP server
+  // hands it what it stored.
+  HubPusher* forwarder() const { return forwarder_.get(); }
   bool is_hub() const { return options_.hub; }
   // Failure snapshots; null without a data dir.
   SnapshotManager* snapshots() const { return snapshots_.get(); }
@@ -215,11 +222,12 @@ class Agent {
   void FlushEvents();
   void StoreTick(std::vector<store::Head::Input> inputs);  // tier thread
   // Series are made each tick when something keeps them: the store or the push to a hub.
-  bool KeepsSeries() const { return store_ != nullptr || pusher_ != nullptr; }
+  bool KeepsSeries() const { return store_ || pusher_ || forwarder_; }
   // One trace record: into the flight recorder and, with --hub, the push's spool.
   void Record(int64_t t_ms, std::string line);
   std::unique_ptr<HubIngest> hub_;
   std::unique_ptr<HubPusher> pusher_;
+  std::unique_ptr<HubPusher> forwarder_;
   uint64_t store_errors_ = 0;
   void RunTiers();
   void RunEvents();

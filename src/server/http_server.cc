@@ -436,8 +436,12 @@ void HttpServer::AddHubRoutes() {
 
 void HttpServer::AddQueryRoutes() {
   auto& srv = server_;
+  // A hub with --remote-write passes on what it stored.
+  RemoteWriteGate::StoredFn forward;
+  if (HubPusher* f = agent_->is_hub() ? agent_->forwarder() : nullptr)
+    forward = [f](const std::vector<store::Head::Input>& batch) { f->AddSeries(batch); };
   srv.Route("POST", "/api/v1/write",
-            [this](const Request& req, Response& res) {
+            [this, forward](const Request& req, Response& res) {
               if (!AdmitPush(res)) return;
               struct Done {
                 std::atomic<size_t>& n;
@@ -446,7 +450,7 @@ void HttpServer::AddQueryRoutes() {
               // Series are counted per sender: the token's principal and the address it came from.
               const HttpReply r =
                   remote_write_.Handle(store_, req.body, req.Header("Content-Encoding"),
-                                       req.principal + "@" + req.remote_address);
+                                       req.principal + "@" + req.remote_address, forward);
               res.status = r.status;
               if (!r.body.empty()) res.Set(r.body, "text/plain");
               // A large request's peak (the decoded batch) is returned to the OS now, not held as

@@ -35,17 +35,25 @@ Result<std::unique_ptr<HubPusher>> HubPusher::Open(HubPushOptions options) {
                                    ": only http:// URLs are supported (put TLS in a reverse "
                                    "proxy beside the hub, docs/deploy.md)");
   std::unique_ptr<HubPusher> p(new HubPusher(options));
+  const size_t path_at = options.url.find('/', std::string_view("http://").size());
+  p->base_url_ = options.url.substr(0, path_at);
+  if (path_at != std::string::npos && path_at + 1 < options.url.size()) {
+    if (options.records)
+      return Status::InvalidArgument("--hub " + options.url +
+                                     ": give the hub's address only (http://HOST:PORT)");
+    p->write_path_ = options.url.substr(path_at);
+  }
   auto s = Spool::Open(options.spool_dir + "/samples", options.spool);
   if (!s.ok()) return s.status();
   p->samples_ = std::move(s).value();
-  auto r = Spool::Open(options.spool_dir + "/records", options.spool);
-  if (!r.ok()) return r.status();
-  p->records_ = std::move(r).value();
-  const SpoolStats ss = p->samples_->Stats(), rs = p->records_->Stats();
-  const uint64_t backlog = (ss.next_seq - p->samples_->Position(kDestination)) +
-                           (rs.next_seq - p->records_->Position(kDestination));
+  if (options.records) {
+    auto r = Spool::Open(options.spool_dir + "/records", options.spool);
+    if (!r.ok()) return r.status();
+    p->records_ = std::move(r).value();
+  }
+  const uint64_t backlog = p->counters().backlog_entries;
   if (backlog > 0)
-    GW_LOG_INFO("hub push: {} entries not yet sent to {} are in the spool; they go first",
+    GW_LOG_INFO("{}: {} entries not yet sent to {} are in the spool; they go first", options.label,
                 backlog, options.url);
   return p;
 }
@@ -70,6 +78,7 @@ void HubPusher::AddSeries(const std::vector<store::Head::Input>& inputs) {
 }
 
 void HubPusher::AddRecord(std::string line) {
+  if (!records_) return;
   std::lock_guard<std::mutex> lock(buf_mu_);
   records_buf_ += line;
   records_buf_ += '\n';
@@ -91,7 +100,7 @@ Status HubPusher::Flush() {
     auto st = samples_->Append(series);
     if (!st.ok()) first = st.status();
   }
-  if (!records.empty()) {
+  if (!records.empty() && records_) {
     auto st = records_->Append(records);
     if (!st.ok() && first.ok()) first = st.status();
   }
@@ -104,7 +113,7 @@ Status HubPusher::Flush() {
 HubPusher::Outcome HubPusher::Post(
     const std::string& path, const std::string& body, const std::string& type,
     const std::vector<std::pair<std::string, std::string>>& extra) {
-  httplib::Client c(options_.url);
+  httplib::Client c(base_url_);
   const auto secs = static_cast<time_t>(options_.timeout.count());
   c.set_connection_timeout(secs);
   c.set_read_timeout(secs);
@@ -118,7 +127,7 @@ HubPusher::Outcome HubPusher::Post(
     ++counters_.requests_failed;
     wait_until_ = Clock::now() + std::chrono::seconds(seconds);
     if (failures_in_row_++ % 30 == 0)
-      GW_LOG_WARN("hub push: {} {}{}: {}; retrying in {} s", "POST", options_.url, path, why,
+      GW_LOG_WARN("{}: {} {}{}: {}; retrying in {} s", options_.label, "POST", base_url_, path, why,
                   seconds);
     return Outcome::kRetryLater;
   };
@@ -132,15 +141,15 @@ HubPusher::Outcome HubPusher::Post(
     ++counters_.requests_sent;
     counters_.last_success_ms = WallClockMs();
     if (failures_in_row_ > 0 || !auth_error_.empty())
-      GW_LOG_INFO("hub push: {} takes the data again", options_.url);
+      GW_LOG_INFO("{}: {} takes the data again", options_.label, base_url_);
     failures_in_row_ = 0;
     auth_error_.clear();
     return Outcome::kSent;
   }
   if (status == 401 || status == 403) {
-    const std::string why = fmt::format("the hub at {} answers {} to this agent's token: {}",
-                                        options_.url, status, reason);
-    if (auth_error_ != why) GW_LOG_ERROR("hub push: {}", why);
+    const std::string why = fmt::format("{} answers {} to this agent's token: {}",
+                                        base_url_, status, reason);
+    if (auth_error_ != why) GW_LOG_ERROR("{}: {}", options_.label, why);
     auth_error_ = why;
     ++counters_.requests_failed;
     wait_until_ = Clock::now() + std::chrono::seconds(60);
@@ -150,7 +159,7 @@ HubPusher::Outcome HubPusher::Post(
     return backoff(RetryAfterSeconds(res, 5), fmt::format("HTTP {}: {}", status, reason));
   if (status == 400 || status == 409 || status == 413 || status == 415) {
     ++counters_.requests_failed;
-    GW_LOG_ERROR("hub push: {}{} refused an entry with HTTP {} (not retried): {}", options_.url,
+    GW_LOG_ERROR("{}: {}{} refused an entry with HTTP {} (not retried): {}", options_.label, base_url_,
                  path, status, reason);
     return Outcome::kDropped;
   }
@@ -162,13 +171,13 @@ bool HubPusher::SendSamples() {
   const uint64_t from = samples_->Position(kDestination);
   auto entries = samples_->Read(from, options_.max_request_bytes);
   if (!entries.ok()) {
-    GW_LOG_ERROR("hub push: {}", entries.status().message());
+    GW_LOG_ERROR("{}: {}", options_.label, entries.status().message());
     return false;
   }
   if (entries->empty()) return false;
   std::string proto;
   for (const auto& e : *entries) proto += e.payload;
-  const Outcome o = Post("/api/v1/write", store::SnappyCompress(proto), "application/x-protobuf",
+  const Outcome o = Post(write_path_, store::SnappyCompress(proto), "application/x-protobuf",
                          {{"Content-Encoding", "snappy"},
                           {"X-Prometheus-Remote-Write-Version", "0.1.0"}});
   if (o == Outcome::kRetryLater) return false;
@@ -177,15 +186,16 @@ bool HubPusher::SendSamples() {
     (o == Outcome::kSent ? counters_.entries_sent : counters_.entries_dropped) += entries->size();
   }
   if (Status st = samples_->Ack(kDestination, entries->back().seq + 1); !st.ok())
-    GW_LOG_WARN("hub push: {}", st.message());
+    GW_LOG_WARN("{}: {}", options_.label, st.message());
   return true;
 }
 
 bool HubPusher::SendRecords() {
+  if (!records_) return false;
   const uint64_t from = records_->Position(kDestination);
   auto entries = records_->Read(from, 1);
   if (!entries.ok()) {
-    GW_LOG_ERROR("hub push: {}", entries.status().message());
+    GW_LOG_ERROR("{}: {}", options_.label, entries.status().message());
     return false;
   }
   if (entries->empty()) return false;
@@ -200,7 +210,7 @@ bool HubPusher::SendRecords() {
     ++(o == Outcome::kSent ? counters_.entries_sent : counters_.entries_dropped);
   }
   if (Status st = records_->Ack(kDestination, e.seq + 1); !st.ok())
-    GW_LOG_WARN("hub push: {}", st.message());
+    GW_LOG_WARN("{}: {}", options_.label, st.message());
   return true;
 }
 
@@ -233,8 +243,8 @@ HubPusher::Counters HubPusher::counters() const {
     std::lock_guard<std::mutex> lock(mu_);
     c = counters_;
   }
-  c.backlog_entries = (samples_->Stats().next_seq - samples_->Position(kDestination)) +
-                      (records_->Stats().next_seq - records_->Position(kDestination));
+  c.backlog_entries = samples_->Stats().next_seq - samples_->Position(kDestination);
+  if (records_) c.backlog_entries += records_->Stats().next_seq - records_->Position(kDestination);
   return c;
 }
 
@@ -253,7 +263,7 @@ void HubPusher::Start() {
 
 void HubPusher::Run() {
   while (true) {
-    if (Status st = Flush(); !st.ok()) GW_LOG_ERROR("hub push: cannot spool: {}", st.message());
+    if (Status st = Flush(); !st.ok()) GW_LOG_ERROR("{}: cannot spool: {}", options_.label, st.message());
     SendPending();
     std::unique_lock<std::mutex> lock(stop_mu_);
     if (stop_cv_.wait_for(lock, options_.interval, [this] { return stopping_; })) return;
@@ -269,7 +279,7 @@ void HubPusher::Stop() {
   stop_cv_.notify_all();
   if (thread_.joinable()) thread_.join();
   // What was collected since the last interval is kept for the next start.
-  if (Status st = Flush(); !st.ok()) GW_LOG_ERROR("hub push: cannot spool: {}", st.message());
+  if (Status st = Flush(); !st.ok()) GW_LOG_ERROR("{}: cannot spool: {}", options_.label, st.message());
 }
 
 }  // namespace gpuwatch::server

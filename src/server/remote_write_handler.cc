@@ -8,7 +8,8 @@
 namespace gpuwatch::server {
 
 HttpReply RemoteWriteGate::Handle(store::Store* store, std::string_view body,
-                                  std::string_view content_encoding, const std::string& sender) {
+                                  std::string_view content_encoding, const std::string& sender,
+                                  const StoredFn& on_stored) {
   if (!content_encoding.empty() && ToLower(content_encoding) != "snappy")
     return {400, "remote-write: Content-Encoding must be snappy, not '" +
                      std::string(content_encoding) + "'\n"};
@@ -63,6 +64,7 @@ HttpReply RemoteWriteGate::Handle(store::Store* store, std::string_view body,
                          r->series_limited, options_.max_series_per_sender, options_.max_series);
     return {400, why + ": " + r->first_error + "\n"};
   }
+  if (on_stored) on_stored(batch);
   return {204, ""};
 }
 

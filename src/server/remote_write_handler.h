@@ -17,10 +17,12 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "store/remote_write.h"
 #include "store/store.h"
@@ -51,8 +53,11 @@ struct RemoteWriteOptions {
 class RemoteWriteGate {
  public:
   explicit RemoteWriteGate(RemoteWriteOptions options = {}) : options_(options) {}
+  // `on_stored`, when set, gets the request's series once all of it was stored (204): a hub
+  // forwards them to its --remote-write destination.
+  using StoredFn = std::function<void(const std::vector<store::Head::Input>&)>;
   HttpReply Handle(store::Store* store, std::string_view body, std::string_view content_encoding,
-                   const std::string& sender);
+                   const std::string& sender, const StoredFn& on_stored = nullptr);
   const RemoteWriteOptions& options() const { return options_; }
   struct Counts {
     uint64_t series_created = 0;

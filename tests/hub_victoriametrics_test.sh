@@ -1,0 +1,92 @@
+#!/usr/bin/env bash
+# Scale-out (issue 19): a hub with --remote-write passes every series it takes on to a real
+# VictoriaMetrics (Debian's victoria-metrics, started here on loopback), through its own spool.
+# An agent on the mock NVML pushes to the hub for a while; then every GPU series on the hub and
+# in VictoriaMetrics holds the same samples (timestamps, and values to VictoriaMetrics' 12
+# significant digits, via its /api/v1/export), and a PromQL aggregate gives the same answer on
+# both.
+GPUWATCH=$1 MOCK=$2
+. "$(dirname "$0")/lib.sh"
+need_peer victoria-metrics victoria-metrics
+
+VM_PORT=$(free_port) HUB_PORT=$(free_port) A_PORT=$(free_port)
+VM="http://127.0.0.1:$VM_PORT"
+HUB="http://127.0.0.1:$HUB_PORT"
+# -search.latencyOffset=0s: answer with the newest samples (by default VictoriaMetrics hides
+# the last 30 s from queries).
+victoria-metrics -storageDataPath="$TMP/vm" -httpListenAddr="127.0.0.1:$VM_PORT" \
+  -retentionPeriod=100y -search.latencyOffset=0s -search.disableCache \
+  -dedup.minScrapeInterval=1ms >"$TMP/vm.log" 2>&1 &
+PIDS+=($!)
+wait_http "$VM/health" 30 || { tail -20 "$TMP/vm.log"; fail "victoria-metrics did not start"; }
+
+"$GPUWATCH" hub --listen "127.0.0.1:$HUB_PORT" --data-dir "$TMP/hub" \
+  --remote-write "$VM/api/v1/write" >"$TMP/hub.log" 2>&1 &
+PIDS+=($!)
+wait_http "$HUB/healthz" 20 || { cat "$TMP/hub.log"; fail "hub did not start"; }
+GPUWATCH_MOCK_NVML=2xL40S "$GPUWATCH" up --listen "127.0.0.1:$A_PORT" --nvml-lib "$MOCK" \
+  --hostname node-a --data-dir "$TMP/a" --job-socket off --kmsg off --gpu-interval 1s \
+  --hub "$HUB" --hub-token-file "$TMP/hub/admin.token" >"$TMP/a.log" 2>&1 &
+A_PID=$!
+PIDS+=("$A_PID")
+wait_http "http://127.0.0.1:$A_PORT/healthz" 20 || { cat "$TMP/a.log"; fail "agent did not start"; }
+sleep 12
+kill "$A_PID"
+wait "$A_PID" 2>/dev/null || true
+
+hub_count() {
+  curl -fsSG "$HUB/api/v1/query" --data-urlencode 'query=sum(count_over_time(DCGM_FI_DEV_GPU_TEMP[10m]))' |
+    python3 -c 'import json,sys; r=json.load(sys.stdin)["data"]["result"]; print(r[0]["value"][1] if r else 0)'
+}
+vm_count() {
+  curl -fsSG "$VM/api/v1/export" --data-urlencode 'match[]=DCGM_FI_DEV_GPU_TEMP' |
+    python3 -c 'import json,sys; print(sum(len(json.loads(l)["values"]) for l in sys.stdin if l.strip()))'
+}
+# The agent's last push, then the hub's next forward (every 5 s).
+for ((i = 0; i < 150; i++)); do
+  h=$(hub_count) v=$(vm_count)
+  [ "$h" != 0 ] && [ "$h" = "$v" ] && break
+  sleep 0.2
+done
+[ "$h" != 0 ] && [ "$h" = "$v" ] || fail "GPU temperature samples: $h on the hub, $v in VictoriaMetrics"
+
+# Every GPU series: the same timestamps and values.
+NOW=$(date +%s)
+curl -fsSG "$HUB/api/v1/query" --data-urlencode 'query={__name__=~"DCGM_FI_DEV_.*"}[10m]' \
+  --data-urlencode "time=$NOW" >"$TMP/hub.json"
+curl -fsSG "$VM/api/v1/export" --data-urlencode 'match[]={__name__=~"DCGM_FI_DEV_.*"}' >"$TMP/vm.jsonl"
+python3 - "$TMP/hub.json" "$TMP/vm.jsonl" <<'EOF' || fail "the hub and VictoriaMetrics differ"
+import json, sys
+def key(m):
+    return tuple(sorted(m.items()))
+hub = {}
+for r in json.load(open(sys.argv[1]))["data"]["result"]:
+    hub[key(r["metric"])] = [(round(float(t) * 1000), float(v)) for t, v in r["values"]]
+vm = {}
+for line in open(sys.argv[2]):
+    if line.strip():
+        r = json.loads(line)
+        vm[key(r["metric"])] = list(zip(r["timestamps"], [float(v) for v in r["values"]]))
+assert hub and set(hub) == set(vm), f"series: {len(hub)} on the hub, {len(vm)} in VM; e.g. {sorted(set(hub) ^ set(vm))[:2]}"
+# VictoriaMetrics keeps about 12 significant decimal digits of a float (its docs, "Data
+# model": values are converted to decimal with a limited mantissa), so values compare to 1e-9.
+for k in hub:
+    h, v = hub[k], vm[k]
+    assert [t for t, _ in h] == [t for t, _ in v], f"{dict(k)}: timestamps differ ({len(h)} vs {len(v)})"
+    for (t, a), (_, b) in zip(h, v):
+        assert abs(a - b) <= 1e-9 * max(1.0, abs(a)), f"{dict(k)} at {t}: {a} on the hub, {b} in VM"
+print(f"{len(hub)} series, {sum(map(len, hub.values()))} samples: the same on the hub and in VictoriaMetrics")
+EOF
+# A PromQL aggregate over the same data.
+q='sum by (gpu) (max_over_time(DCGM_FI_DEV_POWER_USAGE[10m]))'
+for url in "$HUB" "$VM"; do
+  curl -fsSG "$url/api/v1/query" --data-urlencode "query=$q" --data-urlencode "time=$NOW" |
+    python3 -c 'import json,sys; print(sorted((r["metric"]["gpu"], r["value"][1]) for r in json.load(sys.stdin)["data"]["result"]))'
+done >"$TMP/answers"
+python3 - "$TMP/answers" <<'EOF' || fail "answers differ: $(cat "$TMP/answers")"
+import ast, sys
+hub, vm = (ast.literal_eval(l) for l in open(sys.argv[1]))
+assert hub and [g for g, _ in hub] == [g for g, _ in vm], (hub, vm)
+assert all(abs(float(a) - float(b)) <= 1e-9 * max(1, abs(float(a))) for (_, a), (_, b) in zip(hub, vm))
+EOF
+echo "PASS hub remote-write into VictoriaMetrics"

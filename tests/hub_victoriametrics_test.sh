@@ -4,7 +4,8 @@
 # An agent on the mock NVML pushes to the hub for a while; then every GPU series on the hub and
 # in VictoriaMetrics holds the same samples (timestamps, and values to VictoriaMetrics' 12
 # significant digits, via its /api/v1/export), and a PromQL aggregate gives the same answer on
-# both.
+# both. A second hub with --read-from VictoriaMetrics then answers the query API (instant and
+# range queries, label values, series) as the first does over its embedded store.
 GPUWATCH=$1 MOCK=$2
 . "$(dirname "$0")/lib.sh"
 need_peer victoria-metrics victoria-metrics
@@ -89,4 +90,61 @@ hub, vm = (ast.literal_eval(l) for l in open(sys.argv[1]))
 assert hub and [g for g, _ in hub] == [g for g, _ in vm], (hub, vm)
 assert all(abs(float(a) - float(b)) <= 1e-9 * max(1, abs(float(a))) for (_, a), (_, b) in zip(hub, vm))
 EOF
-echo "PASS hub remote-write into VictoriaMetrics"
+# The read side: a second hub answers through VictoriaMetrics (--read-from), with the same
+# engine; its answers match the first hub's over its embedded store, query for query.
+R_PORT=$(free_port)
+"$GPUWATCH" hub --listen "127.0.0.1:$R_PORT" --data-dir "$TMP/reader" --read-from "$VM" \
+  >"$TMP/reader.log" 2>&1 &
+PIDS+=($!)
+wait_http "http://127.0.0.1:$R_PORT/healthz" 20 || { cat "$TMP/reader.log"; fail "reader hub did not start"; }
+ask() {  # ask PORT PATH ARGS...: the JSON answer
+  local port=$1 path=$2
+  shift 2
+  local args=()
+  for a in "$@"; do args+=(--data-urlencode "$a"); done
+  curl -fsSG "http://127.0.0.1:$port$path" "${args[@]}"
+}
+i=0
+for q in "query=DCGM_FI_DEV_GPU_TEMP" "query=max_over_time(DCGM_FI_DEV_POWER_USAGE[1m])" \
+  "query=sum by (Hostname) (avg_over_time(DCGM_FI_DEV_GPU_UTIL[30s]))" \
+  "query=count(DCGM_FI_DEV_FB_USED > 0)"; do
+  ask "$HUB_PORT" /api/v1/query "$q" "time=$NOW" >"$TMP/emb.$i.json"
+  ask "$R_PORT" /api/v1/query "$q" "time=$NOW" >"$TMP/vm.$i.json"
+  i=$((i + 1))
+done
+ask "$HUB_PORT" /api/v1/query_range "query=sum(DCGM_FI_DEV_GPU_UTIL)" "start=$((NOW - 15))" \
+  "end=$NOW" "step=1" >"$TMP/emb.$i.json"
+ask "$R_PORT" /api/v1/query_range "query=sum(DCGM_FI_DEV_GPU_UTIL)" "start=$((NOW - 15))" \
+  "end=$NOW" "step=1" >"$TMP/vm.$i.json"
+i=$((i + 1))
+ask "$HUB_PORT" /api/v1/label/gpu/values >"$TMP/emb.$i.json"
+ask "$R_PORT" /api/v1/label/gpu/values >"$TMP/vm.$i.json"
+i=$((i + 1))
+ask "$HUB_PORT" /api/v1/series "match[]=DCGM_FI_DEV_GPU_TEMP" >"$TMP/emb.$i.json"
+ask "$R_PORT" /api/v1/series "match[]=DCGM_FI_DEV_GPU_TEMP" >"$TMP/vm.$i.json"
+python3 - "$TMP" "$((i + 1))" <<'EOF' || fail "the query path over VictoriaMetrics answers differently"
+import json, sys
+tmp, n = sys.argv[1], int(sys.argv[2])
+def norm(d):
+    d = d["data"]
+    if isinstance(d, dict):
+        out = []
+        for r in d["result"]:
+            pts = r.get("values") or [r["value"]]
+            out.append((tuple(sorted(r["metric"].items())), [(float(t), float(v)) for t, v in pts]))
+        return d["resultType"], sorted(out)
+    return sorted(json.dumps(x, sort_keys=True) for x in d)
+for i in range(n):
+    a = norm(json.load(open(f"{tmp}/emb.{i}.json")))
+    b = norm(json.load(open(f"{tmp}/vm.{i}.json")))
+    if isinstance(a, tuple):
+        assert a[0] == b[0] and [k for k, _ in a[1]] == [k for k, _ in b[1]], (i, a, b)
+        assert a[1], f"query {i}: empty answer"
+        for (_, pa), (_, pb) in zip(a[1], b[1]):
+            assert [t for t, _ in pa] == [t for t, _ in pb], (i, pa, pb)
+            assert all(abs(x - y) <= 1e-9 * max(1, abs(x)) for (_, x), (_, y) in zip(pa, pb)), (i, pa, pb)
+    else:
+        assert a == b and a, (i, a, b)
+print(f"{n} queries: the same answers over the embedded store and over VictoriaMetrics")
+EOF
+echo "PASS hub remote-write into VictoriaMetrics and reads through it"

@@ -314,6 +314,8 @@ std::map<std::string, std::string*> FlagFields(AgentFlags* f) {
           {"spool-max", &f->spool_max},
           {"remote-write", &f->remote_write},
           {"remote-write-token-file", &f->remote_write_token_file},
+          {"read-from", &f->read_from},
+          {"read-from-token-file", &f->read_from_token_file},
           {"log-level", &f->log_level}};
 }
 

@@ -26,6 +26,12 @@ CLI::App* AddHubCommand(CLI::App* app, AgentFlags* f) {
                   "http://vm:8428/api/v1/write; spooled under DATA_DIR/forward while it is down");
   hub->add_option("--remote-write-token-file", f->remote_write_token_file,
                   "A file (mode 0600) with the bearer token --remote-write needs, if any");
+  hub->add_option("--read-from", f->read_from,
+                  "Answer the query API, panels and dashboard from this Prometheus-API "
+                  "cluster (VictoriaMetrics, Mimir, Thanos query, Prometheus), e.g. "
+                  "http://vm:8428, instead of the embedded store");
+  hub->add_option("--read-from-token-file", f->read_from_token_file,
+                  "A file (mode 0600) with the bearer token --read-from needs, if any");
   hub->add_option("--spool-max", f->spool_max,
                   "The most the --remote-write spool holds (default 512MiB)");
   hub->add_option("--hostname", f->hostname, "The hub's own name in its events (default: host)");

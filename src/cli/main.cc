@@ -19,6 +19,7 @@
 #include "cli/config_file.h"
 #include "cli/demo_cmd.h"
 #include "cli/hub_cmd.h"
+#include "server/prom_querier.h"
 #include "cli/doctor.h"
 #include "cli/explain_cmd.h"
 #include "cli/job_view.h"
@@ -213,6 +214,28 @@ int ServeAgent(const AgentFlags* flags, const server::AgentOptions& agent_opts,
   }
   // The agent first: its snapshot manager exists before any HTTP thread can ask for it.
   agent.Start();
+  // --read-from: the query API reads a Prometheus-API cluster (server/prom_querier.h).
+  std::unique_ptr<server::PromApiQuerier> remote_reader;
+  if (!flags->read_from.empty()) {
+    if (!flags->read_from.starts_with("http://")) {
+      agent.Stop();
+      return Fail(Status::InvalidArgument("--read-from " + flags->read_from +
+                                          ": an http:// URL such as http://vm:8428"));
+    }
+    server::PromApiOptions po;
+    po.url = flags->read_from;
+    if (!flags->read_from_token_file.empty()) {
+      auto token = server::ReadTokenFile(flags->read_from_token_file);
+      if (!token.ok()) {
+        agent.Stop();
+        return Fail(token.status());
+      }
+      po.token = *token;
+    }
+    remote_reader = std::make_unique<server::PromApiQuerier>(po);
+    http_opts->read_from = remote_reader.get();
+    GW_LOG_INFO("queries read {} (--read-from), not the embedded store", flags->read_from);
+  }
   server::HttpServer http(&agent, db.get(), events.get(), *http_opts);
   if (Status st = http.Start(*addr); !st.ok()) {
     // The tier threads write into the store: stop them before `db` goes (declared after the

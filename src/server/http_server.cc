@@ -487,9 +487,9 @@ void HttpServer::AddQueryRoutes() {
     o.cancelled = req.cancelled.get();
     // A confined token's PromQL reads through a querier that only selects its jobs' series.
     std::optional<ScopedQuerier> scoped;
-    if (!req.scope.empty()) scoped.emplace(*store_, ScopeJobs(req));
+    if (!req.scope.empty()) scoped.emplace(Reader(), ScopeJobs(req));
     const ApiResponse r =
-        HandleQueryApi(scoped ? static_cast<const store::Querier&>(*scoped) : *store_, o, api);
+        HandleQueryApi(scoped ? static_cast<const store::Querier&>(*scoped) : Reader(), o, api);
     if (r.error == StatusCode::kDeadlineExceeded)
       queries_refused_[1].fetch_add(1);
     else if (r.error == StatusCode::kCancelled)
@@ -512,9 +512,9 @@ void HttpServer::AddQueryRoutes() {
               for (const auto& [k, v] : req.params) api.params.emplace(k, v);
               api.now_ms = WallClockMs();
               std::optional<ScopedQuerier> scoped;
-              if (!req.scope.empty()) scoped.emplace(*store_, ScopeJobs(req));
+              if (!req.scope.empty()) scoped.emplace(Reader(), ScopeJobs(req));
               const ApiResponse r = HandlePanelApi(
-                  scoped ? static_cast<const store::Querier&>(*scoped) : *store_, api);
+                  scoped ? static_cast<const store::Querier&>(*scoped) : Reader(), api);
               res.status = r.http_status;
               res.Set(r.body, "application/json");
             },

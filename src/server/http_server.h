@@ -39,6 +39,9 @@ struct HttpOptions {
   // Pushes (remote-write, records) being handled at once beyond which the next is told 429
   // with Retry-After: a hub that falls behind sheds load instead of queueing every worker.
   size_t max_pending_pushes = 8;
+  // Where the query API and panels read (--read-from: a Prometheus-API cluster,
+  // server/prom_querier.h); null reads the embedded store. Outlives the server.
+  const store::Querier* read_from = nullptr;
 };
 
 class HttpServer {
@@ -76,6 +79,10 @@ class HttpServer {
   // Takes a push slot, or answers 429 and returns false.
   bool AdmitPush(http::Response& res);
   void AddHubRoutes();
+  // The storage reads go to: --read-from's querier, else the embedded store.
+  const store::Querier& Reader() const {
+    return options_.read_from ? *options_.read_from : *store_;
+  }
 };
 
 }  // namespace gpuwatch::server

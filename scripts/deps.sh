@@ -13,7 +13,7 @@ build_pkgs=(g++ cmake ninja-build pkg-config nlohmann-json3-dev libfmt-dev libcl
             libcpp-httplib-dev libssl-dev zlib1g-dev libbrotli-dev libre2-dev
             libsnappy-dev libzstd-dev libncurses-dev)
 test_pkgs=(libgtest-dev libgmock-dev python3 curl tmux prometheus prometheus-alertmanager
-           victoria-metrics chromium)
+           victoria-metrics openssl chromium)
 bench_pkgs=(libbenchmark-dev prometheus-node-exporter time)
 
 want=("${build_pkgs[@]}")

@@ -243,6 +243,9 @@ void AddAgentFlags(CLI::App* app, AgentFlags* f) {
   app->add_option("--hub-token-file", f->hub_token_file,
                   "A file (mode 0600) holding the write token for the hub")
       ->excludes(tok);
+  app->add_option("--hub-ca-file", f->hub_ca_file,
+                  "For an https:// hub (TLS at a reverse proxy in front of it, docs/deploy.md): "
+                  "the CA bundle its certificate must chain to (default: the system's)");
   app->add_option("--hub-interval", f->hub_interval,
                   "How often what was collected is spooled and sent to the hub (default 1s)");
   app->add_option("--remote-write", f->remote_write,
@@ -310,6 +313,7 @@ std::map<std::string, std::string*> FlagFields(AgentFlags* f) {
           {"tokens", &f->tokens_file},
           {"hub", &f->hub},
           {"hub-token-file", &f->hub_token_file},
+          {"hub-ca-file", &f->hub_ca_file},
           {"hub-interval", &f->hub_interval},
           {"spool-max", &f->spool_max},
           {"remote-write", &f->remote_write},
@@ -415,9 +419,9 @@ Result<server::AgentOptions> MakeOptions(const AgentFlags& f, const std::string&
     return Status::InvalidArgument("bad --spool-max '" + f.spool_max +
                                    "': a size of at least 1MiB, such as 512MiB");
   if (!f.remote_write.empty()) {
-    if (!f.remote_write.starts_with("http://"))
+    if (!f.remote_write.starts_with("http://") && !f.remote_write.starts_with("https://"))
       return Status::InvalidArgument("--remote-write " + f.remote_write +
-                                     ": an http:// URL such as http://vm:8428/api/v1/write");
+                                     ": a URL such as http://vm:8428/api/v1/write");
     o.forward.url = f.remote_write;
     if (!f.remote_write_token_file.empty()) {
       auto token = server::ReadTokenFile(f.remote_write_token_file);
@@ -434,6 +438,7 @@ Result<server::AgentOptions> MakeOptions(const AgentFlags& f, const std::string&
     o.push.url = f.hub;
     while (o.push.url.ends_with("/")) o.push.url.pop_back();
     o.push.token = f.hub_token;
+    o.push.ca_file = f.hub_ca_file;
     if (!f.hub_token_file.empty()) {
       auto token = server::ReadTokenFile(f.hub_token_file);
       if (!token.ok()) return token.status();

@@ -72,6 +72,7 @@ struct AgentFlags {
   std::string hub;  // URL; "" is off
   std::string hub_token;  // on the command line: visible in ps; --hub-token-file is better
   std::string hub_token_file;
+  std::string hub_ca_file;  // https:// hubs: the CA bundle to verify them with
   std::string hub_interval = "1s";
   std::string spool_max = "512MiB";
   // Remote-write to a Prometheus-compatible cluster (scale-out), through its own spool.

@@ -3,6 +3,8 @@
 #include <fmt/format.h>
 #include <httplib.h>
 
+#include <unistd.h>
+
 #include <algorithm>
 
 #include "common/log.h"
@@ -30,12 +32,15 @@ int RetryAfterSeconds(const httplib::Result& res, int dflt) {
 
 Result<std::unique_ptr<HubPusher>> HubPusher::Open(HubPushOptions options) {
   if (options.url.empty()) return Status::InvalidArgument("--hub needs a URL");
-  if (!options.url.starts_with("http://"))
-    return Status::InvalidArgument("--hub " + options.url +
-                                   ": only http:// URLs are supported (put TLS in a reverse "
-                                   "proxy beside the hub, docs/deploy.md)");
+  const bool tls = options.url.starts_with("https://");
+  if (!tls && !options.url.starts_with("http://"))
+    return Status::InvalidArgument(options.url + ": an http:// or https:// URL");
+  if (!options.ca_file.empty() && !tls)
+    return Status::InvalidArgument("a CA file is for an https:// URL, not " + options.url);
+  if (!options.ca_file.empty() && access(options.ca_file.c_str(), R_OK) != 0)
+    return Status::InvalidArgument("cannot read the CA file " + options.ca_file);
   std::unique_ptr<HubPusher> p(new HubPusher(options));
-  const size_t path_at = options.url.find('/', std::string_view("http://").size());
+  const size_t path_at = options.url.find('/', options.url.find("://") + 3);
   p->base_url_ = options.url.substr(0, path_at);
   if (path_at != std::string::npos && path_at + 1 < options.url.size()) {
     if (options.records)
@@ -118,6 +123,11 @@ HubPusher::Outcome HubPusher::Post(
   c.set_connection_timeout(secs);
   c.set_read_timeout(secs);
   c.set_write_timeout(secs);
+  if (base_url_.starts_with("https://")) {
+    // Debian's cpp-httplib is built with OpenSSL: the system's store, or the operator's CA.
+    c.enable_server_certificate_verification(true);
+    if (!options_.ca_file.empty()) c.set_ca_cert_path(options_.ca_file);
+  }
   httplib::Headers headers;
   for (const auto& [k, v] : extra) headers.emplace(k, v);
   if (!options_.token.empty()) headers.emplace("Authorization", "Bearer " + options_.token);

@@ -45,6 +45,9 @@ struct HubPushOptions {
   bool records = true;  // send the records stream too (a hub); off: samples only
   std::string label = "hub push";  // how its log lines start
   std::string token;  // sent as a bearer token; "" sends none
+  // https:// URLs: the CA bundle (PEM) the destination's certificate must chain to; "" uses
+  // the system's. The certificate and its host name are always verified.
+  std::string ca_file;
   std::string spool_dir;
   std::string node;
   std::chrono::milliseconds interval{1000};

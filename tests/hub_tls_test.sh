@@ -1,0 +1,90 @@
+#!/usr/bin/env bash
+# Agent → hub over TLS (issue 19): the hub behind a TLS-terminating reverse proxy (here a small
+# Python one with a certificate from a test CA, standing in for nginx or Caddy, docs/deploy.md).
+# An agent given the CA (--hub-ca-file) pushes through it; one without it refuses the
+# certificate, sends nothing, and keeps its data in the spool.
+GPUWATCH=$(realpath "$1") MOCK=$(realpath "$2")
+. "$(dirname "$0")/lib.sh"
+need_peer openssl openssl
+
+cd "$TMP"
+openssl req -x509 -newkey rsa:2048 -nodes -keyout ca.key -out ca.pem -days 2 \
+  -subj "/CN=gpuwatch test CA" >/dev/null 2>&1
+openssl req -newkey rsa:2048 -nodes -keyout hub.key -out hub.csr -subj "/CN=127.0.0.1" \
+  >/dev/null 2>&1
+printf 'subjectAltName=IP:127.0.0.1\n' >san.ext
+openssl x509 -req -in hub.csr -CA ca.pem -CAkey ca.key -CAcreateserial -out hub.pem -days 2 \
+  -extfile san.ext >/dev/null 2>&1 || fail "cannot make the test certificate"
+
+HUB_PORT=$(free_port) TLS_PORT=$(free_port) A_PORT=$(free_port) B_PORT=$(free_port)
+"$GPUWATCH" hub --listen "127.0.0.1:$HUB_PORT" --data-dir "$TMP/hub" >"$TMP/hub.log" 2>&1 &
+PIDS+=($!)
+wait_http "http://127.0.0.1:$HUB_PORT/healthz" 20 || { cat "$TMP/hub.log"; fail "hub did not start"; }
+
+cat >proxy.py <<'EOF'
+import http.client, http.server, ssl, sys
+listen, upstream = int(sys.argv[1]), int(sys.argv[2])
+class Proxy(http.server.BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    def do(self):
+        body = self.rfile.read(int(self.headers.get("Content-Length", 0) or 0))
+        c = http.client.HTTPConnection("127.0.0.1", upstream, timeout=30)
+        headers = {k: v for k, v in self.headers.items() if k.lower() not in ("host", "connection")}
+        c.request(self.command, self.path, body=body, headers=headers)
+        r = c.getresponse()
+        data = r.read()
+        self.send_response(r.status)
+        for k, v in r.getheaders():
+            if k.lower() not in ("connection", "transfer-encoding", "content-length"):
+                self.send_header(k, v)
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+    do_GET = do_POST = do
+    def log_message(self, *a):
+        pass
+srv = http.server.ThreadingHTTPServer(("127.0.0.1", listen), Proxy)
+ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+ctx.load_cert_chain("hub.pem", "hub.key")
+srv.socket = ctx.wrap_socket(srv.socket, server_side=True)
+srv.serve_forever()
+EOF
+python3 proxy.py "$TLS_PORT" "$HUB_PORT" >"$TMP/proxy.log" 2>&1 &
+PIDS+=($!)
+for ((i = 0; i < 50; i++)); do
+  curl -fsS --cacert ca.pem "https://127.0.0.1:$TLS_PORT/healthz" >/dev/null 2>&1 && break
+  sleep 0.1
+done
+curl -fsS --cacert ca.pem "https://127.0.0.1:$TLS_PORT/healthz" >/dev/null || fail "TLS proxy did not start"
+
+agent() {  # agent NAME PORT [flags...]
+  local name=$1 port=$2
+  shift 2
+  GPUWATCH_MOCK_NVML=2xL40S "$GPUWATCH" up --listen "127.0.0.1:$port" --nvml-lib "$MOCK" \
+    --hostname "$name" --data-dir "$TMP/$name" --job-socket off --kmsg off --gpu-interval 1s \
+    --hub "https://127.0.0.1:$TLS_PORT" --hub-token-file "$TMP/hub/admin.token" "$@" \
+    >"$TMP/$name.log" 2>&1 &
+  PIDS+=($!)
+  wait_http "http://127.0.0.1:$port/healthz" 20 || { cat "$TMP/$name.log"; fail "agent $name did not start"; }
+}
+agent node-a "$A_PORT" --hub-ca-file "$TMP/ca.pem"
+agent node-b "$B_PORT"
+
+for ((i = 0; i < 100; i++)); do
+  curl -fsS "http://127.0.0.1:$HUB_PORT/api/v1/nodes" | grep -q '"node-a"' && break
+  sleep 0.2
+done
+curl -fsS "http://127.0.0.1:$HUB_PORT/api/v1/nodes" >"$TMP/nodes.json"
+grep -q '"node-a"' "$TMP/nodes.json" || { cat "$TMP/node-a.log"; fail "node-a's records did not arrive over TLS"; }
+n=$(curl -fsSG "http://127.0.0.1:$HUB_PORT/api/v1/query" \
+  --data-urlencode 'query=count(DCGM_FI_DEV_GPU_TEMP{Hostname="node-a"})' |
+  python3 -c 'import json,sys; r=json.load(sys.stdin)["data"]["result"]; print(r[0]["value"][1] if r else 0)')
+[ "$n" = 2 ] || fail "node-a's GPU series on the hub: $n, want 2"
+# node-b does not trust the proxy's certificate: nothing of it arrives, it says why, and it
+# keeps what it collected.
+sleep 3
+grep -q '"node-b"' "$TMP/nodes.json" && fail "node-b pushed through a certificate it cannot verify"
+grep -qi 'ssl\|certificate' "$TMP/node-b.log" || { cat "$TMP/node-b.log"; fail "node-b does not say why"; }
+backlog=$(curl -fsS "http://127.0.0.1:$B_PORT/metrics" | awk '$1 ~ /^gpuwatch_hub_push_backlog_entries/ {print $2}')
+[ "${backlog%.*}" -ge 2 ] || fail "node-b's backlog is $backlog: its data should wait in the spool"
+echo "PASS agent → hub over TLS"

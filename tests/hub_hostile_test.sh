@@ -89,6 +89,10 @@ expect 400 'names node "victim"' /api/v1/records "$TMP/spoof.ndjson" application
   "${REC[@]}" -H "X-Gpuwatch-Seq: 1"
 expect 400 "line 2: not a JSON object" /api/v1/records "$TMP/junk.ndjson" application/x-ndjson \
   "${REC[@]}" -H "X-Gpuwatch-Seq: 1"
+expect 413 "inflates to" /api/v1/records "$TMP/bomb.snappy" application/x-ndjson \
+  "${REC[@]}" -H "X-Gpuwatch-Seq: 1" -H "Content-Encoding: snappy"
+expect 415 "Content-Encoding: snappy" /api/v1/records "$TMP/spoof.ndjson" application/x-ndjson \
+  "${REC[@]}" -H "X-Gpuwatch-Seq: 1" -H "Content-Encoding: br"
 expect 415 "x-ndjson" /api/v1/records "$TMP/spoof.ndjson" application/octet-stream \
   "${REC[@]}" -H "X-Gpuwatch-Seq: 1"
 # A reader may not push.

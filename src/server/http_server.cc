@@ -20,6 +20,7 @@
 #include "server/query_api.h"
 #include "server/remote_write_handler.h"
 #include "server/scope.h"
+#include "store/remote_write.h"
 #include "topo/archive.h"
 #include "topo/topo_text.h"
 
@@ -421,8 +422,27 @@ void HttpServer::AddHubRoutes() {
                         "text/plain");
                 return;
               }
+              // Agents send their spool's entries snappy-compressed, as remote-write does.
+              const std::string encoding = req.Header("Content-Encoding");
+              std::string inflated;
+              if (encoding == "snappy") {
+                auto body = store::SnappyUncompress(req.body, 4 * options_.max_write_body_bytes,
+                                                    "records");
+                if (!body.ok()) {
+                  res.status = body.status().code() == StatusCode::kResourceExhausted ? 413 : 400;
+                  res.Set(body.status().message() + "\n", "text/plain");
+                  return;
+                }
+                inflated = std::move(body).value();
+              } else if (!encoding.empty() && encoding != "identity") {
+                res.status = 415;
+                res.Set("records come as they are or with Content-Encoding: snappy\n",
+                        "text/plain");
+                return;
+              }
               const HttpReply r =
-                  hub->HandleRecords(req.body, req.Header("X-Gpuwatch-Node"),
+                  hub->HandleRecords(encoding == "snappy" ? inflated : req.body,
+                                     req.Header("X-Gpuwatch-Node"),
                                      req.Header("X-Gpuwatch-Spool"), req.Header("X-Gpuwatch-Seq"),
                                      WallClockMs());
               res.status = r.status;

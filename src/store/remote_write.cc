@@ -189,19 +189,26 @@ Result<std::vector<RemoteSeries>> DecodeWriteRequest(std::string_view proto,
   return out;
 }
 
-Result<std::vector<RemoteSeries>> DecodeRemoteWrite(std::string_view body,
-                                                    const RemoteWriteLimits& limits) {
+Result<std::string> SnappyUncompress(std::string_view body, size_t max_bytes,
+                                     std::string_view what) {
   size_t n = 0;
   if (!snappy::GetUncompressedLength(body.data(), body.size(), &n))
-    return Status::InvalidArgument("remote-write: body is not snappy (block format) data");
-  if (n > limits.max_uncompressed_bytes)
-    return Status::ResourceExhausted("remote-write: body inflates to " + std::to_string(n) +
-                                     " bytes (limit " +
-                                     std::to_string(limits.max_uncompressed_bytes) + ")");
-  std::string proto;
-  if (!snappy::Uncompress(body.data(), body.size(), &proto))
-    return Status::InvalidArgument("remote-write: corrupt snappy data");
-  return DecodeWriteRequest(proto, limits);
+    return Status::InvalidArgument(std::string(what) + ": body is not snappy (block format) data");
+  if (n > max_bytes)
+    return Status::ResourceExhausted(std::string(what) + ": body inflates to " +
+                                     std::to_string(n) + " bytes (limit " +
+                                     std::to_string(max_bytes) + ")");
+  std::string out;
+  if (!snappy::Uncompress(body.data(), body.size(), &out))
+    return Status::InvalidArgument(std::string(what) + ": corrupt snappy data");
+  return out;
+}
+
+Result<std::vector<RemoteSeries>> DecodeRemoteWrite(std::string_view body,
+                                                    const RemoteWriteLimits& limits) {
+  auto proto = SnappyUncompress(body, limits.max_uncompressed_bytes, "remote-write");
+  if (!proto.ok()) return proto.status();
+  return DecodeWriteRequest(*proto, limits);
 }
 
 std::string EncodeWriteRequest(const std::vector<RemoteSeries>& series) {

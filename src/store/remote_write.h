@@ -54,5 +54,10 @@ std::string EncodeRemoteWrite(const std::vector<RemoteSeries>& series);  // + sn
 // WriteRequest with their series appended (protobuf merges repeated fields), so a sender may
 // join several encoded requests and compress them once.
 std::string SnappyCompress(std::string_view proto);
+// Inflates snappy (block format) data, checking the inflated size against `max_bytes` before
+// anything is allocated (ResourceExhausted); InvalidArgument for data that is not snappy.
+// `what` starts the messages ("remote-write").
+Result<std::string> SnappyUncompress(std::string_view body, size_t max_bytes,
+                                     std::string_view what);
 
 }  // namespace gpuwatch::store

@@ -414,6 +414,9 @@ Result<server::AgentOptions> MakeOptions(const AgentFlags& f, const std::string&
   if (!hz.ok()) return hz.status();
   o.jobs.raw_steps_max_hz = *hz;
   o.hub = f.is_hub;
+  // The hub's record logs follow the store's WAL: synced per entry only with --wal-sync always
+  // (a process crash loses nothing either way; a power loss may lose the last seconds).
+  o.hub_ingest.sync = f.wal_sync == "always";
   auto spool_max = ParseByteSize(f.spool_max);
   if (!spool_max.ok() || *spool_max < (uint64_t{1} << 20))
     return Status::InvalidArgument("bad --spool-max '" + f.spool_max +

@@ -76,6 +76,7 @@ PromApiQuerier::PromApiQuerier(PromApiOptions options) : options_(std::move(opti
 Result<std::string> PromApiQuerier::Get(
     const std::string& path, const std::vector<std::pair<std::string, std::string>>& params) const {
   httplib::Client c(base_);
+  c.set_tcp_nodelay(true);
   const auto secs = static_cast<time_t>(options_.timeout.count());
   c.set_connection_timeout(secs);
   c.set_read_timeout(secs);

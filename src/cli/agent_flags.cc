@@ -128,6 +128,48 @@ uint64_t DefaultDiskBudgetBytes(const std::string& data_dir) {
   return std::clamp<uint64_t>(total / 10, kMin, kMax);
 }
 
+// The flags an agent and a hub share: access, the remote-write destination, alerting, the
+// HTTP and series limits, the store, logging.
+void AddServingFlags(CLI::App* app, AgentFlags* f) {
+  app->add_option("--tokens", f->tokens_file,
+                  "Tokens file: one `TOKEN ROLE [PROJECT,...]` a line, ROLE read, write or "
+                  "admin (docs/limits.md, Tokens); every route but /healthz then needs a token");
+  app->add_flag("--insecure-listen", f->insecure_listen,
+                "Serve reads beyond loopback with no token (open to the network; writes keep "
+                "their tokens); logged as a warning");
+  app->add_option("--remote-write", f->remote_write,
+                  "Also remote-write the series to this URL (VictoriaMetrics, Mimir, Thanos "
+                  "receive, Prometheus), e.g. http://vm:8428/api/v1/write; spooled under "
+                  "DATA_DIR/forward while it is down");
+  app->add_option("--remote-write-token-file", f->remote_write_token_file,
+                  "A file (mode 0600) with the bearer token --remote-write needs, if any");
+  app->add_option("--spool-max", f->spool_max,
+                  "The most each spool (samples, records) holds for the hub; beyond it the "
+                  "oldest unsent goes (default 512MiB)");
+  app->add_option("--alert-webhook", f->alert_webhook,
+                  "POST alert transitions here as JSON (docs/format/alerts.md; http:// only)");
+  app->add_option("--alertmanager", f->alertmanager,
+                  "Send alerts to this Prometheus Alertmanager (its v2 API), e.g. "
+                  "http://127.0.0.1:9093");
+  app->add_option("--rules", f->rules,
+                  "Your own alerting rules, PromQL over this agent's store (JSON; "
+                  "docs/format/user-rules.md; needs --data-dir)");
+  app->add_option("--write-max-body", f->write_max_body,
+                  "Largest remote-write request body, compressed (default 32MiB)");
+  app->add_option("--max-series", f->max_series,
+                  "Series in the store's head beyond which remote-write may create no new one "
+                  "(default 1000000); samples of further new series get 400");
+  app->add_option("--max-series-per-sender", f->max_series_per_sender,
+                  "New series one remote-write sender (token and address) may create (default "
+                  "200000)");
+  app->add_option("--http-workers", f->http_workers, "Threads that run HTTP handlers (default 8)");
+  app->add_option("--limit", f->limits,
+                  "Set any limit of docs/limits.md, NAME=VALUE (repeatable, or comma-separated), "
+                  "e.g. --limit http.max_headers=200,query.max_work=1000000000");
+  AddStoreFlags(app, f);
+  app->add_option("--log-level", f->log_level, "debug, info, warning or error (default info)");
+}
+
 void AddAgentFlags(CLI::App* app, AgentFlags* f) {
   app->add_option("--listen", f->listen,
                   "HTTP listen address host:port ([v6]:port); default 127.0.0.1:9470");
@@ -179,14 +221,6 @@ void AddAgentFlags(CLI::App* app, AgentFlags* f) {
   app->add_option("--kmsg", f->kmsg,
                   "Kernel log read for NVRM Xid lines, a second XID source (default /dev/kmsg; "
                   "off)");
-  app->add_option("--alert-webhook", f->alert_webhook,
-                  "POST alert transitions here as JSON (docs/format/alerts.md; http:// only)");
-  app->add_option("--alertmanager", f->alertmanager,
-                  "Send alerts to this Prometheus Alertmanager (its v2 API), e.g. "
-                  "http://127.0.0.1:9093");
-  app->add_option("--rules", f->rules,
-                  "Your own alerting rules, PromQL over this agent's store (JSON; "
-                  "docs/format/user-rules.md; needs --data-dir)");
   app->add_option("--template-rules", f->template_rules,
                   "Name the template of jobs that do not give one, by user, project, GPUs "
                   "and ranks (JSON; docs/format/baseline.md)");
@@ -200,7 +234,6 @@ void AddAgentFlags(CLI::App* app, AgentFlags* f) {
                   "A query is stopped after this long (default 30s)");
   app->add_option("--query-max-concurrency", f->query_max_concurrency,
                   "Queries evaluated at once; more get 503 with Retry-After (default 4)");
-  app->add_option("--http-workers", f->http_workers, "Threads that run HTTP handlers (default 8)");
   app->add_option("--http-max-connections", f->http_max_connections,
                   "Open HTTP connections at most (default 1024)");
   app->add_option("--http-max-connections-per-source", f->http_max_connections_per_source,
@@ -212,28 +245,11 @@ void AddAgentFlags(CLI::App* app, AgentFlags* f) {
   app->add_option("--http-idle-timeout", f->http_idle_timeout,
                   "A kept-alive connection is closed after this long without a request "
                   "(default 60s)");
-  app->add_option("--write-max-body", f->write_max_body,
-                  "Largest remote-write request body, compressed (default 32MiB)");
-  app->add_option("--max-series", f->max_series,
-                  "Series in the store's head beyond which remote-write may create no new one "
-                  "(default 1000000); samples of further new series get 400");
-  app->add_option("--max-series-per-sender", f->max_series_per_sender,
-                  "New series one remote-write sender (token and address) may create (default "
-                  "200000)");
-  app->add_option("--limit", f->limits,
-                  "Set any limit of docs/limits.md, NAME=VALUE (repeatable, or comma-separated), "
-                  "e.g. --limit http.max_headers=200,query.max_work=1000000000");
   app->add_option("--admin-token-file", f->admin_token_file,
                   "The token every state-changing route needs (default DATA_DIR/admin.token, "
                   "made at first start with mode 0600)");
   app->add_option("--write-token-file", f->write_token_file,
                   "A second token that may only send data (remote-write, events)");
-  app->add_option("--tokens", f->tokens_file,
-                  "Tokens file: one `TOKEN ROLE [PROJECT,...]` a line, ROLE read, write or "
-                  "admin (docs/limits.md, Tokens); every route but /healthz then needs a token");
-  app->add_flag("--insecure-listen", f->insecure_listen,
-                "Serve reads beyond loopback with no token (open to the network; writes keep "
-                "their tokens); logged as a warning");
   app->add_option("--hub", f->hub,
                   "Push series and records to this hub (http://HOST:PORT) as well as serving "
                   "locally; what the hub has not taken waits in DATA_DIR/spool");
@@ -248,17 +264,7 @@ void AddAgentFlags(CLI::App* app, AgentFlags* f) {
                   "the CA bundle its certificate must chain to (default: the system's)");
   app->add_option("--hub-interval", f->hub_interval,
                   "How often what was collected is spooled and sent to the hub (default 1s)");
-  app->add_option("--remote-write", f->remote_write,
-                  "Also remote-write the series to this URL (VictoriaMetrics, Mimir, Thanos "
-                  "receive, Prometheus), e.g. http://vm:8428/api/v1/write; spooled under "
-                  "DATA_DIR/forward while it is down");
-  app->add_option("--remote-write-token-file", f->remote_write_token_file,
-                  "A file (mode 0600) with the bearer token --remote-write needs, if any");
-  app->add_option("--spool-max", f->spool_max,
-                  "The most each spool (samples, records) holds for the hub; beyond it the "
-                  "oldest unsent goes (default 512MiB)");
-  AddStoreFlags(app, f);
-  app->add_option("--log-level", f->log_level, "debug, info, warning or error (default info)");
+  AddServingFlags(app, f);
 }
 
 // Every agent flag by its name without "--": the config file's keys, and the effective

@@ -87,6 +87,8 @@ struct AgentFlags {
 };
 
 void AddStoreFlags(CLI::App* app, AgentFlags* f);
+// The flags an agent (`up`) and a hub share.
+void AddServingFlags(CLI::App* app, AgentFlags* f);
 void AddAgentFlags(CLI::App* app, AgentFlags* f);
 // The per-user state directory of gpuwatch: $XDG_STATE_HOME/gpuwatch, else
 // ~/.local/state/gpuwatch (XDG base directories: state that outlives a restart). "" without

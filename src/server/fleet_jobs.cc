@@ -28,6 +28,21 @@ double Quantile(const std::vector<double>& sorted, double q) {
   return sorted[std::min(i, sorted.size() - 1)];
 }
 
+// The step quantiles of `durations` (sorted here) and the shares of step time, into `w`.
+void FillWindow(std::vector<double>* durations, double step_s, double data_s, double comm_s,
+                double ckpt_s, bool has_data, bool has_comm, bool has_ckpt,
+                jobs::WindowStats* w) {
+  std::sort(durations->begin(), durations->end());
+  w->step_p50_s = Quantile(*durations, 0.5);
+  w->step_p95_s = Quantile(*durations, 0.95);
+  w->step_p99_s = Quantile(*durations, 0.99);
+  if (step_s > 0) {
+    if (has_data) w->data_wait_ratio = data_s / step_s;
+    if (has_comm) w->comm_ratio = comm_s / step_s;
+    if (has_ckpt) w->checkpoint_ratio = ckpt_s / step_s;
+  }
+}
+
 }  // namespace
 
 void FleetJobs::Add(const std::string& node, const json& r, int64_t t_ms) {
@@ -170,17 +185,9 @@ jobs::JobView FleetJobs::View(const std::string& id, const JobRec& j) const {
     }
     w.steps = durations.size();
     if (!durations.empty()) {
-      std::sort(durations.begin(), durations.end());
-      w.step_p50_s = Quantile(durations, 0.5);
-      w.step_p95_s = Quantile(durations, 0.95);
-      w.step_p99_s = Quantile(durations, 0.99);
+      FillWindow(&durations, d, data, comm, ckpt, has_data, has_comm, has_ckpt, &w);
       w.iterations_per_s = static_cast<double>(durations.size()) / window_s;
       w.samples_per_s = samples / window_s;
-      if (d > 0) {
-        if (has_data) w.data_wait_ratio = data / d;
-        if (has_comm) w.comm_ratio = comm / d;
-        if (has_ckpt) w.checkpoint_ratio = ckpt / d;
-      }
       all_durations.insert(all_durations.end(), durations.begin(), durations.end());
       job_samples += samples;
       slowest_ips = slowest_ips ? std::min(*slowest_ips, w.iterations_per_s) : w.iterations_per_s;
@@ -195,17 +202,10 @@ jobs::JobView FleetJobs::View(const std::string& id, const JobRec& j) const {
   w.steps = all_durations.size();
   if (!all_durations.empty()) {
     // The slowest rank sets a synchronous job's pace; its samples are everyone's together.
-    std::sort(all_durations.begin(), all_durations.end());
-    w.step_p50_s = Quantile(all_durations, 0.5);
-    w.step_p95_s = Quantile(all_durations, 0.95);
-    w.step_p99_s = Quantile(all_durations, 0.99);
+    FillWindow(&all_durations, sum_d, sum_data, sum_comm, sum_ckpt, has_data, has_comm, has_ckpt,
+               &w);
     w.iterations_per_s = slowest_ips.value_or(0);
     w.samples_per_s = job_samples / window_s;
-    if (sum_d > 0) {
-      if (has_data) w.data_wait_ratio = sum_data / sum_d;
-      if (has_comm) w.comm_ratio = sum_comm / sum_d;
-      if (has_ckpt) w.checkpoint_ratio = sum_ckpt / sum_d;
-    }
   }
   return v;
 }

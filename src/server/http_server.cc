@@ -391,15 +391,16 @@ void HttpServer::AddRoutes() {
   }
 }
 
-bool HttpServer::AdmitPush(Response& res) {
-  if (pushes_pending_.fetch_add(1) < options_.max_pending_pushes) return true;
+std::optional<HttpServer::PushSlot> HttpServer::AdmitPush(Response& res) {
+  if (pushes_pending_.fetch_add(1) < options_.max_pending_pushes)
+    return std::optional<PushSlot>(std::in_place, pushes_pending_);
   pushes_pending_.fetch_sub(1);
   pushes_shed_.fetch_add(1);
   res.status = 429;
   // Spread the retries: senders that were refused together do not all come back at once.
   res.SetHeader("Retry-After", std::to_string(1 + pushes_shed_.load() % 5));
   res.Set("too many pushes at once; retry after the Retry-After seconds\n", "text/plain");
-  return false;
+  return std::nullopt;
 }
 
 // The hub's routes: agents' record streams in, the node list out (server/hub_ingest.h).
@@ -408,11 +409,8 @@ void HttpServer::AddHubRoutes() {
   HubIngest* hub = agent_->hub();
   srv.Route("POST", "/api/v1/records",
             [this, hub](const Request& req, Response& res) {
-              if (!AdmitPush(res)) return;
-              struct Done {
-                std::atomic<size_t>& n;
-                ~Done() { n.fetch_sub(1); }
-              } done{pushes_pending_};
+              const auto slot = AdmitPush(res);
+              if (!slot) return;
               const std::string type = req.Header("Content-Type");
               if (!type.empty() && !type.starts_with("application/x-ndjson") &&
                   !type.starts_with("application/jsonl") && !type.starts_with("text/plain")) {
@@ -462,11 +460,8 @@ void HttpServer::AddQueryRoutes() {
     forward = [f](const std::vector<store::Head::Input>& batch) { f->AddSeries(batch); };
   srv.Route("POST", "/api/v1/write",
             [this, forward](const Request& req, Response& res) {
-              if (!AdmitPush(res)) return;
-              struct Done {
-                std::atomic<size_t>& n;
-                ~Done() { n.fetch_sub(1); }
-              } done{pushes_pending_};
+              const auto slot = AdmitPush(res);
+              if (!slot) return;
               // Series are counted per sender: the token's principal and the address it came from.
               const HttpReply r =
                   remote_write_.Handle(store_, req.body, req.Header("Content-Encoding"),

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <atomic>
+#include <optional>
 #include <memory>
 #include <set>
 #include <string>
@@ -76,8 +77,19 @@ class HttpServer {
   RemoteWriteGate remote_write_;
   std::atomic<size_t> pushes_pending_{0};
   std::atomic<uint64_t> pushes_shed_{0};
-  // Takes a push slot, or answers 429 and returns false.
-  bool AdmitPush(http::Response& res);
+  // A push being handled; the slot is given back when it goes.
+  class PushSlot {
+   public:
+    explicit PushSlot(std::atomic<size_t>& n) : n_(n) {}
+    ~PushSlot() { n_.fetch_sub(1); }
+    PushSlot(const PushSlot&) = delete;
+    PushSlot& operator=(const PushSlot&) = delete;
+
+   private:
+    std::atomic<size_t>& n_;
+  };
+  // Takes a push slot, or answers 429 and returns none.
+  std::optional<PushSlot> AdmitPush(http::Response& res);
   void AddHubRoutes();
   // The storage reads go to: --read-from's querier, else the embedded store.
   const store::Querier& Reader() const {

@@ -228,9 +228,11 @@ std::vector<Sample> Head::MemSeries::Held(int64_t lo, int64_t hi) const {
     if (c.max_t_ms >= lo && c.min_t_ms <= hi) DecodeRange(c.bytes, lo, hi, &out);
   if (!open.empty() && open.last_t_ms() >= lo && open.first_t_ms() <= hi)
     DecodeRange(open.Snapshot(), lo, hi, &out);
-  CopyRange(ooo, lo, hi, &out);
-  CopyRange(ooo_flushing, lo, hi, &out);
-  SortUniqueSamples(&out);
+  if (!ooo.empty() || !ooo_flushing.empty()) {
+    CopyRange(ooo, lo, hi, &out);
+    CopyRange(ooo_flushing, lo, hi, &out);
+    SortUniqueSamples(&out);
+  }
   return out;
 }
 
@@ -554,25 +556,9 @@ std::vector<SeriesSamples> Head::Query(const std::vector<Matcher>& matchers, int
       s = series_[ref].get();
     }
     SeriesSamples ss;
-    std::lock_guard<std::mutex> lock(s->mu);
-    auto take = [&](std::string_view chunk) {
-      auto dec = ChunkDecoder::Open(chunk);
-      if (!dec.ok()) return;
-      int64_t t;
-      double v;
-      while (dec->Next(&t, &v)) {
-        if (t > maxt_ms) break;
-        if (t >= mint_ms) ss.samples.push_back({t, v});
-      }
-    };
-    for (const auto& c : s->sealed)
-      if (c.max_t_ms >= mint_ms && c.min_t_ms <= maxt_ms) take(c.bytes);
-    if (!s->open.empty() && s->open.last_t_ms() >= mint_ms && s->open.first_t_ms() <= maxt_ms)
-      take(s->open.Snapshot());
-    if (!s->ooo.empty() || !s->ooo_flushing.empty()) {
-      CopyRange(s->ooo, mint_ms, maxt_ms, &ss.samples);
-      CopyRange(s->ooo_flushing, mint_ms, maxt_ms, &ss.samples);
-      SortUniqueSamples(&ss.samples);
+    {
+      std::lock_guard<std::mutex> lock(s->mu);
+      ss.samples = s->Held(mint_ms, maxt_ms);
     }
     if (ss.samples.empty()) continue;
     ss.labels = index_.LabelsOf(ref);

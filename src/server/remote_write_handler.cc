@@ -13,7 +13,23 @@ HttpReply RemoteWriteGate::Handle(store::Store* store, std::string_view body,
   if (!content_encoding.empty() && ToLower(content_encoding) != "snappy")
     return {400, "remote-write: Content-Encoding must be snappy, not '" +
                      std::string(content_encoding) + "'\n"};
-  std::lock_guard<std::mutex> lock(mu_);
+  // At most max_concurrent requests are decoded and stored at once: their decoded forms are
+  // what bounds memory, and on a hub taking many agents two of them keep both cores busy (one
+  // decodes while the other appends; the store serializes the appends themselves).
+  std::unique_lock<std::mutex> slots(slots_mu_);
+  slots_cv_.wait(slots, [&] { return running_ < options_.max_concurrent; });
+  ++running_;
+  slots.unlock();
+  struct Release {
+    RemoteWriteGate* g;
+    ~Release() {
+      {
+        std::lock_guard<std::mutex> l(g->slots_mu_);
+        --g->running_;
+      }
+      g->slots_cv_.notify_one();
+    }
+  } release{this};
   auto decoded = store::DecodeRemoteWrite(body, options_.decode);
   if (!decoded.ok()) {
     if (decoded.status().code() == StatusCode::kResourceExhausted) {
@@ -33,21 +49,29 @@ HttpReply RemoteWriteGate::Handle(store::Store* store, std::string_view body,
   }
   decoded->clear();
 
-  uint64_t& mine = created_by_sender_[sender];
   store::AppendLimits limits;
-  // The global limit counts every series in the store's head, so a restart (which replays them)
-  // does not reset it; the agent's own series count too (a few thousand). Who created which
-  // series is not kept across a restart: the per-sender shares start again.
-  const uint64_t head_series = store->head_series();
-  limits.max_new_series =
-      std::min(options_.max_series_per_sender - std::min(mine, options_.max_series_per_sender),
-               options_.max_series - std::min(head_series, options_.max_series));
+  {
+    // The global limit counts every series in the store's head, so a restart (which replays
+    // them) does not reset it; the agent's own series count too (a few thousand). Who created
+    // which series is not kept across a restart: the per-sender shares start again. Two
+    // requests of one sender stored at once may both use what is left of its share: the bound
+    // holds to within one request.
+    std::lock_guard<std::mutex> lock(mu_);
+    const uint64_t mine = created_by_sender_[sender];
+    const uint64_t head_series = store->head_series();
+    limits.max_new_series =
+        std::min(options_.max_series_per_sender - std::min(mine, options_.max_series_per_sender),
+                 options_.max_series - std::min(head_series, options_.max_series));
+  }
   auto r = store->Append(batch, limits);
   if (!r.ok()) {
     GW_LOG_ERROR("remote-write: store write failed: {}", r.status().ToString());
     return {500, "store write failed: " + r.status().message() + "\n"};
   }
-  mine += r->new_series;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    created_by_sender_[sender] += r->new_series;
+  }
   series_created_.fetch_add(r->new_series, std::memory_order_relaxed);
   refused_series_limit_.fetch_add(r->series_limited, std::memory_order_relaxed);
   refused_out_of_bounds_.fetch_add(r->out_of_bounds, std::memory_order_relaxed);

@@ -11,11 +11,13 @@
 // (RemoteWriteLimits), and new series are bounded per sender and for all remote writers
 // together, so junk cardinality can neither exhaust memory nor push the real history out
 // through the disk budget (issue 17, D2/D3/D6). Existing series are never refused.
-// Thread-safe: requests are decoded and stored one at a time (the store serializes appends
-// anyway), so concurrent large requests cannot add up their decoded forms in memory.
+// Thread-safe: at most max_concurrent requests are decoded and stored at once (the store
+// serializes the appends themselves), so concurrent large requests cannot add up their decoded
+// forms in memory beyond that.
 #pragma once
 
 #include <atomic>
+#include <condition_variable>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -47,6 +49,8 @@ struct RemoteWriteOptions {
   // Series in the store's head, all senders and the agent's own together: new series from
   // remote-write are refused beyond it. Counted from the head, so a restart does not reset it.
   uint64_t max_series = 1'000'000;
+  // Requests decoded and stored at once (each holds its decoded form: ~40 MiB at most).
+  int max_concurrent = 2;
 };
 
 // Counts the series each sender created, and what is refused.
@@ -70,7 +74,10 @@ class RemoteWriteGate {
 
  private:
   RemoteWriteOptions options_;
-  std::mutex mu_;  // one request at a time
+  std::mutex slots_mu_;
+  std::condition_variable slots_cv_;
+  int running_ = 0;  // requests being decoded or stored (guarded by slots_mu_)
+  std::mutex mu_;    // guards created_by_sender_
   std::map<std::string, uint64_t> created_by_sender_;
   std::atomic<uint64_t> series_created_{0}, refused_series_limit_{0}, refused_out_of_bounds_{0},
       refused_too_large_{0};

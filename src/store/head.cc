@@ -321,6 +321,11 @@ void Head::Replay(uint8_t type, std::string_view payload) {
 
 Result<AppendResult> Head::Append(const std::vector<Input>& batch, const AppendLimits& limits) {
   AppendResult result;
+  // Label sets are checked and sorted before the lock: appends are serialized, and on a hub
+  // taking many agents at once this work is theirs to do in parallel.
+  std::vector<Result<Labels>> made;
+  made.reserve(batch.size());
+  for (const auto& in : batch) made.push_back(MakeLabels(in.labels));
   std::lock_guard<std::mutex> lock(append_mu_);
   if (!wal_) return Status::Unavailable("the store is open read-only");
   struct Pending {
@@ -402,8 +407,9 @@ Result<AppendResult> Head::Append(const std::vector<Input>& batch, const AppendL
     return Status::Ok();
   };
 
-  for (const auto& in : batch) {
-    auto labels = MakeLabels(in.labels);
+  for (size_t bi = 0; bi < batch.size(); ++bi) {
+    const Input& in = batch[bi];
+    const Result<Labels>& labels = made[bi];
     if (!labels.ok()) {
       result.invalid += in.samples.size();
       if (result.first_error.empty()) result.first_error = labels.status().message();

@@ -285,10 +285,12 @@ int main(int argc, char** argv) {
     const size_t i = static_cast<size_t>(std::ceil(p * static_cast<double>(stats.lag_ms.size()))) - 1;
     return stats.lag_ms[std::min(i, stats.lag_ms.size() - 1)];
   };
+  // -1: the backlog never drained within the run.
   const double drain_s =
-      down_from >= 0 ? static_cast<double>(stats.last_pending_ms - start_ms) / 1000 -
-                           (down_from + down_for)
-                     : 0;
+      down_from < 0 ? 0
+      : stats.last_pending_ms == 0
+          ? -1
+          : static_cast<double>(stats.last_pending_ms - start_ms) / 1000 - (down_from + down_for);
   fmt::print(stderr, "{} nodes, {:.0f} s: {} requests ({} refused), {} samples, {} record entries\n",
              nodes, wall_s, stats.requests, stats.refused, stats.samples, stats.records);
   fmt::print("nodes={} series_per_node={} seconds={:.1f} samples={} samples_per_s={:.0f} "

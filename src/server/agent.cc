@@ -62,7 +62,7 @@ Agent::Agent(AgentOptions options, std::unique_ptr<collect::GpuSource> gpu)
                 options_.job_log_policy.max_files_per_uid),
       recorder_(trace::FlightRecorderOptions{options_.recorder_bytes, options_.snapshot_window}),
       diagnosis_(
-          [this](int64_t from_ms, int64_t to_ms) { return recorder_.Window(from_ms, to_ms); },
+          [this](int64_t from_ms, int64_t to_ms) { return TraceWindow(from_ms, to_ms); },
           options_.diagnosis),
       alerts_(AlertOptionsOf(options_)) {
   if (!options_.user_rules.empty())
@@ -95,7 +95,7 @@ Status Agent::Init() {
   if (options_.hub) {
     HubIngestOptions ho = options_.hub_ingest;
     ho.data_dir = options_.data_dir;
-    auto h = HubIngest::Open(ho, &recorder_);
+    auto h = HubIngest::Open(ho);
     if (!h.ok()) return h.status();
     hub_ = std::move(h).value();
   } else if (!options_.push.url.empty()) {

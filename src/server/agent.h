@@ -142,9 +142,10 @@ class Agent {
   Status StartKernelLog(const std::string& path);
   // The Unix socket jobs send to; "" when none.
   std::string job_socket_path() const { return listener_ ? listener_->socket_path() : ""; }
-  // The last records in trace form, [from_ms, to_ms] (the flight recorder).
+  // The last records in trace form, [from_ms, to_ms] (the flight recorder; on a hub, every
+  // node's, merged).
   std::vector<std::string> TraceWindow(int64_t from_ms, int64_t to_ms) const {
-    return recorder_.Window(from_ms, to_ms);
+    return hub_ ? hub_->Window(from_ms, to_ms) : recorder_.Window(from_ms, to_ms);
   }
   // The findings of the diagnosis engine on this node's records (findings.md form);
   // `job` / `node` filter ("" for all).

@@ -79,9 +79,8 @@ std::string_view NodeHealthName(NodeHealth h) {
   return "healthy";
 }
 
-Result<std::unique_ptr<HubIngest>> HubIngest::Open(HubIngestOptions options,
-                                                   trace::FlightRecorder* recorder) {
-  std::unique_ptr<HubIngest> h(new HubIngest(std::move(options), recorder));
+Result<std::unique_ptr<HubIngest>> HubIngest::Open(HubIngestOptions options) {
+  std::unique_ptr<HubIngest> h(new HubIngest(std::move(options)));
   GW_RETURN_IF_ERROR(h->Load());
   return h;
 }
@@ -104,7 +103,8 @@ Status HubIngest::Load() {
       json r = json::parse(text, nullptr, false);
       if (r.is_object() && r.contains("t") && r["t"].is_number()) {
         NoteNodeRecord(r, &(*node)->status);
-        recorder_->Add(static_cast<int64_t>(std::llround(r["t"].get<double>() * 1000)), text);
+        (*node)->recorder->Add(static_cast<int64_t>(std::llround(r["t"].get<double>() * 1000)),
+                               text);
       }
     }
     // The newest entry logged is the stream's position.
@@ -129,6 +129,8 @@ Result<HubIngest::Node*> HubIngest::NodeFor(const std::string& name) {
   if (it != nodes_.end()) return &it->second;
   Node n;
   n.status.node = name;
+  n.recorder = std::make_unique<trace::FlightRecorder>(trace::FlightRecorderOptions{
+      .max_bytes = options_.node_recorder_bytes, .max_age = options_.node_recorder_age});
   if (!options_.data_dir.empty()) {
     SpoolOptions so;
     so.max_bytes = options_.max_bytes_per_node;
@@ -262,7 +264,7 @@ HttpReply HubIngest::HandleRecords(std::string_view body, std::string_view node,
       s.gpus = node_info.gpus;
     }
   }
-  for (const auto& p : lines) recorder_->Add(p.t_ms, std::string(p.line));
+  for (const auto& p : lines) n->recorder->Add(p.t_ms, std::string(p.line));
   const std::string node_name(node);
   for (const auto& [r, t_ms] : job_records) jobs_.Add(node_name, r, t_ms);
   return {200, fmt::format(R"({{"taken":{},"next_seq":{}}})", lines.size(), seq + 1) + "\n"};
@@ -277,6 +279,40 @@ int64_t HubIngest::DiagnosisTimeMs(int64_t now_ms) const {
     t = t < 0 ? s.newest_record_ms : std::min(t, s.newest_record_ms);
   }
   return t;
+}
+
+std::vector<std::string> HubIngest::Window(int64_t from_ms, int64_t to_ms) const {
+  std::vector<const trace::FlightRecorder*> recorders;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const auto& [name, n] : nodes_) recorders.push_back(n.recorder.get());
+  }
+  // Each node's window is in time order (its node record in force first, stamped at or before
+  // from_ms); merged by the records' own "t", stable, so a node's order is kept.
+  struct Line {
+    double t;
+    std::string text;
+  };
+  std::vector<Line> all;
+  for (const trace::FlightRecorder* r : recorders)
+    for (std::string& line : r->Window(from_ms, to_ms)) {
+      double t = 0;
+      if (const size_t at = line.find("\"t\":"); at != std::string::npos)
+        t = std::strtod(line.c_str() + at + 4, nullptr);
+      all.push_back({t, std::move(line)});
+    }
+  std::stable_sort(all.begin(), all.end(), [](const Line& a, const Line& b) { return a.t < b.t; });
+  std::vector<std::string> out;
+  out.reserve(all.size());
+  for (Line& l : all) out.push_back(std::move(l.text));
+  return out;
+}
+
+size_t HubIngest::RecordedLines() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  size_t n = 0;
+  for (const auto& [name, node] : nodes_) n += node.recorder->Stats().lines;
+  return n;
 }
 
 std::vector<NodeStatus> HubIngest::Nodes() const {

@@ -12,8 +12,8 @@
 // gap (the agent's spool dropped them over its bound).
 //
 // What is taken goes to disk first (one Spool per node under <data-dir>/records/<node>/, the
-// entry prefixed with "<spool id> <seq>\n", synced before the reply), then to the flight
-// recorder the hub's diagnosis reads. On a restart the newest entry of each node's log gives
+// entry prefixed with "<spool id> <seq>\n", synced before the reply), then to that node's
+// flight recorder, which the hub's diagnosis reads through Window. On a restart the newest entry of each node's log gives
 // its stream position back, so an agent resending what the hub had taken just before dying is
 // answered "duplicate".
 //
@@ -29,6 +29,7 @@
 // Thread-safe.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -57,6 +58,12 @@ struct HubIngestOptions {
   // carry the diagnosis past what has arrived. The store's bound, for the same reason.
   int64_t max_future_ms = 3600'000;
   bool sync = true;
+  // Each node's records wait in a flight recorder of their own until the diagnosis reads them
+  // (and for the trace API): a node resending after an outage appends in its own time order
+  // instead of inserting minutes back into one shared ring. The age is relative to the node's
+  // own newest record; the bytes bound each node (1,000 nodes: 2 GiB at most).
+  std::chrono::milliseconds node_recorder_age{std::chrono::minutes(3)};
+  size_t node_recorder_bytes = size_t{2} << 20;
 };
 
 // A node's health as the hub judges it (draining is only ever advised).
@@ -77,9 +84,7 @@ struct NodeStatus {
 
 class HubIngest {
  public:
-  // `recorder` receives every record taken (the hub's diagnosis reads it); it outlives this.
-  static Result<std::unique_ptr<HubIngest>> Open(HubIngestOptions options,
-                                                 trace::FlightRecorder* recorder);
+  static Result<std::unique_ptr<HubIngest>> Open(HubIngestOptions options);
 
   // One POST /api/v1/records. `now_ms`: the hub's clock.
   HttpReply HandleRecords(std::string_view body, std::string_view node, std::string_view spool_id,
@@ -89,6 +94,12 @@ class HubIngest {
   // -1 when none has (the diagnosis then waits: a hub just restarted must not pass the
   // backlog its agents are about to resend).
   int64_t DiagnosisTimeMs(int64_t now_ms) const;
+
+  // Every node's records with from_ms <= t <= to_ms, merged in time order, each node's node
+  // record in force first (trace::FlightRecorder::Window per node): what the diagnosis reads.
+  std::vector<std::string> Window(int64_t from_ms, int64_t to_ms) const;
+  // Records held for the diagnosis, all nodes together.
+  size_t RecordedLines() const;
 
   std::vector<NodeStatus> Nodes() const;
   // The jobs across nodes, from the job and step records taken.
@@ -102,14 +113,13 @@ class HubIngest {
   struct Node {
     NodeStatus status;
     std::unique_ptr<Spool> log;  // null without a data dir
+    std::unique_ptr<trace::FlightRecorder> recorder;
   };
-  HubIngest(HubIngestOptions options, trace::FlightRecorder* recorder)
-      : options_(std::move(options)), recorder_(recorder) {}
+  explicit HubIngest(HubIngestOptions options) : options_(std::move(options)) {}
   Status Load();
   Result<Node*> NodeFor(const std::string& name);  // REQUIRES: mu_ held
 
   const HubIngestOptions options_;
-  trace::FlightRecorder* recorder_;
   mutable std::mutex mu_;
   std::map<std::string, Node> nodes_;
   FleetJobs jobs_;

@@ -27,11 +27,11 @@ class HubIngestTest : public ::testing::Test {
  protected:
   void SetUp() override { dir_ = store::testing::FreshScratchDir("hub_ingest"); }
   void TearDown() override { fs::remove_all(dir_); }
-  std::unique_ptr<HubIngest> Open(trace::FlightRecorder* rec) {
+  std::unique_ptr<HubIngest> Open() {
     HubIngestOptions o;
     o.data_dir = dir_;
     o.sync = false;
-    auto h = HubIngest::Open(o, rec);
+    auto h = HubIngest::Open(o);
     EXPECT_TRUE(h.ok()) << h.status().ToString();
     return h.ok() ? std::move(h).value() : nullptr;
   }
@@ -39,38 +39,36 @@ class HubIngestTest : public ::testing::Test {
 };
 
 TEST_F(HubIngestTest, AnEntryIsTakenOnceAcrossRetriesAndHubRestarts) {
-  trace::FlightRecorder rec;
-  auto hub = Open(&rec);
+  auto hub = Open();
   const std::string body =
       NodeLine("gpu-a01", 1764460800, "550.90.07") + "\n" + GpuLine("gpu-a01", 1764460801) + "\n";
   auto r = hub->HandleRecords(body, "gpu-a01", kSpool, "1", kNowMs);
   EXPECT_EQ(r.status, 200) << r.body;
-  EXPECT_EQ(rec.Stats().lines, 2u);
+  EXPECT_EQ(hub->RecordedLines(), 2u);
   // The retry of a request whose reply was lost: taken nowhere again.
   r = hub->HandleRecords(body, "gpu-a01", kSpool, "1", kNowMs);
   EXPECT_EQ(r.status, 200);
   EXPECT_NE(r.body.find("\"duplicate\":true"), std::string::npos) << r.body;
-  EXPECT_EQ(rec.Stats().lines, 2u);
+  EXPECT_EQ(hub->RecordedLines(), 2u);
   // The hub restarts: its log gives the stream position back.
   hub.reset();
-  trace::FlightRecorder rec2;
-  hub = Open(&rec2);
+  hub = Open();
   // What it knew of the node, and its node record for the diagnosis, come back too.
   ASSERT_EQ(hub->Nodes().size(), 1u);
   EXPECT_EQ(hub->Nodes()[0].driver_version, "550.90.07");
   EXPECT_EQ(hub->Nodes()[0].gpus, 2u);
-  EXPECT_EQ(rec2.Stats().lines, 1u);
+  EXPECT_EQ(hub->RecordedLines(), 1u);
   r = hub->HandleRecords(body, "gpu-a01", kSpool, "1", kNowMs);
   EXPECT_NE(r.body.find("\"duplicate\":true"), std::string::npos) << r.body;
-  EXPECT_EQ(rec2.Stats().lines, 1u);
+  EXPECT_EQ(hub->RecordedLines(), 1u);
   r = hub->HandleRecords(GpuLine("gpu-a01", 1764460802), "gpu-a01", kSpool, "2", kNowMs);
   EXPECT_EQ(r.status, 200) << r.body;
-  EXPECT_EQ(rec2.Stats().lines, 2u);
+  EXPECT_EQ(hub->RecordedLines(), 2u);
   // A new spool (the agent's data dir was wiped) is a new stream from 1.
   r = hub->HandleRecords(GpuLine("gpu-a01", 1764460803), "gpu-a01",
                          "fedcba9876543210fedcba9876543210", "1", kNowMs);
   EXPECT_EQ(r.status, 200) << r.body;
-  EXPECT_EQ(rec2.Stats().lines, 3u);
+  EXPECT_EQ(hub->RecordedLines(), 3u);
   // Entries the agent's spool dropped are a gap, counted.
   r = hub->HandleRecords(GpuLine("gpu-a01", 1764460804), "gpu-a01",
                          "fedcba9876543210fedcba9876543210", "5", kNowMs);
@@ -81,9 +79,25 @@ TEST_F(HubIngestTest, AnEntryIsTakenOnceAcrossRetriesAndHubRestarts) {
   EXPECT_EQ(nodes[0].next_seq, 6u);
 }
 
+// A node resending ten minutes of backlog appends to its own recorder; the window merges all
+// nodes by time, each node's records in their order.
+TEST_F(HubIngestTest, TheWindowMergesNodesInTimeOrder) {
+  auto hub = Open();
+  const double t0 = kNowMs / 1000 - 600;
+  hub->HandleRecords(GpuLine("a", t0 + 1) + "\n" + GpuLine("a", t0 + 3), "a", kSpool, "1", kNowMs);
+  hub->HandleRecords(GpuLine("b", t0 + 2) + "\n" + GpuLine("b", t0 + 4), "b", kSpool, "1", kNowMs);
+  hub->HandleRecords(GpuLine("b", t0 + 5), "b", kSpool, "2", kNowMs);
+  auto w = hub->Window(static_cast<int64_t>(t0 * 1000), static_cast<int64_t>((t0 + 10) * 1000));
+  ASSERT_EQ(w.size(), 5u);
+  for (size_t i = 0; i < w.size(); ++i)
+    EXPECT_NE(w[i].find(std::to_string(t0 + 1 + static_cast<double>(i)).substr(0, 10)),
+              std::string::npos)
+        << i << ": " << w[i];
+  EXPECT_EQ(hub->Window(static_cast<int64_t>((t0 + 4) * 1000), kNowMs).size(), 2u);
+}
+
 TEST_F(HubIngestTest, EveryRefusalSaysWhyAndKeepsNothing) {
-  trace::FlightRecorder rec;
-  auto hub = Open(&rec);
+  auto hub = Open();
   struct Case {
     std::string body, node, spool, seq, want;
   };
@@ -105,15 +119,14 @@ TEST_F(HubIngestTest, EveryRefusalSaysWhyAndKeepsNothing) {
     EXPECT_EQ(r.status, 400) << c.body;
     EXPECT_NE(r.body.find(c.want), std::string::npos) << r.body;
   }
-  EXPECT_EQ(rec.Stats().lines, 0u);
+  EXPECT_EQ(hub->RecordedLines(), 0u);
   EXPECT_TRUE(hub->Nodes().empty() || hub->Nodes()[0].records == 0);
 }
 
 TEST_F(HubIngestTest, TheNodeBoundRefusesNewNodesWith429) {
-  trace::FlightRecorder rec;
   HubIngestOptions o;
   o.max_nodes = 2;
-  auto hub = std::move(HubIngest::Open(o, &rec)).value();
+  auto hub = std::move(HubIngest::Open(o)).value();
   EXPECT_EQ(hub->HandleRecords(GpuLine("a", 1), "a", kSpool, "1", kNowMs).status, 200);
   EXPECT_EQ(hub->HandleRecords(GpuLine("b", 1), "b", kSpool, "1", kNowMs).status, 200);
   auto r = hub->HandleRecords(GpuLine("c", 1), "c", kSpool, "1", kNowMs);
@@ -123,10 +136,9 @@ TEST_F(HubIngestTest, TheNodeBoundRefusesNewNodesWith429) {
 }
 
 TEST_F(HubIngestTest, DiagnosisWaitsForTheSlowestLiveNode) {
-  trace::FlightRecorder rec;
   HubIngestOptions o;
   o.stale_after_ms = 60'000;
-  auto hub = std::move(HubIngest::Open(o, &rec)).value();
+  auto hub = std::move(HubIngest::Open(o)).value();
   EXPECT_EQ(hub->DiagnosisTimeMs(kNowMs), -1);
   hub->HandleRecords(GpuLine("a", 1764460890), "a", kSpool, "1", kNowMs);
   // b is catching up after an outage: its newest record is 5 minutes old.
@@ -137,8 +149,7 @@ TEST_F(HubIngestTest, DiagnosisWaitsForTheSlowestLiveNode) {
 }
 
 TEST_F(HubIngestTest, NodeHealthComesFromCardFindingsAndSilence) {
-  trace::FlightRecorder rec;
-  auto hub = Open(&rec);
+  auto hub = Open();
   hub->HandleRecords(NodeLine("a", 1764460800, "550.90.07"), "a", kSpool, "1", kNowMs);
   hub->HandleRecords(NodeLine("b", 1764460800, "550.90.07"), "b", kSpool, "1", kNowMs);
   hub->HandleRecords(NodeLine("c", 1764460800, "535.129.03"), "c", kSpool, "1", kNowMs - 600'000);

@@ -14,8 +14,7 @@ HttpReply RemoteWriteGate::Handle(store::Store* store, std::string_view body,
     return {400, "remote-write: Content-Encoding must be snappy, not '" +
                      std::string(content_encoding) + "'\n"};
   // At most max_concurrent requests are decoded and stored at once: their decoded forms are
-  // what bounds memory, and on a hub taking many agents two of them keep both cores busy (one
-  // decodes while the other appends; the store serializes the appends themselves).
+  // what bounds memory (the store serializes the appends themselves).
   std::unique_lock<std::mutex> slots(slots_mu_);
   slots_cv_.wait(slots, [&] { return running_ < options_.max_concurrent; });
   ++running_;

@@ -49,8 +49,10 @@ struct RemoteWriteOptions {
   // Series in the store's head, all senders and the agent's own together: new series from
   // remote-write are refused beyond it. Counted from the head, so a restart does not reset it.
   uint64_t max_series = 1'000'000;
-  // Requests decoded and stored at once (each holds its decoded form: ~40 MiB at most).
-  int max_concurrent = 2;
+  // Requests decoded and stored at once (each holds its decoded form: ~40 MiB at most). One:
+  // decoding is mostly malloc, and gpuwatch runs one malloc arena (cli/main.cc), so two at a
+  // once contended for it and took a third less per CPU-second (bench/fleet/RESULTS.md, run 2).
+  int max_concurrent = 1;
 };
 
 // Counts the series each sender created, and what is refused.

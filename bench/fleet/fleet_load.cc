@@ -127,7 +127,8 @@ int main(int argc, char** argv) {
     for (int g = 0; g < gpus; ++g)
       for (int m = 0; m < series_per_gpu; ++m)
         n.labels.push_back(Label("__name__", fmt::format("DCGM_FI_SIM_FIELD_{:03d}", m)) +
-                           Label("Hostname", n.name) + Label("UUID", fmt::format("GPU-{}-{}", i, g)) +
+                           Label("Hostname", n.name) +
+                           Label("UUID", fmt::format("GPU-{}-{}", i, g)) +
                            Label("gpu", std::to_string(g)) + Label("instance", instance) +
                            Label("job", "gpuwatch") + Label("model_name", "NVIDIA H100 80GB HBM3") +
                            Label("pci_bus_id", fmt::format("00000000:{:02x}:00.0", 0x18 + g)));
@@ -139,6 +140,7 @@ int main(int argc, char** argv) {
 
   Stats stats;
   std::atomic<bool> stop{false};
+  std::atomic<int64_t> node0_seconds{0};  // node 0's seconds of samples the hub took
   const auto start = Clock::now();
   const int64_t start_ms = NowMs();
   const int per_request_s = std::max(1, interval_ms / 1000);
@@ -235,23 +237,26 @@ int main(int argc, char** argv) {
             h.emplace("X-Gpuwatch-Spool", n.spool);
             h.emplace("X-Gpuwatch-Seq", std::to_string(r.seq));
           }
-          httplib::Result res =
-              r.records ? c.Post("/api/v1/records", h, r.body, "application/x-ndjson")
-                        : c.Post("/api/v1/write", h, r.body, "application/x-protobuf");
+          httplib::Result res = r.records
+                                    ? c.Post("/api/v1/records", h, r.body, "application/x-ndjson")
+                                    : c.Post("/api/v1/write", h, r.body, "application/x-protobuf");
           ++requests;
           if (!res || (res->status != 200 && res->status != 204)) {
             ++refused;
             if (res && res->status >= 400 && res->status < 500 && res->status != 429) {
-              fmt::print(stderr, "{}: HTTP {}: {}\n", n.name, res->status, res->body.substr(0, 200));
+              fmt::print(stderr, "{}: HTTP {}: {}\n", n.name, res->status,
+                         res->body.substr(0, 200));
               n.pending.pop_front();  // not retried, as the agent
             }
             break;
           }
           lags.push_back(static_cast<double>(NowMs() - r.oldest_ms));
-          if (r.records)
+          if (r.records) {
             ++sent_records;
-          else
+          } else {
             samples += n.labels.size() * static_cast<size_t>(per_request_s);
+            if (i == 0) node0_seconds += per_request_s;
+          }
           n.pending.pop_front();
         }
         backlog = backlog || !n.pending.empty();
@@ -277,12 +282,12 @@ int main(int argc, char** argv) {
   std::vector<std::thread> threads;
   for (int w = 0; w < connections; ++w) threads.emplace_back(worker, w);
   for (auto& t : threads) t.join();
-  const double wall_s =
-      std::chrono::duration<double>(Clock::now() - start).count();
+  const double wall_s = std::chrono::duration<double>(Clock::now() - start).count();
   auto q = [&](double p) {
     if (stats.lag_ms.empty()) return 0.0;
     std::sort(stats.lag_ms.begin(), stats.lag_ms.end());
-    const size_t i = static_cast<size_t>(std::ceil(p * static_cast<double>(stats.lag_ms.size()))) - 1;
+    const size_t i =
+        static_cast<size_t>(std::ceil(p * static_cast<double>(stats.lag_ms.size()))) - 1;
     return stats.lag_ms[std::min(i, stats.lag_ms.size() - 1)];
   };
   // -1: the backlog never drained within the run.
@@ -291,13 +296,15 @@ int main(int argc, char** argv) {
       : stats.last_pending_ms == 0
           ? -1
           : static_cast<double>(stats.last_pending_ms - start_ms) / 1000 - (down_from + down_for);
-  fmt::print(stderr, "{} nodes, {:.0f} s: {} requests ({} refused), {} samples, {} record entries\n",
-             nodes, wall_s, stats.requests, stats.refused, stats.samples, stats.records);
-  fmt::print("nodes={} series_per_node={} seconds={:.1f} samples={} samples_per_s={:.0f} "
-             "record_entries={} requests={} refused={} lag_p50_ms={:.0f} lag_p99_ms={:.0f} "
-             "lag_max_ms={:.0f} drain_s={:.1f}\n",
-             nodes, fleet.empty() ? 0 : fleet[0].labels.size(), wall_s, stats.samples,
-             static_cast<double>(stats.samples) / std::min<double>(wall_s, seconds), stats.records,
-             stats.requests, stats.refused, q(0.5), q(0.99), q(1.0), drain_s);
+  fmt::print(stderr,
+             "{} nodes, {:.0f} s: {} requests ({} refused), {} samples, {} record entries\n", nodes,
+             wall_s, stats.requests, stats.refused, stats.samples, stats.records);
+  fmt::print(
+      "nodes={} series_per_node={} seconds={:.1f} samples={} samples_per_s={:.0f} "
+      "record_entries={} requests={} refused={} lag_p50_ms={:.0f} lag_p99_ms={:.0f} "
+      "lag_max_ms={:.0f} drain_s={:.1f}\n",
+      nodes, fleet.empty() ? 0 : fleet[0].labels.size(), wall_s, stats.samples,
+      static_cast<double>(stats.samples) / std::min<double>(wall_s, seconds), stats.records,
+      stats.requests, stats.refused, q(0.5), q(0.99), q(1.0), drain_s);
   return 0;
 }

@@ -105,4 +105,4 @@ got=$(curl -fsSG -H "Authorization: Bearer $R" "http://127.0.0.1:$PORT/api/v1/qu
   --data-urlencode 'query=count_over_time(DCGM_FI_SIM_FIELD_000{Hostname="sim-node-00000",gpu="0"}[1h])' |
   python3 -c 'import json,sys; r=json.load(sys.stdin)["data"]["result"]; print(r[0]["value"][1] if r else 0)')
 echo
-echo "Outage: $OUTAGE_NODES nodes, hub SIGKILLed for ${OUTAGE_S} s: backlog drained $(kv drain_s "$out") s after the hub came back; lag max $(kv lag_max_ms "$out") ms; one series holds $got samples for $(kv samples "$out") / $((OUTAGE_NODES * 1358)) = $(( $(kv samples "$out") / (OUTAGE_NODES * 1358) )) seconds sent (refused requests retried: $(kv refused "$out"))"
+echo "Outage: $OUTAGE_NODES nodes, hub SIGKILLed for ${OUTAGE_S} s: backlog drained $(kv drain_s "$out") s after the hub came back; lag max $(kv lag_max_ms "$out") ms; node 0's GPU 0 series holds $got samples for the $(kv node0_seconds "$out") seconds node 0 sent (refused requests retried: $(kv refused "$out"))"

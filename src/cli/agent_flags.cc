@@ -438,7 +438,8 @@ Result<server::AgentOptions> MakeOptions(const AgentFlags& f, const std::string&
       o.forward.token = *token;
     }
     o.forward.spool.max_bytes = *spool_max;
-    o.forward.spool.segment_bytes = std::min<uint64_t>(o.forward.spool.segment_bytes, *spool_max / 4);
+    o.forward.spool.segment_bytes =
+        std::min<uint64_t>(o.forward.spool.segment_bytes, *spool_max / 4);
     // Samples only: several seconds a request keep a cluster's insert path efficient.
     o.forward.interval = std::chrono::seconds(5);
   }

@@ -69,7 +69,7 @@ struct AgentFlags {
   std::string tokens_file;  // --tokens (server/tokens.h)
   bool insecure_listen = false;
   // Push to a hub (server/hub_push.h).
-  std::string hub;  // URL; "" is off
+  std::string hub;        // URL; "" is off
   std::string hub_token;  // on the command line: visible in ps; --hub-token-file is better
   std::string hub_token_file;
   std::string hub_ca_file;  // https:// hubs: the CA bundle to verify them with

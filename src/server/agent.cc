@@ -61,9 +61,8 @@ Agent::Agent(AgentOptions options, std::unique_ptr<collect::GpuSource> gpu)
       job_logs_(JobLogPolicyOf(options_), options_.job_log_policy.max_files,
                 options_.job_log_policy.max_files_per_uid),
       recorder_(trace::FlightRecorderOptions{options_.recorder_bytes, options_.snapshot_window}),
-      diagnosis_(
-          [this](int64_t from_ms, int64_t to_ms) { return TraceWindow(from_ms, to_ms); },
-          options_.diagnosis),
+      diagnosis_([this](int64_t from_ms, int64_t to_ms) { return TraceWindow(from_ms, to_ms); },
+                 options_.diagnosis),
       alerts_(AlertOptionsOf(options_)) {
   if (!options_.user_rules.empty())
     user_rules_ = std::make_unique<UserRuleEvaluator>(options_.user_rules, options_.hostname);
@@ -333,15 +332,14 @@ void Agent::TickGpu() {
       extras.clock_offset_ms = prev_host_->time_source_offset_ms;
     else if (prev_host_ && prev_host_->clock_offset_ms)
       extras.clock_offset_ms = 0.0 - *prev_host_->clock_offset_ms;
-    Record(now_ms,
-                  trace::NodeRecord(now_ms, options_.hostname, gpu_->System(), devices, extras));
+    Record(now_ms, trace::NodeRecord(now_ms, options_.hostname, gpu_->System(), devices, extras));
   }
   for (size_t i = 0; i < n; ++i) {
     if (samples[i].time_ms == 0) continue;
     const model::GpuSample* prev =
         prev_gpu_samples_[i].time_ms != 0 ? &prev_gpu_samples_[i] : nullptr;
     Record(samples[i].time_ms,
-                  trace::GpuRecord(options_.hostname, devices[i].index, samples[i], prev));
+           trace::GpuRecord(options_.hostname, devices[i].index, samples[i], prev));
     for (auto& m : trace::MigRecords(options_.hostname, devices[i].index, samples[i]))
       Record(samples[i].time_ms, std::move(m));
     prev_gpu_samples_[i] = samples[i];
@@ -422,8 +420,7 @@ void Agent::TickHost() {
   std::vector<LinkRate> host_rates;
   std::vector<VanishedLink> vanished;
   if (st.ok()) {
-    Record(h.time_ms,
-                  trace::HostRecord(options_.hostname, h, prev_host_ ? &*prev_host_ : nullptr));
+    Record(h.time_ms, trace::HostRecord(options_.hostname, h, prev_host_ ? &*prev_host_ : nullptr));
     prev_host_ = h;
     host_rates = link_rates_.UpdateHost(h, &vanished);
   }
@@ -497,10 +494,9 @@ void Agent::TickProcesses() {
     }
   }
   for (const auto& p : attributed)
-    Record(now_ms,
-                  trace::ProcRecord(
-                      now_ms, options_.hostname, p,
-                      p.cpu_numa_nodes.empty() ? std::nullopt : std::optional(p.cpu_numa_nodes)));
+    Record(now_ms, trace::ProcRecord(
+                       now_ms, options_.hostname, p,
+                       p.cpu_numa_nodes.empty() ? std::nullopt : std::optional(p.cpu_numa_nodes)));
   const double secs = std::chrono::duration<double>(Clock::now() - start).count();
   std::lock_guard<std::mutex> lock(mu_);
   state_.processes = std::move(attributed);
@@ -626,8 +622,8 @@ void Agent::RecordTrace(const jobs::JobOutputs& out, const std::vector<JobLogLin
       const trace::EventKind k = e.kind == "annotation"         ? trace::EventKind::kAnnotation
                                  : e.kind == "checkpoint_start" ? trace::EventKind::kCheckpointStart
                                                                 : trace::EventKind::kCheckpointEnd;
-      Record(e.t_ms, trace::EventRecordLine(e.t_ms, node, std::nullopt, k, std::nullopt,
-                                                   e.message, e.job));
+      Record(e.t_ms,
+             trace::EventRecordLine(e.t_ms, node, std::nullopt, k, std::nullopt, e.message, e.job));
     }
   }
   for (const auto& s : out.steps)
@@ -638,9 +634,8 @@ void Agent::RecordTrace(const jobs::JobOutputs& out, const std::vector<JobLogLin
                                  : l.cls.nccl       ? trace::LogSource::kNccl
                                                     : trace::LogSource::kJob;
     const int64_t t = l.t_ms ? l.t_ms : now_ms;
-    Record(
-        t, trace::LogRecord(t, node, l.job, l.job.empty() ? std::nullopt : std::optional(l.rank),
-                            src, l.line));
+    Record(t, trace::LogRecord(t, node, l.job, l.job.empty() ? std::nullopt : std::optional(l.rank),
+                               src, l.line));
   }
 }
 
@@ -656,8 +651,8 @@ void Agent::KeepChangeEvents(const std::vector<ChangeEvent>& changes, const std:
                                : c.kind == "maintenance_start" ? trace::EventKind::kMaintenanceStart
                                : c.kind == "maintenance_end"   ? trace::EventKind::kMaintenanceEnd
                                                                : trace::EventKind::kConfigChange;
-    Record(now_ms, trace::EventRecordLine(now_ms, options_.hostname, c.gpu_index, k,
-                                                 std::nullopt, c.message, job));
+    Record(now_ms, trace::EventRecordLine(now_ms, options_.hostname, c.gpu_index, k, std::nullopt,
+                                          c.message, job));
   }
   if (event_store_) {
     std::lock_guard<std::mutex> order(flush_mu_);
@@ -880,14 +875,15 @@ void Agent::TickDiagnosis() {
   // A hub refusing this agent's token is an alert here, not a silent loop of 401s.
   if (pusher_) {
     if (std::string why = pusher_->auth_error(); !why.empty()) {
-      analyze::Finding f =
-          analyze::MakeFinding(model::Cause::kUserRule, model::Severity::kCritical, options_.hostname);
+      analyze::Finding f = analyze::MakeFinding(model::Cause::kUserRule, model::Severity::kCritical,
+                                                options_.hostname);
       f.rule = "gpuwatch_hub_push_refused";
       f.first_seen = f.last_seen = static_cast<double>(now_ms) / 1000;
       f.summary = why;
       f.evidence = {why};
-      f.action = "give the agent a write token the hub's --tokens file lists (--hub-token-file); "
-                 "nothing is lost meanwhile: the spool keeps it";
+      f.action =
+          "give the agent a write token the hub's --tokens file lists (--hub-token-file); "
+          "nothing is lost meanwhile: the spool keeps it";
       findings.push_back(std::move(f));
     }
   }

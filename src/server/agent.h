@@ -127,9 +127,7 @@ class Agent {
   Status StartJobListener(const jobs::JobListenerOptions& options);
   const jobs::JobRegistry& jobs() const { return jobs_; }
   // The jobs the API lists: this node's (the registry's), or on a hub every node's.
-  std::vector<jobs::JobView> JobList() const {
-    return hub_ ? hub_->jobs().Jobs() : jobs_.Jobs();
-  }
+  std::vector<jobs::JobView> JobList() const { return hub_ ? hub_->jobs().Jobs() : jobs_.Jobs(); }
   std::optional<jobs::JobView> JobById(const std::string& id) const {
     return hub_ ? hub_->jobs().Job(id) : jobs_.Job(id);
   }

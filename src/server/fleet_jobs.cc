@@ -30,8 +30,7 @@ double Quantile(const std::vector<double>& sorted, double q) {
 
 // The step quantiles of `durations` (sorted here) and the shares of step time, into `w`.
 void FillWindow(std::vector<double>* durations, double step_s, double data_s, double comm_s,
-                double ckpt_s, bool has_data, bool has_comm, bool has_ckpt,
-                jobs::WindowStats* w) {
+                double ckpt_s, bool has_data, bool has_comm, bool has_ckpt, jobs::WindowStats* w) {
   std::sort(durations->begin(), durations->end());
   w->step_p50_s = Quantile(*durations, 0.5);
   w->step_p95_s = Quantile(*durations, 0.95);
@@ -155,9 +154,8 @@ jobs::JobView FleetJobs::View(const std::string& id, const JobRec& j) const {
     r.state = j.running() ? "running" : "ended";
     if (rk.gpu) {
       r.gpus = {*rk.gpu};
-      if (!v.nodes.count(rk.node) ||
-          std::find(v.nodes[rk.node].begin(), v.nodes[rk.node].end(), *rk.gpu) ==
-              v.nodes[rk.node].end())
+      if (!v.nodes.count(rk.node) || std::find(v.nodes[rk.node].begin(), v.nodes[rk.node].end(),
+                                               *rk.gpu) == v.nodes[rk.node].end())
         v.nodes[rk.node].push_back(*rk.gpu);
     }
     r.steps_total = rk.steps_total;

@@ -8,14 +8,14 @@ namespace {
 using nlohmann::json;
 
 json Start(const std::string& node, int ranks, std::vector<int> gpus) {
-  return {{"type", "job"},     {"job", "42"},  {"node", node},      {"state", "start"},
-          {"template", "t1"}, {"user", "ann"}, {"project", "nlp"}, {"ranks", ranks},
-          {"gpus", gpus}};
+  return {{"type", "job"},    {"job", "42"},      {"node", node},
+          {"state", "start"}, {"template", "t1"}, {"user", "ann"},
+          {"project", "nlp"}, {"ranks", ranks},   {"gpus", gpus}};
 }
 json Step(const std::string& node, int rank, int gpu, int step, double d, double comm) {
-  return {{"type", "step"},    {"job", "42"},   {"node", node},      {"rank", rank},
-          {"gpu", gpu},        {"step", step},  {"duration_s", d},   {"samples", 8},
-          {"comm_s", comm},    {"data_wait_s", 0.1}};
+  return {{"type", "step"}, {"job", "42"},       {"node", node},    {"rank", rank},
+          {"gpu", gpu},     {"step", step},      {"duration_s", d}, {"samples", 8},
+          {"comm_s", comm}, {"data_wait_s", 0.1}};
 }
 
 TEST(FleetJobsTest, AMultiNodeJobIsOneJobWithEveryNodeAndRank) {

@@ -415,17 +415,18 @@ void HttpServer::AddHubRoutes() {
               if (!type.empty() && !type.starts_with("application/x-ndjson") &&
                   !type.starts_with("application/jsonl") && !type.starts_with("text/plain")) {
                 res.status = 415;
-                res.Set("records are trace-format JSON lines (Content-Type: "
-                        "application/x-ndjson)\n",
-                        "text/plain");
+                res.Set(
+                    "records are trace-format JSON lines (Content-Type: "
+                    "application/x-ndjson)\n",
+                    "text/plain");
                 return;
               }
               // Agents send their spool's entries snappy-compressed, as remote-write does.
               const std::string encoding = req.Header("Content-Encoding");
               std::string inflated;
               if (encoding == "snappy") {
-                auto body = store::SnappyUncompress(req.body, 4 * options_.max_write_body_bytes,
-                                                    "records");
+                auto body =
+                    store::SnappyUncompress(req.body, 4 * options_.max_write_body_bytes, "records");
                 if (!body.ok()) {
                   res.status = body.status().code() == StatusCode::kResourceExhausted ? 413 : 400;
                   res.Set(body.status().message() + "\n", "text/plain");
@@ -438,11 +439,9 @@ void HttpServer::AddHubRoutes() {
                         "text/plain");
                 return;
               }
-              const HttpReply r =
-                  hub->HandleRecords(encoding == "snappy" ? inflated : req.body,
-                                     req.Header("X-Gpuwatch-Node"),
-                                     req.Header("X-Gpuwatch-Spool"), req.Header("X-Gpuwatch-Seq"),
-                                     WallClockMs());
+              const HttpReply r = hub->HandleRecords(
+                  encoding == "snappy" ? inflated : req.body, req.Header("X-Gpuwatch-Node"),
+                  req.Header("X-Gpuwatch-Spool"), req.Header("X-Gpuwatch-Seq"), WallClockMs());
               res.status = r.status;
               res.Set(r.body, r.status == 200 ? "application/json" : "text/plain");
             },

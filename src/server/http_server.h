@@ -7,8 +7,8 @@
 #pragma once
 
 #include <atomic>
-#include <optional>
 #include <memory>
+#include <optional>
 #include <set>
 #include <string>
 #include <thread>

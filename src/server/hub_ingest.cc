@@ -152,8 +152,7 @@ HttpReply HubIngest::HandleRecords(std::string_view body, std::string_view node,
     return {400, "X-Gpuwatch-Spool must be the agent's spool id (16 to 64 hex digits)\n"};
   uint64_t seq = 0;
   if (seq_text.empty() ||
-      std::from_chars(seq_text.data(), seq_text.data() + seq_text.size(), seq).ec !=
-          std::errc() ||
+      std::from_chars(seq_text.data(), seq_text.data() + seq_text.size(), seq).ec != std::errc() ||
       seq == 0)
     return {400, "X-Gpuwatch-Seq must be the entry's sequence number (a positive integer)\n"};
 
@@ -165,7 +164,7 @@ HttpReply HubIngest::HandleRecords(std::string_view body, std::string_view node,
   };
   std::vector<Parsed> lines;
   NodeStatus node_info;
-  std::string_view node_line;  // the entry's last node record
+  std::string_view node_line;                         // the entry's last node record
   std::vector<std::pair<json, int64_t>> job_records;  // for the fleet's job list
   size_t line_no = 0;
   for (size_t pos = 0; pos < body.size();) {
@@ -177,7 +176,8 @@ HttpReply HubIngest::HandleRecords(std::string_view body, std::string_view node,
     if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
     if (line.empty()) continue;
     if (lines.size() >= options_.max_lines_per_entry)
-      return {413, fmt::format("more than {} records in one entry\n", options_.max_lines_per_entry)};
+      return {413,
+              fmt::format("more than {} records in one entry\n", options_.max_lines_per_entry)};
     json r = json::parse(line, nullptr, false);
     if (r.is_discarded() || !r.is_object())
       return {400, fmt::format("line {}: not a JSON object\n", line_no)};
@@ -251,8 +251,7 @@ HttpReply HubIngest::HandleRecords(std::string_view body, std::string_view node,
     for (const auto& p : lines) s.newest_record_ms = std::max(s.newest_record_ms, p.t_ms);
     if (!node_line.empty()) {
       if (!options_.data_dir.empty()) {
-        const std::string path =
-            options_.data_dir + "/records/" + std::string(node) + "/node.json";
+        const std::string path = options_.data_dir + "/records/" + std::string(node) + "/node.json";
         if (Status st = WriteFileAtomically(path, std::string(node_line) + "\n"); !st.ok())
           GW_LOG_WARN("hub: {}", st.message());
       }

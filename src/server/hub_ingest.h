@@ -13,9 +13,9 @@
 //
 // What is taken goes to disk first (one Spool per node under <data-dir>/records/<node>/, the
 // entry prefixed with "<spool id> <seq>\n", synced before the reply), then to that node's
-// flight recorder, which the hub's diagnosis reads through Window. On a restart the newest entry of each node's log gives
-// its stream position back, so an agent resending what the hub had taken just before dying is
-// answered "duplicate".
+// flight recorder, which the hub's diagnosis reads through Window. On a restart the newest entry of
+// each node's log gives its stream position back, so an agent resending what the hub had taken just
+// before dying is answered "duplicate".
 //
 // Every 400 says what was wrong (the line number and the field); a 400 is not retried by the
 // agent. The body is bounded by the HTTP route; the number of nodes by max_nodes (a new node
@@ -73,7 +73,7 @@ std::string_view NodeHealthName(NodeHealth h);  // "healthy", "degraded", "drain
 struct NodeStatus {
   std::string node;
   std::string spool_id;
-  uint64_t next_seq = 0;  // the next entry expected
+  uint64_t next_seq = 0;     // the next entry expected
   int64_t last_push_ms = 0;  // wall clock of the hub when it last took an entry
   int64_t newest_record_ms = 0;
   uint64_t entries = 0, records = 0, duplicates = 0, gap_entries = 0;

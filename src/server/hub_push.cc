@@ -2,7 +2,6 @@
 
 #include <fmt/format.h>
 #include <httplib.h>
-
 #include <unistd.h>
 
 #include <algorithm>
@@ -117,9 +116,9 @@ Status HubPusher::Flush() {
   return first;
 }
 
-HubPusher::Outcome HubPusher::Post(
-    const std::string& path, const std::string& body, const std::string& type,
-    const std::vector<std::pair<std::string, std::string>>& extra) {
+HubPusher::Outcome HubPusher::Post(const std::string& path, const std::string& body,
+                                   const std::string& type,
+                                   const std::vector<std::pair<std::string, std::string>>& extra) {
   httplib::Client c(base_url_);
   c.set_tcp_nodelay(true);  // headers and body go in two writes: no 40 ms delayed-ACK stall
   const auto secs = static_cast<time_t>(options_.timeout.count());
@@ -160,8 +159,8 @@ HubPusher::Outcome HubPusher::Post(
     return Outcome::kSent;
   }
   if (status == 401 || status == 403) {
-    const std::string why = fmt::format("{} answers {} to this agent's token: {}",
-                                        base_url_, status, reason);
+    const std::string why =
+        fmt::format("{} answers {} to this agent's token: {}", base_url_, status, reason);
     if (auth_error_ != why) GW_LOG_ERROR("{}: {}", options_.label, why);
     auth_error_ = why;
     ++counters_.requests_failed;
@@ -172,8 +171,8 @@ HubPusher::Outcome HubPusher::Post(
     return backoff(RetryAfterSeconds(res, 5), fmt::format("HTTP {}: {}", status, reason));
   if (status == 400 || status == 409 || status == 413 || status == 415) {
     ++counters_.requests_failed;
-    GW_LOG_ERROR("{}: {}{} refused an entry with HTTP {} (not retried): {}", options_.label, base_url_,
-                 path, status, reason);
+    GW_LOG_ERROR("{}: {}{} refused an entry with HTTP {} (not retried): {}", options_.label,
+                 base_url_, path, status, reason);
     return Outcome::kDropped;
   }
   return backoff(std::min(30, 1 << std::min(failures_in_row_, 5)),
@@ -197,9 +196,9 @@ bool HubPusher::SendSamples() {
       GW_LOG_ERROR("{}: samples entry {} is damaged and skipped: {}", options_.label, e.seq,
                    part.status().message());
   }
-  const Outcome o = Post(write_path_, store::SnappyCompress(proto), "application/x-protobuf",
-                         {{"Content-Encoding", "snappy"},
-                          {"X-Prometheus-Remote-Write-Version", "0.1.0"}});
+  const Outcome o =
+      Post(write_path_, store::SnappyCompress(proto), "application/x-protobuf",
+           {{"Content-Encoding", "snappy"}, {"X-Prometheus-Remote-Write-Version", "0.1.0"}});
   if (o == Outcome::kRetryLater) return false;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -239,7 +238,8 @@ bool HubPusher::SendRecords() {
 void HubPusher::SendPending() {
   // Requests are spaced to max_requests_per_second; samples and records take turns, so a long
   // backlog of one does not hold the other back.
-  const auto spacing = std::chrono::microseconds(1'000'000 / std::max(1, options_.max_requests_per_second));
+  const auto spacing =
+      std::chrono::microseconds(1'000'000 / std::max(1, options_.max_requests_per_second));
   while (true) {
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -285,7 +285,8 @@ void HubPusher::Start() {
 
 void HubPusher::Run() {
   while (true) {
-    if (Status st = Flush(); !st.ok()) GW_LOG_ERROR("{}: cannot spool: {}", options_.label, st.message());
+    if (Status st = Flush(); !st.ok())
+      GW_LOG_ERROR("{}: cannot spool: {}", options_.label, st.message());
     SendPending();
     std::unique_lock<std::mutex> lock(stop_mu_);
     if (stop_cv_.wait_for(lock, options_.interval, [this] { return stopping_; })) return;
@@ -301,7 +302,8 @@ void HubPusher::Stop() {
   stop_cv_.notify_all();
   if (thread_.joinable()) thread_.join();
   // What was collected since the last interval is kept for the next start.
-  if (Status st = Flush(); !st.ok()) GW_LOG_ERROR("{}: cannot spool: {}", options_.label, st.message());
+  if (Status st = Flush(); !st.ok())
+    GW_LOG_ERROR("{}: cannot spool: {}", options_.label, st.message());
 }
 
 }  // namespace gpuwatch::server

@@ -42,9 +42,9 @@ struct HubPushOptions {
   // http://hub:9470 (scheme, host, port). With records off (a remote-write destination such
   // as VictoriaMetrics), the URL's path is where the samples go (default /api/v1/write).
   std::string url;
-  bool records = true;  // send the records stream too (a hub); off: samples only
+  bool records = true;             // send the records stream too (a hub); off: samples only
   std::string label = "hub push";  // how its log lines start
-  std::string token;  // sent as a bearer token; "" sends none
+  std::string token;               // sent as a bearer token; "" sends none
   // https:// URLs: the CA bundle (PEM) the destination's certificate must chain to; "" uses
   // the system's. The certificate and its host name are always verified.
   std::string ca_file;
@@ -93,7 +93,7 @@ class HubPusher {
 
  private:
   explicit HubPusher(HubPushOptions options) : options_(std::move(options)) {}
-  std::string base_url_;                       // scheme://host:port
+  std::string base_url_;  // scheme://host:port
   std::string write_path_ = "/api/v1/write";
   enum class Outcome { kSent, kRetryLater, kDropped };
   Outcome Post(const std::string& path, const std::string& body, const std::string& type,

@@ -100,7 +100,7 @@ Result<std::string> PromApiQuerier::Get(
                                   doc.value("error", res->body.substr(0, 200)));
     // The cluster's own verdict on a bad query is the client's error; the rest is its trouble.
     return res->status == 400 || res->status == 422 ? Status::InvalidArgument(std::move(why))
-                                                     : Status::Unavailable(std::move(why));
+                                                    : Status::Unavailable(std::move(why));
   }
   return doc["data"].dump();
 }
@@ -147,8 +147,8 @@ Result<std::vector<store::SeriesSamples>> PromApiQuerier::SelectRaw(
 }
 
 Result<std::vector<store::SeriesRollups>> PromApiQuerier::SelectRollups(
-    store::Tier tier, const std::vector<store::Matcher>& matchers, int64_t mint_ms,
-    int64_t maxt_ms, uint32_t) const {
+    store::Tier tier, const std::vector<store::Matcher>& matchers, int64_t mint_ms, int64_t maxt_ms,
+    uint32_t) const {
   if (tier == store::Tier::kRaw)
     return Status::InvalidArgument("SelectRollups needs the 1m or 1h tier");
   const int64_t width = store::TierWidthMs(tier);

@@ -25,7 +25,7 @@
 namespace gpuwatch::server {
 
 struct PromApiOptions {
-  std::string url;  // http://vm:8428 (a path prefix is kept: http://mimir/prometheus)
+  std::string url;    // http://vm:8428 (a path prefix is kept: http://mimir/prometheus)
   std::string token;  // bearer token, "" for none
   std::chrono::seconds timeout{30};
   size_t max_response_bytes = size_t{512} << 20;

@@ -7,9 +7,9 @@ namespace {
 
 // The selector sent to the cluster reads back as the same matchers, whatever the values hold.
 TEST(PromQuerierTest, SelectorTextRoundTripsThroughThePromQLParser) {
-  for (const char* text : {R"({__name__="DCGM_FI_DEV_GPU_TEMP",gpu!="3"})",
-                           R"({job=~"^(\"a\\\\b\"|c.1)$",Hostname!~"n[0-9]+"})",
-                           "{msg=\"line\\nbreak\"}"}) {
+  for (const char* text :
+       {R"({__name__="DCGM_FI_DEV_GPU_TEMP",gpu!="3"})",
+        R"({job=~"^(\"a\\\\b\"|c.1)$",Hostname!~"n[0-9]+"})", "{msg=\"line\\nbreak\"}"}) {
     auto m = store::ParseSelector(text);
     ASSERT_TRUE(m.ok()) << text << ": " << m.status().ToString();
     auto back = store::ParseSelector(SelectorText(*m));

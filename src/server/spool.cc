@@ -31,7 +31,8 @@ void PutU32(std::string* out, uint32_t v) {
 
 uint32_t GetU32(const char* p) {
   uint32_t v = 0;
-  for (int i = 0; i < 4; ++i) v |= static_cast<uint32_t>(static_cast<unsigned char>(p[i])) << (8 * i);
+  for (int i = 0; i < 4; ++i)
+    v |= static_cast<uint32_t>(static_cast<unsigned char>(p[i])) << (8 * i);
   return v;
 }
 
@@ -109,7 +110,8 @@ Status Spool::Load() {
     while (!id_.empty() && (id_.back() == '\n' || id_.back() == ' ')) id_.pop_back();
     if (id_.size() < 16 || id_.size() > 64 ||
         id_.find_first_not_of("0123456789abcdef") != std::string::npos)
-      return Status::InvalidArgument(id_path + " is not a spool id (hex): remove the spool "
+      return Status::InvalidArgument(id_path +
+                                     " is not a spool id (hex): remove the spool "
                                      "directory to start a new one");
   } else {
     auto id = RandomHex(16);
@@ -121,8 +123,7 @@ Status Spool::Load() {
   std::error_code ec;
   for (const auto& e : fs::directory_iterator(dir_, ec)) {
     const std::string name = e.path().filename().string();
-    if (name.size() == 24 && name.ends_with(".seg") &&
-        name.find_first_not_of("0123456789") == 20)
+    if (name.size() == 24 && name.ends_with(".seg") && name.find_first_not_of("0123456789") == 20)
       firsts.push_back(std::stoull(name.substr(0, 20)));
     else if (name.starts_with("pos.")) {
       auto text = ReadWhole(e.path().string());
@@ -280,12 +281,10 @@ Status Spool::Ack(const std::string& destination, uint64_t next) {
   uint64_t& pos = positions_[destination];
   if (next <= pos) return Status::Ok();
   pos = std::min(next, next_seq_);
-  GW_RETURN_IF_ERROR(
-      WriteFileAtomically(dir_ + "/pos." + destination, std::to_string(pos) + "\n"));
+  GW_RETURN_IF_ERROR(WriteFileAtomically(dir_ + "/pos." + destination, std::to_string(pos) + "\n"));
   // Segments every destination is past, except the one being appended to.
   const uint64_t done = MinPositionLocked();
-  while (segments_.size() > 1 &&
-         segments_.front().first_seq + segments_.front().entries <= done)
+  while (segments_.size() > 1 && segments_.front().first_seq + segments_.front().entries <= done)
     DeleteFrontLocked(false);
   return Status::Ok();
 }

@@ -175,8 +175,8 @@ Result<HeadFlush> Head::CutForFlush() {
       const size_t n = std::min(options_.chunk_max_samples, s.ooo_flushing.size() - i);
       for (size_t k = i; k < i + n; ++k)
         enc.Append(s.ooo_flushing[k].t_ms, s.ooo_flushing[k].value).IgnoreError();  // sorted
-      fs.chunks.push_back({enc.first_t_ms(), enc.last_t_ms(), static_cast<uint32_t>(n),
-                           enc.Finish()});
+      fs.chunks.push_back(
+          {enc.first_t_ms(), enc.last_t_ms(), static_cast<uint32_t>(n), enc.Finish()});
       flush.samples += n;
     }
     flush.series.push_back(std::move(fs));
@@ -505,9 +505,10 @@ Result<AppendResult> Head::Append(const std::vector<Input>& batch, const AppendL
 
   // Out-of-order samples, per series in time order: one look at what the series holds over
   // the candidates' span (its chunks decoded once), then each is a duplicate, a conflict or new.
-  std::stable_sort(candidates.begin(), candidates.end(), [](const Candidate& a, const Candidate& b) {
-    return a.series != b.series ? a.series < b.series : a.t_ms < b.t_ms;
-  });
+  std::stable_sort(candidates.begin(), candidates.end(),
+                   [](const Candidate& a, const Candidate& b) {
+                     return a.series != b.series ? a.series < b.series : a.t_ms < b.t_ms;
+                   });
   for (size_t begin = 0; begin < candidates.size();) {
     size_t end = begin;
     while (end < candidates.size() && candidates[end].series == candidates[begin].series) ++end;
@@ -531,8 +532,8 @@ Result<AppendResult> Head::Append(const std::vector<Input>& batch, const AppendL
         }
         ++result.conflicts;
         if (result.first_error.empty())
-          result.first_error = "sample for " + LabelsToString(*c.labels) + " at t=" +
-                               std::to_string(c.t_ms) +
+          result.first_error = "sample for " + LabelsToString(*c.labels) +
+                               " at t=" + std::to_string(c.t_ms) +
                                " ms has another value than the one already stored";
         continue;
       }

@@ -50,14 +50,14 @@ struct HeadOptions {
 // the first one (returned to remote-write clients as a 400 when nothing was accepted).
 struct AppendResult {
   uint64_t accepted = 0;
-  uint64_t duplicates = 0;      // same timestamp and bit-identical value as the last one: a retry
-  uint64_t out_of_order = 0;    // older than the series' newest sample (beyond the window)
-  uint64_t conflicts = 0;       // a timestamp the head holds, with another value
+  uint64_t duplicates = 0;    // same timestamp and bit-identical value as the last one: a retry
+  uint64_t out_of_order = 0;  // older than the series' newest sample (beyond the window)
+  uint64_t conflicts = 0;     // a timestamp the head holds, with another value
   uint64_t accepted_out_of_order = 0;  // of `accepted`: within the out-of-order window
-  uint64_t invalid = 0;         // bad label set
-  uint64_t out_of_bounds = 0;   // timestamp outside [kMinSampleTimeMs, kMaxSampleTimeMs]
-  uint64_t series_limited = 0;  // samples of new series over AppendLimits::max_new_series
-  uint64_t new_series = 0;      // series this batch created
+  uint64_t invalid = 0;                // bad label set
+  uint64_t out_of_bounds = 0;          // timestamp outside [kMinSampleTimeMs, kMaxSampleTimeMs]
+  uint64_t series_limited = 0;         // samples of new series over AppendLimits::max_new_series
+  uint64_t new_series = 0;             // series this batch created
   std::string first_error;
   uint64_t rejected() const {
     return out_of_order + conflicts + invalid + out_of_bounds + series_limited;

@@ -118,8 +118,8 @@ TEST_F(HeadTest, OutOfOrderWindowAcceptsOnceAndRefusesConflicts) {
   EXPECT_EQ(r->rejected(), 0u);
   // The same again (a retry) counts nothing twice; a timestamp the head holds with another
   // value is a conflict; beyond the window is out of order.
-  r = head->Append({In("0", {{4'000'000, 14}, {5'000'000, 15}, {3'600'000, 10}, {5'000'000, 99},
-                              {3'000'000, 1}})});
+  r = head->Append({In(
+      "0", {{4'000'000, 14}, {5'000'000, 15}, {3'600'000, 10}, {5'000'000, 99}, {3'000'000, 1}})});
   ASSERT_TRUE(r.ok());
   EXPECT_EQ(r->accepted, 0u);
   EXPECT_EQ(r->duplicates, 3u);

@@ -195,9 +195,8 @@ Result<std::string> SnappyUncompress(std::string_view body, size_t max_bytes,
   if (!snappy::GetUncompressedLength(body.data(), body.size(), &n))
     return Status::InvalidArgument(std::string(what) + ": body is not snappy (block format) data");
   if (n > max_bytes)
-    return Status::ResourceExhausted(std::string(what) + ": body inflates to " +
-                                     std::to_string(n) + " bytes (limit " +
-                                     std::to_string(max_bytes) + ")");
+    return Status::ResourceExhausted(std::string(what) + ": body inflates to " + std::to_string(n) +
+                                     " bytes (limit " + std::to_string(max_bytes) + ")");
   std::string out;
   if (!snappy::Uncompress(body.data(), body.size(), &out))
     return Status::InvalidArgument(std::string(what) + ": corrupt snappy data");

@@ -9,8 +9,9 @@
 # the sanitizers, which check more than an optimised run can; the optimised binary is what
 # scripts/up.sh builds, and speed is measured in bench/, never in tests. With the unity build
 # and one ctest test per gtest binary (CMakeLists.txt), a clean clone on this 2-core machine
-# (2026-12-05) took 18 min 46 s in all: packages and the ASan build about 10.5 min, the suite
-# 8 min (478 s; the "waits" tests' 272 s beside it).
+# took 20 min 27 s in all on 2026-12-06 (18 min 46 s on 12-05, before the fleet's tests):
+# packages and the ASan build about 11 min, the suite 9.3 min (557 s, 63 tests; the 13 "waits"
+# tests beside it).
 #
 # GPUWATCH_TEST_BUILD=plain runs the same suite on an unsanitized -O1 build instead (build/test):
 # a quicker local loop (its build is 7 min, its tests 2.5). Build trees are reused.

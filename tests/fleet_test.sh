@@ -5,7 +5,8 @@
 # outage. After the hub comes back and the agents' backlogs drain, every GPU sample each agent
 # kept in its own store is on the hub once: the same timestamps, no hole where the hub was
 # down, nothing counted twice; the record streams have no gap; /api/v1/nodes lists both nodes,
-# and an agent with a wrong token raises an alert instead of looping.
+# a failure snapshot taken on the hub holds both nodes' records, and an agent with a wrong
+# token raises an alert instead of looping.
 GPUWATCH=$1 MOCK=$2
 . "$(dirname "$0")/lib.sh"
 OUTAGE_S=${FLEET_OUTAGE_S:-30}
@@ -123,6 +124,19 @@ for name, n in nodes.items():
     assert n["health"] in ("healthy", "degraded"), n
     assert n["driver_version"] == "550.90.07", n
 EOF
+
+# A failure snapshot on the hub holds every node's records (the merged window).
+ADMIN=$(cat "$TMP/hub/admin.token")
+snap=$(curl -fsS -X POST -H "Authorization: Bearer $ADMIN" "$HUB/api/v1/snapshots")
+id=$(python3 -c 'import json,sys; d=json.loads(sys.argv[1]); assert d["records"] > 0, d; print(d["id"])' "$snap") ||
+  fail "hub snapshot: $snap"
+for ((i = 0; i < 100; i++)); do
+  curl -fsS -H "Authorization: Bearer $READ" -o "$TMP/snap.gz" "$HUB/api/v1/snapshots/$id/trace.jsonl.gz" 2>/dev/null && break
+  sleep 0.2
+done
+for node in node-a node-b; do
+  zcat "$TMP/snap.gz" | grep -q "\"node\":\"$node\"" || fail "the hub's snapshot has no record of $node"
+done
 
 # A wrong token: the agent raises an alert and keeps its data; the hub's log shows no token.
 start_agent node-c "$C_PORT" "$TMP/wrong.token"

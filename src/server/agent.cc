@@ -1102,7 +1102,9 @@ void Agent::Start() {
     so.dir = options_.data_dir + "/snapshots";
     so.window_ms = options_.snapshot_window.count();
     so.max_snapshots = options_.max_snapshots;
-    snapshots_ = std::make_unique<SnapshotManager>(so, &recorder_, event_store_, options_.hostname);
+    snapshots_ = std::make_unique<SnapshotManager>(
+        so, [this](int64_t from_ms, int64_t to_ms) { return TraceWindow(from_ms, to_ms); },
+        event_store_, options_.hostname);
     if (Status st = snapshots_->Open(); !st.ok()) {
       GW_LOG_ERROR("failure snapshots are off: {}", st.message());
       snapshots_.reset();

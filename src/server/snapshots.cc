@@ -68,7 +68,17 @@ std::optional<SnapshotInfo> FromJson(const std::string& text) {
 
 SnapshotManager::SnapshotManager(SnapshotOptions options, const trace::FlightRecorder* recorder,
                                  store::EventStore* events, std::string node)
-    : options_(std::move(options)), recorder_(recorder), events_(events), node_(std::move(node)) {}
+    : SnapshotManager(
+          std::move(options),
+          [recorder](int64_t from_ms, int64_t to_ms) { return recorder->Window(from_ms, to_ms); },
+          events, std::move(node)) {}
+
+SnapshotManager::SnapshotManager(SnapshotOptions options, WindowFn window,
+                                 store::EventStore* events, std::string node)
+    : options_(std::move(options)),
+      window_(std::move(window)),
+      events_(events),
+      node_(std::move(node)) {}
 
 SnapshotManager::~SnapshotManager() { Stop(); }
 
@@ -132,7 +142,7 @@ Result<SnapshotInfo> SnapshotManager::Take(const std::string& reason, const std:
   p.info.state = "pending";
   lock.unlock();
   // The window is copied now: it must end at the failure, not whenever the writer gets to it.
-  p.lines = recorder_->Window(p.info.from_ms, now_ms);
+  p.lines = window_(p.info.from_ms, now_ms);
   p.info.records = p.lines.size();
   lock.lock();
   snapshots_[p.info.id] = p.info;

@@ -18,6 +18,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <optional>
@@ -54,9 +55,14 @@ struct SnapshotInfo {
 
 class SnapshotManager {
  public:
+  // The records of [from_ms, to_ms] in trace form (a flight recorder's window; on a hub every
+  // node's, merged).
+  using WindowFn = std::function<std::vector<std::string>(int64_t from_ms, int64_t to_ms)>;
   // `recorder` and `events` (may be null: no job.log) outlive the manager.
   SnapshotManager(SnapshotOptions options, const trace::FlightRecorder* recorder,
                   store::EventStore* events, std::string node);
+  SnapshotManager(SnapshotOptions options, WindowFn window, store::EventStore* events,
+                  std::string node);
   ~SnapshotManager();
 
   // Creates the directory, lists the bundles there, removes unfinished ones, starts the writer.
@@ -82,7 +88,7 @@ class SnapshotManager {
   void Prune();  // REQUIRES: mu_ held
 
   const SnapshotOptions options_;
-  const trace::FlightRecorder* recorder_;
+  const WindowFn window_;
   store::EventStore* events_;
   const std::string node_;
   mutable std::mutex mu_;

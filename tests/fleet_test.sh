@@ -134,8 +134,9 @@ for ((i = 0; i < 100; i++)); do
   curl -fsS -H "Authorization: Bearer $READ" -o "$TMP/snap.gz" "$HUB/api/v1/snapshots/$id/trace.jsonl.gz" 2>/dev/null && break
   sleep 0.2
 done
+zcat "$TMP/snap.gz" >"$TMP/snap.jsonl"  # not piped into grep -q: pipefail and SIGPIPE
 for node in node-a node-b; do
-  zcat "$TMP/snap.gz" | grep -q "\"node\":\"$node\"" || fail "the hub's snapshot has no record of $node"
+  grep -q "\"node\":\"$node\"" "$TMP/snap.jsonl" || fail "the hub's snapshot has no record of $node"
 done
 
 # A wrong token: the agent raises an alert and keeps its data; the hub's log shows no token.

@@ -541,11 +541,16 @@ void RenderLimitCounters(std::string_view hostname, const LimitCounters& c, std:
     HeaderOther(b, name);
     Line(b, name, host, "", v);
   };
+  // One counter by the values of one label.
+  auto by_label = [&](std::string_view name, std::string_view label,
+                      const std::vector<std::pair<std::string_view, uint64_t>>& counts) {
+    HeaderOther(b, name);
+    for (const auto& [value, n] : counts)
+      Line(b, name, host, fmt::format("{}=\"{}\"", label, value), static_cast<double>(n));
+  };
   auto by_reason = [&](std::string_view name,
                        const std::vector<std::pair<std::string_view, uint64_t>>& counts) {
-    HeaderOther(b, name);
-    for (const auto& [reason, n] : counts)
-      Line(b, name, host, fmt::format("reason=\"{}\"", reason), static_cast<double>(n));
+    by_label(name, "reason", counts);
   };
   one("gpuwatch_http_requests_total", static_cast<double>(c.http_requests));
   one("gpuwatch_http_connections", static_cast<double>(c.http_connections));
@@ -569,21 +574,15 @@ void RenderLimitCounters(std::string_view hostname, const LimitCounters& c, std:
          static_cast<double>(c.store_flush_errors));
   }
   one("gpuwatch_pushes_shed_total", static_cast<double>(c.pushes_shed));
-  if (c.has_push) {
-    HeaderOther(b, "gpuwatch_hub_push_requests_total");
-    Line(b, "gpuwatch_hub_push_requests_total", host, "result=\"sent\"",
-         static_cast<double>(c.push_requests_sent));
-    Line(b, "gpuwatch_hub_push_requests_total", host, "result=\"failed\"",
-         static_cast<double>(c.push_requests_failed));
-    HeaderOther(b, "gpuwatch_hub_push_entries_total");
-    Line(b, "gpuwatch_hub_push_entries_total", host, "result=\"sent\"",
-         static_cast<double>(c.push_entries_sent));
-    Line(b, "gpuwatch_hub_push_entries_total", host, "result=\"dropped\"",
-         static_cast<double>(c.push_entries_dropped));
-    one("gpuwatch_hub_push_backlog_entries", static_cast<double>(c.push_backlog_entries));
+  if (const auto& p = c.push) {
+    by_label("gpuwatch_hub_push_requests_total", "result",
+             {{"sent", p->requests_sent}, {"failed", p->requests_failed}});
+    by_label("gpuwatch_hub_push_entries_total", "result",
+             {{"sent", p->entries_sent}, {"dropped", p->entries_dropped}});
+    one("gpuwatch_hub_push_backlog_entries", static_cast<double>(p->backlog_entries));
     one("gpuwatch_hub_push_last_success_timestamp_seconds",
-        static_cast<double>(c.push_last_success_ms) / 1000);
-    one("gpuwatch_hub_push_auth_refused", c.push_auth_refused ? 1 : 0);
+        static_cast<double>(p->last_success_ms) / 1000);
+    one("gpuwatch_hub_push_auth_refused", p->auth_refused ? 1 : 0);
   }
   if (c.has_events) {
     HeaderOther(b, "gpuwatch_events_bytes");

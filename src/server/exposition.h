@@ -2,12 +2,14 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
 #include <vector>
 
 #include "server/agent_state.h"
+#include "server/hub_push.h"
 
 namespace gpuwatch::server {
 
@@ -33,11 +35,7 @@ struct LimitCounters {
   // Pushes a hub told to come back later (429), remote-write and records together.
   uint64_t pushes_shed = 0;
   // The push to a hub (server/hub_push.h); absent without --hub.
-  bool has_push = false;
-  uint64_t push_requests_sent = 0, push_requests_failed = 0;
-  uint64_t push_entries_sent = 0, push_entries_dropped = 0, push_backlog_entries = 0;
-  int64_t push_last_success_ms = 0;
-  bool push_auth_refused = false;
+  std::optional<HubPusher::Counters> push;
   bool has_events = false;
   uint64_t events_bytes = 0, events_bulk_bytes = 0;
 };

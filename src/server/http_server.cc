@@ -560,17 +560,7 @@ LimitCounters HttpServer::Counters() const {
   c.remote_write_refused_out_of_bounds = rw.samples_refused_out_of_bounds;
   c.remote_write_refused_too_large = rw.requests_refused_too_large;
   c.pushes_shed = pushes_shed_.load();
-  if (const HubPusher* p = agent_->pusher()) {
-    const HubPusher::Counters pc = p->counters();
-    c.has_push = true;
-    c.push_requests_sent = pc.requests_sent;
-    c.push_requests_failed = pc.requests_failed;
-    c.push_entries_sent = pc.entries_sent;
-    c.push_entries_dropped = pc.entries_dropped;
-    c.push_backlog_entries = pc.backlog_entries;
-    c.push_last_success_ms = pc.last_success_ms;
-    c.push_auth_refused = !p->auth_error().empty();
-  }
+  if (const HubPusher* p = agent_->pusher()) c.push = p->counters();
   if (store_) {
     const store::StoreHealth h = store_->Health();
     c.has_store = true;

@@ -62,6 +62,8 @@ Result<std::unique_ptr<HubPusher>> HubPusher::Open(HubPushOptions options) {
   return p;
 }
 
+HubPusher::HubPusher(HubPushOptions options) : options_(std::move(options)) {}
+
 HubPusher::~HubPusher() { Stop(); }
 
 void HubPusher::AddSeries(const std::vector<store::Head::Input>& inputs) {
@@ -116,10 +118,11 @@ Status HubPusher::Flush() {
   return first;
 }
 
-HubPusher::Outcome HubPusher::Post(const std::string& path, const std::string& body,
-                                   const std::string& type,
-                                   const std::vector<std::pair<std::string, std::string>>& extra) {
-  httplib::Client c(base_url_);
+httplib::Client& HubPusher::Client() {
+  if (client_) return *client_;
+  client_ = std::make_unique<httplib::Client>(base_url_);
+  httplib::Client& c = *client_;
+  c.set_keep_alive(true);
   c.set_tcp_nodelay(true);  // headers and body go in two writes: no 40 ms delayed-ACK stall
   const auto secs = static_cast<time_t>(options_.timeout.count());
   c.set_connection_timeout(secs);
@@ -130,6 +133,13 @@ HubPusher::Outcome HubPusher::Post(const std::string& path, const std::string& b
     c.enable_server_certificate_verification(true);
     if (!options_.ca_file.empty()) c.set_ca_cert_path(options_.ca_file);
   }
+  return c;
+}
+
+HubPusher::Outcome HubPusher::Post(const std::string& path, const std::string& body,
+                                   const std::string& type,
+                                   const std::vector<std::pair<std::string, std::string>>& extra) {
+  httplib::Client& c = Client();
   httplib::Headers headers;
   for (const auto& [k, v] : extra) headers.emplace(k, v);
   if (!options_.token.empty()) headers.emplace("Authorization", "Bearer " + options_.token);
@@ -264,6 +274,7 @@ HubPusher::Counters HubPusher::counters() const {
   {
     std::lock_guard<std::mutex> lock(mu_);
     c = counters_;
+    c.auth_refused = !auth_error_.empty();
   }
   c.backlog_entries = samples_->Stats().next_seq - samples_->Position(kDestination);
   if (records_) c.backlog_entries += records_->Stats().next_seq - records_->Position(kDestination);

@@ -36,6 +36,10 @@
 #include "server/spool.h"
 #include "store/head.h"
 
+namespace httplib {
+class Client;
+}
+
 namespace gpuwatch::server {
 
 struct HubPushOptions {
@@ -81,6 +85,7 @@ class HubPusher {
     uint64_t samples_spooled = 0, records_spooled = 0;
     uint64_t backlog_entries = 0;  // both spools, not yet sent
     int64_t last_success_ms = 0;
+    bool auth_refused = false;  // the hub answers 401/403 (auth_error() says why)
   };
   Counters counters() const;
   // Why the hub refuses this agent's token (401/403), "" while it does not.
@@ -92,7 +97,7 @@ class HubPusher {
   void SendPending();
 
  private:
-  explicit HubPusher(HubPushOptions options) : options_(std::move(options)) {}
+  explicit HubPusher(HubPushOptions options);  // in the .cc: httplib::Client is incomplete here
   std::string base_url_;  // scheme://host:port
   std::string write_path_ = "/api/v1/write";
   enum class Outcome { kSent, kRetryLater, kDropped };
@@ -101,6 +106,11 @@ class HubPusher {
   bool SendSamples();  // one request; false when nothing was sent
   bool SendRecords();
   void Run();
+
+  // The sender thread's connection, kept alive between requests (an https hub would otherwise
+  // cost a TLS handshake every second). Made at the first request.
+  httplib::Client& Client();
+  std::unique_ptr<httplib::Client> client_;
 
   const HubPushOptions options_;
   std::unique_ptr<Spool> samples_, records_;

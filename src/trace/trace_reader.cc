@@ -524,6 +524,7 @@ const Field<TraceJob> kJobFields[] = {
     {"ranks", &TraceJob::ranks},
     {"gpus", &TraceJob::gpus},
     {"exit_code", &TraceJob::exit_code},
+    {"submit_t", &TraceJob::submit_t},
 };
 
 const Field<TraceStep> kStepFields[] = {

@@ -148,6 +148,9 @@ struct TraceJob {
   std::optional<std::string> user, project;
   std::optional<uint32_t> ranks;
   std::optional<std::vector<uint32_t>> gpus;  // physical indices on this node
+  // start, not in the spec (readers ignore unknown fields): when the scheduler says the job
+  // was submitted, Unix seconds. A queue of days cannot be a `queued` record in time order.
+  std::optional<double> submit_t;
   // end:
   std::optional<int64_t> exit_code;
 

@@ -329,6 +329,7 @@ std::string JobRecord(int64_t t_ms, std::string_view node, const JobLifecycle& j
     w.EndArray();
   }
   if (j.exit_code) w.FieldInt("exit_code", *j.exit_code);
+  if (j.submit_ms) w.Field("submit_t", static_cast<double>(*j.submit_ms) / 1000);
   return Finish(w);
 }
 

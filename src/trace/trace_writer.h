@@ -122,6 +122,7 @@ struct JobLifecycle {
   std::optional<uint32_t> ranks;
   std::optional<std::vector<unsigned>> gpus;  // physical indices on this node
   std::optional<int> exit_code;
+  std::optional<int64_t> submit_ms;  // start: the scheduler's submit time (`submit_t`)
 };
 std::string JobRecord(int64_t t_ms, std::string_view node, const JobLifecycle& job);
 

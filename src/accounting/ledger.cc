@@ -1,11 +1,11 @@
 #include "accounting/ledger.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cmath>
-#include <set>
-
-#include <fmt/format.h>
 #include <nlohmann/json.hpp>
+#include <set>
 
 #include "common/log.h"
 #include "common/strings.h"
@@ -30,8 +30,11 @@ int64_t OverlapMs(int64_t a0, int64_t a1, int64_t b0, int64_t b1) {
 }
 
 json SegmentJson(const Segment& s) {
-  json j = {{"node", s.node}, {"gpus", s.gpus}, {"models", s.models},
-            {"start", s.start_ms}, {"end", s.end_ms}};
+  json j = {{"node", s.node},
+            {"gpus", s.gpus},
+            {"models", s.models},
+            {"start", s.start_ms},
+            {"end", s.end_ms}};
   if (s.exit_code) j["exit"] = *s.exit_code;
   return j;
 }
@@ -46,8 +49,12 @@ json EntryJson(const JobEntry& e) {
   json usage = json::array();
   for (const auto& [hour, u] : e.usage_by_hour)
     usage.push_back({hour, u.measured_gpu_s, u.idle_gpu_s, u.busywait_gpu_s});
-  return {{"job", e.job},           {"user", e.user},         {"project", e.project},
-          {"template", e.template_name}, {"attempts", attempts}, {"usage", usage},
+  return {{"job", e.job},
+          {"user", e.user},
+          {"project", e.project},
+          {"template", e.template_name},
+          {"attempts", attempts},
+          {"usage", usage},
           {"pending_queued", e.pending_queued_ms}};
 }
 
@@ -79,7 +86,7 @@ std::optional<JobEntry> EntryFromJson(const json& j) {
     }
     for (const json& u : j.at("usage"))
       e.usage_by_hour[u.at(0).get<int64_t>()] = {u.at(1).get<double>(), u.at(2).get<double>(),
-                                                  u.at(3).get<double>()};
+                                                 u.at(3).get<double>()};
     if (e.job.empty()) return std::nullopt;
     return e;
   } catch (const json::exception&) {
@@ -393,8 +400,10 @@ void Ledger::AddGpuLocked(const trace::TraceRecord& r, const trace::TraceGpu& g)
     // Memory quiet where measured; and the SMs, or else the power, quiet: at least one of
     // them must be measured, else the sample is not judged.
     bool mem_quiet = true;
-    if (g.mem_util_pct) mem_quiet = *g.mem_util_pct <= options_.quiet_mem_util_pct;
-    else if (g.dram_active) mem_quiet = *g.dram_active <= options_.quiet_mem_util_pct / 100;
+    if (g.mem_util_pct)
+      mem_quiet = *g.mem_util_pct <= options_.quiet_mem_util_pct;
+    else if (g.dram_active)
+      mem_quiet = *g.dram_active <= options_.quiet_mem_util_pct / 100;
     std::optional<bool> compute_quiet;
     if (g.sm_active) compute_quiet = *g.sm_active <= options_.quiet_sm_active;
     const NodeInfo& n = nodes_[r.node];
@@ -424,10 +433,12 @@ void Ledger::PersistNodeLocked(const std::string& node, const NodeInfo& n) {
   json models = json::object(), limits = json::object();
   for (const auto& [g, m] : n.models) models[std::to_string(g)] = m;
   for (const auto& [g, w] : n.power_limit_w) limits[std::to_string(g)] = w;
-  const std::string payload =
-      json{{"node", node}, {"models", models}, {"power_limit_w", limits},
-           {"last_seen", n.last_seen_ms}}
-          .dump();
+  const std::string payload = json{
+      {"node", node},
+      {"models", models},
+      {"power_limit_w", limits},
+      {"last_seen",
+       n.last_seen_ms}}.dump();
   if (Status s = wal_->Append(kNodeRecord, payload); !s.ok()) {
     GW_LOG_WARN("accounting: cannot log node {}: {}", node, s.message());
     return;
@@ -498,7 +509,9 @@ std::vector<ReportRow> Ledger::Report(const ReportQuery& q) const {
   std::lock_guard<std::mutex> lock(mu_);
   std::map<std::string, ReportRow> rows;
   for (const auto& [id, e] : jobs_) {
-    if (!q.project.empty() && e.project != q.project) continue;
+    if (!q.projects.empty() &&
+        std::find(q.projects.begin(), q.projects.end(), e.project) == q.projects.end())
+      continue;
     std::string key;
     switch (q.by) {
       case GroupBy::kUser:
@@ -532,9 +545,12 @@ std::vector<ReportRow> Ledger::Report(const ReportQuery& q) const {
         ++add.running;
       } else if (end <= q.until_ms) {
         auto code = a.exit_code();
-        if (!code) ++add.ended_unknown;
-        else if (*code == 0) ++add.succeeded;
-        else ++add.failed;
+        if (!code)
+          ++add.ended_unknown;
+        else if (*code == 0)
+          ++add.succeeded;
+        else
+          ++add.failed;
       }
       if (a.queued_ms >= 0 && a.start_ms >= q.since_ms && a.start_ms <= q.until_ms) {
         const double wait_s = static_cast<double>(a.start_ms - a.queued_ms) / 1000;
@@ -543,10 +559,9 @@ std::vector<ReportRow> Ledger::Report(const ReportQuery& q) const {
         add.queue_wait_s_max = std::max(add.queue_wait_s_max, wait_s);
       }
       for (const Segment& s : a.segments) {
-        const double hours =
-            static_cast<double>(OverlapMs(s.start_ms, EffectiveEndLocked(s), q.since_ms,
-                                          q.until_ms)) /
-            kHourMs;
+        const double hours = static_cast<double>(OverlapMs(s.start_ms, EffectiveEndLocked(s),
+                                                           q.since_ms, q.until_ms)) /
+                             kHourMs;
         for (size_t g = 0; g < s.gpus.size(); ++g) {
           add.gpu_hours += hours;
           std::string model = g < s.models.size() ? s.models[g] : "";
@@ -558,8 +573,10 @@ std::vector<ReportRow> Ledger::Report(const ReportQuery& q) const {
             }
           }
           const double price = PriceLocked(model);
-          if (price < 0) add.unpriced_gpu_hours += hours;
-          else add.cost_usd += hours * price;
+          if (price < 0)
+            add.unpriced_gpu_hours += hours;
+          else
+            add.cost_usd += hours * price;
         }
       }
     }
@@ -597,10 +614,7 @@ std::vector<ReportRow> Ledger::Report(const ReportQuery& q) const {
       row.start_ms = e.attempts.front().start_ms;
       row.end_ms = last.end_ms();
       auto code = last.exit_code();
-      row.state = last.open()                ? "running"
-                  : !code                    ? "ended"
-                  : *code == 0               ? "succeeded"
-                                             : "failed";
+      row.state = last.open() ? "running" : !code ? "ended" : *code == 0 ? "succeeded" : "failed";
     }
   }
   std::vector<ReportRow> out;
@@ -618,15 +632,15 @@ std::vector<QuotaStatus> Ledger::Quotas(int64_t now_ms) const {
   for (const Quota& quota : options_.quotas) {
     ReportQuery q;
     q.by = GroupBy::kProject;
-    q.project = quota.project;
+    q.projects = {quota.project};
     q.since_ms = now_ms - quota.period_ms;
     q.until_ms = now_ms;
     QuotaStatus s;
     s.quota = quota;
     for (const ReportRow& r : Report(q)) s.used_gpu_hours += r.gpu_hours;
-    s.state = s.used_gpu_hours >= quota.gpu_hours                                   ? "exceeded"
+    s.state = s.used_gpu_hours >= quota.gpu_hours                                  ? "exceeded"
               : s.used_gpu_hours >= options_.quota_warn_fraction * quota.gpu_hours ? "warning"
-                                                                                     : "ok";
+                                                                                   : "ok";
     out.push_back(std::move(s));
   }
   return out;

@@ -121,7 +121,7 @@ struct JobEntry {
 struct ReportQuery {
   GroupBy by = GroupBy::kProject;
   int64_t since_ms = 0, until_ms = 0;
-  std::string project;  // "" = all; else only this project's jobs
+  std::vector<std::string> projects;  // empty = all; else only these projects' jobs
 };
 
 struct ReportRow {
@@ -185,9 +185,7 @@ class Ledger {
   struct GpuKey {
     std::string node;
     unsigned gpu;
-    bool operator<(const GpuKey& o) const {
-      return node != o.node ? node < o.node : gpu < o.gpu;
-    }
+    bool operator<(const GpuKey& o) const { return node != o.node ? node < o.node : gpu < o.gpu; }
   };
 
   void AddJobLocked(const trace::TraceRecord& r, const trace::TraceJob& j);

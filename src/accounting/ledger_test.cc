@@ -113,7 +113,7 @@ TEST(LedgerTest, WindowClipsAllocationsAndTallies) {
   // nlp: j1's last 600 s on 2 GPUs, j3's 1600 s (7200..8800) on 1.
   EXPECT_NEAR(rows["nlp"].gpu_hours, 2800 / kHour, 1e-12);
   EXPECT_NEAR(rows["nlp"].cost_usd, 2 * 2800 / kHour, 1e-12);
-  EXPECT_EQ(rows["nlp"].succeeded, 1u);  // j1 ended inside
+  EXPECT_EQ(rows["nlp"].succeeded, 1u);    // j1 ended inside
   EXPECT_EQ(rows["nlp"].queue_waits, 0u);  // started before the window
   // The 61 samples at 7200..7800 s: busy-waiting.
   EXPECT_NEAR(rows["nlp"].busywait_gpu_hours, 610 / kHour, 1e-12);
@@ -145,7 +145,8 @@ TEST(LedgerTest, UnpricedModelsAreCountedApart) {
 
 TEST(LedgerTest, SoftQuotasWarnThenSayExceeded) {
   LedgerOptions o = Priced();
-  o.quotas = {{"nlp", 5.0, 86400 * 1000LL}, {"vision", 7.0, 86400 * 1000LL},
+  o.quotas = {{"nlp", 5.0, 86400 * 1000LL},
+              {"vision", 7.0, 86400 * 1000LL},
               {"speech", 10.0, 86400 * 1000LL}};
   auto l = Ledger::Open(o);
   ASSERT_TRUE(l.ok());
@@ -163,9 +164,8 @@ TEST(LedgerTest, BusyWaitNeedsQuietPowerOrSmsMeasured) {
   // util 100 % with neither power limit nor sm_active known: not judged busy-waiting.
   auto l = Ledger::Open({});
   ASSERT_TRUE(l.ok());
-  std::string lines =
-      R"({"t":100,"type":"job","node":"n","job":"x","state":"start","gpus":[0]})"
-      "\n";
+  std::string lines = R"({"t":100,"type":"job","node":"n","job":"x","state":"start","gpus":[0]})"
+                      "\n";
   for (int t = 110; t <= 200; t += 10)
     lines += R"({"t":)" + std::to_string(t) +
              R"(,"type":"gpu","node":"n","gpu":0,"util_pct":100,"power_w":100})" + "\n";
@@ -173,12 +173,14 @@ TEST(LedgerTest, BusyWaitNeedsQuietPowerOrSmsMeasured) {
   for (int t = 210; t <= 300; t += 10)
     lines += R"({"t":)" + std::to_string(t) +
              R"(,"type":"gpu","node":"n","gpu":0,"util_pct":100,"sm_active":0.02,)"
-             R"("dram_active":0.0})" + "\n";
+             R"("dram_active":0.0})" +
+             "\n";
   // Real work: the SMs busy and memory moving.
   for (int t = 310; t <= 400; t += 10)
     lines += R"({"t":)" + std::to_string(t) +
              R"(,"type":"gpu","node":"n","gpu":0,"util_pct":100,"sm_active":0.9,)"
-             R"("dram_active":0.5})" + "\n";
+             R"("dram_active":0.5})" +
+             "\n";
   (*l)->AddLines(lines);
   ReportQuery q;
   q.by = GroupBy::kJob;
@@ -196,15 +198,14 @@ TEST(LedgerTest, BusyWaitNeedsQuietPowerOrSmsMeasured) {
 TEST(LedgerTest, GpusFromProcessesWhenTheStartNamesNone) {
   auto l = Ledger::Open({});
   ASSERT_TRUE(l.ok());
-  (*l)->AddLines(
-      R"({"t":100,"type":"job","node":"n","job":"x","state":"start","user":"u"})"
-      "\n"
-      R"({"t":105,"type":"proc","node":"n","pid":7,"gpu":3,"job":"x"})"
-      "\n"
-      R"({"t":106,"type":"proc","node":"n","pid":8,"gpu":5,"job":"x"})"
-      "\n"
-      R"({"t":1900,"type":"job","node":"n","job":"x","state":"end","exit_code":0})"
-      "\n");
+  (*l)->AddLines(R"({"t":100,"type":"job","node":"n","job":"x","state":"start","user":"u"})"
+                 "\n"
+                 R"({"t":105,"type":"proc","node":"n","pid":7,"gpu":3,"job":"x"})"
+                 "\n"
+                 R"({"t":106,"type":"proc","node":"n","pid":8,"gpu":5,"job":"x"})"
+                 "\n"
+                 R"({"t":1900,"type":"job","node":"n","job":"x","state":"end","exit_code":0})"
+                 "\n");
   auto e = (*l)->Job("x");
   ASSERT_TRUE(e);
   ASSERT_EQ(e->attempts.size(), 1u);
@@ -220,13 +221,12 @@ TEST(LedgerTest, ASecondEndExtendsTheAllocation) {
   // The SDK says the ranks ended; the epilog releases the GPUs 20 s later.
   auto l = Ledger::Open({});
   ASSERT_TRUE(l.ok());
-  (*l)->AddLines(
-      R"({"t":0,"type":"job","node":"n","job":"s","state":"start","gpus":[0]})"
-      "\n"
-      R"({"t":3580,"type":"job","node":"n","job":"s","state":"end","exit_code":0})"
-      "\n"
-      R"({"t":3600,"type":"job","node":"n","job":"s","state":"end","exit_code":0})"
-      "\n");
+  (*l)->AddLines(R"({"t":0,"type":"job","node":"n","job":"s","state":"start","gpus":[0]})"
+                 "\n"
+                 R"({"t":3580,"type":"job","node":"n","job":"s","state":"end","exit_code":0})"
+                 "\n"
+                 R"({"t":3600,"type":"job","node":"n","job":"s","state":"end","exit_code":0})"
+                 "\n");
   auto e = (*l)->Job("s");
   ASSERT_TRUE(e);
   ASSERT_EQ(e->attempts.size(), 1u);
@@ -269,11 +269,10 @@ TEST_F(LedgerDiskTest, ReopenGivesTheSameReport) {
     EXPECT_DOUBLE_EQ(after[i].cost_usd, before[i].cost_usd);
   }
   // The running job's GPU goes on being tallied after the restart.
-  (*l)->AddLines(
-      R"({"t":1764469610,"type":"gpu","node":"a","gpu":4,"util_pct":0,"power_w":70})"
-      "\n"
-      R"({"t":1764469620,"type":"gpu","node":"a","gpu":4,"util_pct":0,"power_w":70})"
-      "\n");
+  (*l)->AddLines(R"({"t":1764469610,"type":"gpu","node":"a","gpu":4,"util_pct":0,"power_w":70})"
+                 "\n"
+                 R"({"t":1764469620,"type":"gpu","node":"a","gpu":4,"util_pct":0,"power_w":70})"
+                 "\n");
   auto j3 = (*l)->Job("j3");
   ASSERT_TRUE(j3);
   double idle = 0;
@@ -343,8 +342,8 @@ TEST_F(LedgerDiskTest, CompactionBoundsTheLogAndDropsJobsPastRetention) {
     std::string lines;
     for (int i = 0; i < 3000; ++i) {
       const std::string id = "job-" + std::to_string(i);
-      lines += R"({"t":)" + std::to_string(1000 + i) + R"(,"type":"job","node":"n","job":")" +
-               id + R"(","state":"start","user":"u","project":"p","gpus":[0,1,2,3]})" + "\n";
+      lines += R"({"t":)" + std::to_string(1000 + i) + R"(,"type":"job","node":"n","job":")" + id +
+               R"(","state":"start","user":"u","project":"p","gpus":[0,1,2,3]})" + "\n";
       lines += R"({"t":)" + std::to_string(1000 + i) + R"(.5,"type":"job","node":"n","job":")" +
                id + R"(","state":"end","exit_code":0})" + "\n";
     }

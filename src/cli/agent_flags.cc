@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -154,6 +155,14 @@ void AddServingFlags(CLI::App* app, AgentFlags* f) {
   app->add_option("--rules", f->rules,
                   "Your own alerting rules, PromQL over this agent's store (JSON; "
                   "docs/format/user-rules.md; needs --data-dir)");
+  app->add_option("--gpu-prices", f->gpu_prices,
+                  "Accounting: price per GPU-hour by model, MODEL=USD,... where MODEL is part of "
+                  "the GPU's name (e.g. H100=2.49,A100=1.10,*=0.50)");
+  app->add_option("--quotas", f->quotas,
+                  "Soft quotas: PROJECT=GPU_HOURS/PERIOD,... (e.g. nlp=5000/30d); an alert at "
+                  "80 % and past 100 %, nothing is stopped");
+  app->add_option("--accounting-retention", f->accounting_retention,
+                  "How long ended jobs stay in the accounting ledger (default 400d)");
   app->add_option("--write-max-body", f->write_max_body,
                   "Largest remote-write request body, compressed (default 32MiB)");
   app->add_option("--max-series", f->max_series,
@@ -326,6 +335,9 @@ std::map<std::string, std::string*> FlagFields(AgentFlags* f) {
           {"remote-write-token-file", &f->remote_write_token_file},
           {"read-from", &f->read_from},
           {"read-from-token-file", &f->read_from_token_file},
+          {"gpu-prices", &f->gpu_prices},
+          {"quotas", &f->quotas},
+          {"accounting-retention", &f->accounting_retention},
           {"log-level", &f->log_level}};
 }
 
@@ -347,8 +359,58 @@ Status ApplyConfig(CLI::App* app, AgentFlags* f) {
   return Status::Ok();
 }
 
+Result<std::vector<accounting::Price>> ParseGpuPrices(const std::string& text) {
+  std::vector<accounting::Price> out;
+  for (std::string_view item : SplitAny(text, ",")) {
+    item = TrimWhitespace(item);
+    if (item.empty()) continue;
+    const size_t eq = item.rfind('=');
+    auto usd = eq == std::string_view::npos ? std::nullopt : ParseDouble(item.substr(eq + 1));
+    if (eq == 0 || !usd || !std::isfinite(*usd) || *usd < 0)
+      return Status::InvalidArgument("bad --gpu-prices entry '" + std::string(item) +
+                                     "': MODEL=USD_PER_GPU_HOUR, e.g. H100=2.49");
+    out.push_back({std::string(TrimWhitespace(item.substr(0, eq))), *usd});
+  }
+  return out;
+}
+
+Result<std::vector<accounting::Quota>> ParseQuotas(const std::string& text) {
+  std::vector<accounting::Quota> out;
+  for (std::string_view item : SplitAny(text, ",")) {
+    item = TrimWhitespace(item);
+    if (item.empty()) continue;
+    const size_t eq = item.rfind('=');
+    const size_t slash = item.rfind('/');
+    auto bad = [&] {
+      return Status::InvalidArgument("bad --quotas entry '" + std::string(item) +
+                                     "': PROJECT=GPU_HOURS/PERIOD, e.g. nlp=5000/30d");
+    };
+    if (eq == std::string_view::npos || eq == 0 || slash == std::string_view::npos || slash < eq)
+      return bad();
+    auto hours = ParseDouble(item.substr(eq + 1, slash - eq - 1));
+    auto period = ParseRetentionMs(item.substr(slash + 1));
+    if (!hours || !std::isfinite(*hours) || *hours <= 0 || !period.ok() || *period <= 0)
+      return bad();
+    out.push_back({std::string(item.substr(0, eq)), *hours, *period});
+  }
+  return out;
+}
+
 Result<server::AgentOptions> MakeOptions(const AgentFlags& f, const std::string& version) {
   server::AgentOptions o;
+  {
+    auto prices = ParseGpuPrices(f.gpu_prices);
+    if (!prices.ok()) return prices.status();
+    o.accounting.prices = std::move(*prices);
+    auto quotas = ParseQuotas(f.quotas);
+    if (!quotas.ok()) return quotas.status();
+    o.accounting.quotas = std::move(*quotas);
+    auto retention = ParseRetentionMs(f.accounting_retention);
+    if (!retention.ok() || *retention <= 0)
+      return Status::InvalidArgument("bad --accounting-retention '" + f.accounting_retention +
+                                     "': a duration such as 400d");
+    o.accounting.retention_ms = *retention;
+  }
   o.version = version;
   o.root_dir = f.root_dir;
   o.data_dir = f.data_dir;

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "accounting/ledger.h"
 #include "collect/nvml_source.h"
 #include "common/status.h"
 #include "jobs/job_listener.h"
@@ -82,11 +83,18 @@ struct AgentFlags {
   // Set by `gpuwatch hub` (cli/hub_cmd.h), not a flag of `up`.
   bool is_hub = false;
   std::string out_of_order_window = "1h";  // `gpuwatch hub` only
+  // Accounting (accounting/ledger.h): "H100=2.49,A100=1.10" and "nlp=5000/30d,cv=800/7d".
+  std::string gpu_prices, quotas;
+  std::string accounting_retention = "400d";
   std::string job_log_roots = "~,/tmp,/var/tmp";
   std::vector<std::string> limits;  // --limit NAME=VALUE (cli/limits.h); not a config-file key
 };
 
 void AddStoreFlags(CLI::App* app, AgentFlags* f);
+// --gpu-prices "MODEL=USD,...": a price per GPU-hour for GPUs whose model name contains MODEL
+// ("*" for the rest). --quotas "PROJECT=GPU_HOURS/PERIOD,...". InvalidArgument naming the entry.
+Result<std::vector<accounting::Price>> ParseGpuPrices(const std::string& text);
+Result<std::vector<accounting::Quota>> ParseQuotas(const std::string& text);
 // The flags an agent (`up`) and a hub share.
 void AddServingFlags(CLI::App* app, AgentFlags* f);
 void AddAgentFlags(CLI::App* app, AgentFlags* f);

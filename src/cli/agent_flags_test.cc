@@ -110,3 +110,42 @@ TEST(AgentFlagsTest, DefaultDiskBudgetFitsTheFileSystem) {
 
 }  // namespace
 }  // namespace gpuwatch::cli
+
+namespace gpuwatch::cli {
+namespace {
+
+TEST(AgentFlagsTest, PricesAndQuotasParseOrAreRefusedByEntry) {
+  auto p = ParseGpuPrices("H100=2.49, A100-SXM4=1.10,*=0.5");
+  ASSERT_TRUE(p.ok()) << p.status().ToString();
+  ASSERT_EQ(p->size(), 3u);
+  EXPECT_EQ((*p)[1].model, "A100-SXM4");
+  EXPECT_DOUBLE_EQ((*p)[1].usd_per_gpu_hour, 1.10);
+  EXPECT_EQ((*p)[2].model, "*");
+  EXPECT_TRUE(ParseGpuPrices("")->empty());
+  for (const char* bad : {"H100", "=2", "H100=-1", "H100=cheap", "H100=inf"}) {
+    auto r = ParseGpuPrices(bad);
+    ASSERT_FALSE(r.ok()) << bad;
+    EXPECT_NE(r.status().message().find(bad), std::string::npos) << r.status().message();
+  }
+  auto q = ParseQuotas("nlp=5000/30d,vision-2=800/7d");
+  ASSERT_TRUE(q.ok()) << q.status().ToString();
+  ASSERT_EQ(q->size(), 2u);
+  EXPECT_EQ((*q)[1].project, "vision-2");
+  EXPECT_DOUBLE_EQ((*q)[0].gpu_hours, 5000);
+  EXPECT_EQ((*q)[0].period_ms, 30LL * 86400 * 1000);
+  for (const char* bad : {"nlp=5000", "nlp/30d", "=5/1d", "nlp=0/30d", "nlp=5/soon"})
+    EXPECT_FALSE(ParseQuotas(bad).ok()) << bad;
+  AgentFlags f;
+  f.quotas = "nlp=5/1d";
+  f.gpu_prices = "H100=2";
+  auto o = MakeOptions(f, "test");
+  ASSERT_TRUE(o.ok()) << o.status().ToString();
+  EXPECT_EQ(o->accounting.quotas.size(), 1u);
+  EXPECT_EQ(o->accounting.prices.size(), 1u);
+  EXPECT_EQ(o->accounting.retention_ms, 400LL * 86400 * 1000);
+  f.accounting_retention = "forever";
+  EXPECT_FALSE(MakeOptions(f, "test").ok());
+}
+
+}  // namespace
+}  // namespace gpuwatch::cli

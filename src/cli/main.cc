@@ -21,6 +21,7 @@
 #include "cli/doctor.h"
 #include "cli/explain_cmd.h"
 #include "cli/hub_cmd.h"
+#include "cli/report_cmd.h"
 #include "cli/job_view.h"
 #include "cli/limits.h"
 #include "cli/link_tools.h"
@@ -428,6 +429,8 @@ int Main(int argc, char** argv) {
   top_cmd->add_option("--interval", top_opts.interval_s, "Seconds between refreshes (default 1)");
   top_cmd->add_option("--job", top_opts.job, "Show only this job");
   top_cmd->add_option("--user", top_opts.user, "Show only this user's jobs and processes");
+  ReportCommand report;
+  auto* report_cmd = AddReportCommand(&app, &report);
   std::string annotate_text, annotate_job, annotate_token_file;
   auto* annotate_cmd = app.add_subcommand(
       "annotate", "Put a note on the time line (R21), e.g. gpuwatch annotate \"switched to TP=4\"");
@@ -780,6 +783,10 @@ int Main(int argc, char** argv) {
         !st.ok())
       return Fail(st);
     return 0;
+  }
+  if (report_cmd->parsed()) {
+    if (report.agent.empty()) report.agent = agent_url;
+    return RunReport(report, std::cout, std::cerr);
   }
   if (sil.agent.empty()) sil.agent = agent_url;
   if (alerts_cmd->parsed()) return RunAlerts(agent_url, alerts_json, std::cout, std::cerr);

@@ -127,4 +127,13 @@ FileReadResult ReadSmallFile(const std::string& path, size_t max_bytes) {
   return r;
 }
 
+uint64_t Fnv1a64(std::string_view data) {
+  uint64_t h = 0xcbf29ce484222325ull;
+  for (unsigned char c : data) {
+    h ^= c;
+    h *= 0x100000001b3ull;
+  }
+  return h;
+}
+
 }  // namespace gpuwatch

@@ -91,9 +91,18 @@ Status Agent::Init() {
                              std::strerror(errno));
     RestoreAlertState();
   }
+  {
+    accounting::LedgerOptions lo = options_.accounting;
+    lo.dir = options_.data_dir.empty() ? "" : options_.data_dir + "/accounting";
+    auto l = accounting::Ledger::Open(lo);
+    if (!l.ok()) return l.status();
+    ledger_ = std::move(l).value();
+  }
   if (options_.hub) {
     HubIngestOptions ho = options_.hub_ingest;
     ho.data_dir = options_.data_dir;
+    accounting::Ledger* ledger = ledger_.get();
+    ho.accounting_sink = [ledger](std::string_view lines) { ledger->AddLines(lines); };
     auto h = HubIngest::Open(ho);
     if (!h.ok()) return h.status();
     hub_ = std::move(h).value();
@@ -887,6 +896,28 @@ void Agent::TickDiagnosis() {
       findings.push_back(std::move(f));
     }
   }
+  // Soft quotas: an alert as a project nears or passes its GPU-hours, never a stop.
+  if (ledger_) {
+    for (const accounting::QuotaStatus& q : ledger_->Quotas(now_ms)) {
+      if (q.state == "ok") continue;
+      analyze::Finding f = analyze::MakeFinding(model::Cause::kUserRule, model::Severity::kWarning,
+                                                options_.hostname);
+      f.rule = "gpuwatch_quota:" + q.quota.project;
+      f.first_seen = f.last_seen = static_cast<double>(now_ms) / 1000;
+      f.summary = fmt::format(
+          "project {} used {:.1f} of its {:.0f} GPU-hours over the last {:.0f} days ({:.0f} %){}",
+          q.quota.project, q.used_gpu_hours, q.quota.gpu_hours,
+          static_cast<double>(q.quota.period_ms) / 86400000,
+          100 * q.used_gpu_hours / q.quota.gpu_hours,
+          q.state == "exceeded" ? ": over its soft quota" : "");
+      f.evidence = {f.summary};
+      f.action = fmt::format(
+          "gpuwatch report --by job --since {:.0f}d shows which jobs used it; nothing is stopped "
+          "(the quota is soft)",
+          std::ceil(static_cast<double>(q.quota.period_ms) / 86400000));
+      findings.push_back(std::move(f));
+    }
+  }
   if (user_rules_ && store_) {
     for (auto& f : user_rules_->Evaluate(*store_, now_ms)) findings.push_back(std::move(f));
     if (!user_rules_->last_error().empty())
@@ -1135,12 +1166,26 @@ void Agent::Stop() {
     DrainJobs();             // what the last second of jobs reported
   }
   if (snapshots_) snapshots_->Stop();
+  if (was_running) TickAccounting();
   // After the last drain: its records reach the spool, sent at the next start.
   if (pusher_) pusher_->Stop();
   if (forwarder_) forwarder_->Stop();
 }
 
+namespace {
+// The record types the ledger reads (accounting/ledger.h): the writer puts "type" right after
+// "t", so a look at the line's head spares parsing the rest.
+bool ForAccounting(std::string_view line) {
+  const size_t at = line.substr(0, 48).find("\"type\":\"");
+  if (at == std::string_view::npos) return false;
+  const std::string_view type = line.substr(at + 8, 5);
+  return type.starts_with("job\"") || type.starts_with("gpu\"") || type == "proc\"" ||
+         type == "node\"";
+}
+}  // namespace
+
 void Agent::Record(int64_t t_ms, std::string line) {
+  if (ledger_ && ForAccounting(line)) ledger_->AddLines(line);
   if (pusher_) pusher_->AddRecord(line);
   recorder_.Add(t_ms, std::move(line));
 }
@@ -1166,6 +1211,8 @@ void Agent::RunTiers() {
              {"drain", std::chrono::milliseconds(1000), &Agent::DrainJobs, now}};
   // A hub only judges what its agents send.
   tiers.push_back({"diagnosis", std::chrono::milliseconds(5000), &Agent::TickDiagnosis, now});
+  tiers.push_back({"accounting", std::chrono::milliseconds(60000), &Agent::TickAccounting,
+                   now + std::chrono::milliseconds(60000)});
   // What each tier costs in CPU (this thread's clock, so waits and other threads do not count):
   // the agent's own overhead, by tier (gpuwatch_agent_tier_cpu_seconds_total).
   auto thread_cpu_s = [] {
@@ -1192,6 +1239,12 @@ void Agent::RunTiers() {
     std::unique_lock<std::mutex> lock(stop_mu_);
     if (stop_cv_.wait_until(lock, wake, [this] { return stopping_; })) return;
   }
+}
+
+void Agent::TickAccounting() {
+  if (!ledger_) return;
+  if (Status s = ledger_->Checkpoint(clock_.NowMs()); !s.ok())
+    GW_LOG_WARN("accounting: {}", s.message());
 }
 
 void Agent::RunEvents() {

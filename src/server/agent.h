@@ -20,6 +20,7 @@
 #include <thread>
 #include <tuple>
 
+#include "accounting/ledger.h"
 #include "analyze/alerts.h"
 #include "collect/attribution.h"
 #include "collect/gpu_source.h"
@@ -97,6 +98,8 @@ struct AgentOptions {
   // `gpuwatch up --hub URL`: push series and records to the hub (server/hub_push.h); url ""
   // is off. REQUIRES: a data dir (the spool is under <data-dir>/spool).
   HubPushOptions push;
+  // GPU accounting: prices, soft quotas, retention (its dir is set from data_dir).
+  accounting::LedgerOptions accounting;
   // --remote-write URL: the series (an agent's own, or what a hub takes in) also go to a
   // Prometheus-compatible cluster (VictoriaMetrics, Mimir, Thanos receive, Prometheus), through
   // a spool of their own under <data-dir>/forward. url "" is off.
@@ -157,6 +160,8 @@ class Agent {
   // Runs the diagnosis engine over the records added since the last call and folds its
   // findings into the alerts (every 5 s on the tier thread; tests call it directly).
   void TickDiagnosis();
+  // Writes the ledger's changed tallies (each minute and at Stop).
+  void TickAccounting();
   // The alert book across restarts: <data-dir>/alerts.json (docs/format/alerts.md). A damaged
   // file is kept aside, never overwritten.
   void RestoreAlertState();
@@ -186,6 +191,9 @@ class Agent {
   // The remote-write destination's sender; null without --remote-write. A hub's HTTP server
   // hands it what it stored.
   HubPusher* forwarder() const { return forwarder_.get(); }
+  // GPU accounting over the records this process sees (its own, or a hub's nodes'); set by
+  // Init (kept under <data-dir>/accounting, or in memory without a data dir).
+  const accounting::Ledger* ledger() const { return ledger_.get(); }
   bool is_hub() const { return options_.hub; }
   // Failure snapshots; null without a data dir.
   SnapshotManager* snapshots() const { return snapshots_.get(); }
@@ -224,6 +232,7 @@ class Agent {
   bool KeepsSeries() const { return store_ || pusher_ || forwarder_; }
   // One trace record: into the flight recorder and, with --hub, the push's spool.
   void Record(int64_t t_ms, std::string line);
+  std::unique_ptr<accounting::Ledger> ledger_;  // before hub_: the hub feeds it
   std::unique_ptr<HubIngest> hub_;
   std::unique_ptr<HubPusher> pusher_;
   std::unique_ptr<HubPusher> forwarder_;

@@ -257,15 +257,6 @@ std::string Plural(size_t n, const char* one, const char* many) {
 
 // ---- facts ----
 
-uint64_t Fnv1a64(std::string_view data) {
-  uint64_t h = 0xcbf29ce484222325ull;
-  for (unsigned char c : data) {
-    h ^= c;
-    h *= 0x100000001b3ull;
-  }
-  return h;
-}
-
 std::string ConfigHash(std::string_view config_text) {
   char buf[17];
   std::snprintf(buf, sizeof(buf), "%016llx", static_cast<unsigned long long>(Fnv1a64(config_text)));

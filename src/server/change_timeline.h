@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "common/status.h"
+#include "common/strings.h"
 #include "model/gpu.h"
 #include "nccl/nccl_log.h"
 #include "store/event_store.h"
@@ -60,11 +61,8 @@ struct NodeFacts {
   bool operator==(const NodeFacts&) const = default;
 };
 
-// FNV-1a, 64 bits: stable across builds and platforms (not cryptographic; it only tells two
-// configurations apart).
-uint64_t Fnv1a64(std::string_view data);
-// 16 lower-case hex digits of Fnv1a64(config_text). The caller passes the effective
-// configuration as text (the config file's contents and the flags, in a fixed order).
+// 16 lower-case hex digits of Fnv1a64 (common/strings.h) of config_text. The caller passes the
+// effective configuration as text (the config file's contents and the flags, in a fixed order).
 std::string ConfigHash(std::string_view config_text);
 
 GpuFacts GpuFactsFrom(const model::GpuStaticInfo& info);

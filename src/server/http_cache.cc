@@ -4,19 +4,10 @@
 
 #include <cstdint>
 
+#include "common/strings.h"
+
 namespace gpuwatch::server {
 namespace {
-
-// FNV-1a, 64 bits: stable across builds and platforms (std::hash is not), and plenty for telling
-// one embedded page from the next.
-uint64_t Fnv1a64(std::string_view s) {
-  uint64_t h = 14695981039346656037ull;
-  for (unsigned char c : s) {
-    h ^= c;
-    h *= 1099511628211ull;
-  }
-  return h;
-}
 
 std::string_view Trim(std::string_view s) {
   while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);

@@ -19,6 +19,7 @@
 #include "server/panel_api.h"
 #include "server/query_api.h"
 #include "server/remote_write_handler.h"
+#include "server/accounting_api.h"
 #include "server/scope.h"
 #include "store/remote_write.h"
 #include "topo/archive.h"
@@ -346,6 +347,20 @@ void HttpServer::AddRoutes() {
           return;
         }
         res.Set(DumpJson(JobJson(*job, true, agent->JobBaseline(job->id)), 2), "application/json");
+      },
+      {.allow_scoped = true});
+  srv.Route(
+      "GET", "/api/v1/accounting",
+      [agent](const Request& req, Response& res) {
+        if (!agent->ledger()) {
+          res.status = 503;
+          res.Set(R"({"error":"no accounting ledger"})", "application/json");
+          return;
+        }
+        const AccountingResponse r =
+            HandleAccounting(*agent->ledger(), req.params, req.scope, WallClockMs());
+        res.status = r.http_status;
+        res.Set(r.body, r.content_type);
       },
       {.allow_scoped = true});
   if (store_) AddQueryRoutes();

@@ -166,6 +166,7 @@ HttpReply HubIngest::HandleRecords(std::string_view body, std::string_view node,
   NodeStatus node_info;
   std::string_view node_line;                         // the entry's last node record
   std::vector<std::pair<json, int64_t>> job_records;  // for the fleet's job list
+  std::string accounting_lines;                       // for the ledger
   size_t line_no = 0;
   for (size_t pos = 0; pos < body.size();) {
     size_t end = body.find('\n', pos);
@@ -200,6 +201,11 @@ HttpReply HubIngest::HandleRecords(std::string_view body, std::string_view node,
                                  line_no, n->dump(), node)};
     }
     const std::string& type_name = type->get_ref<const std::string&>();
+    if (options_.accounting_sink &&
+        (type_name == "job" || type_name == "gpu" || type_name == "proc" || type_name == "node")) {
+      accounting_lines.append(line);
+      accounting_lines += '\n';
+    }
     if (type_name == "job" || type_name == "step")
       job_records.emplace_back(std::move(r), static_cast<int64_t>(std::llround(t_s * 1000)));
     else if (type_name == "node") {
@@ -266,6 +272,7 @@ HttpReply HubIngest::HandleRecords(std::string_view body, std::string_view node,
   for (const auto& p : lines) n->recorder->Add(p.t_ms, std::string(p.line));
   const std::string node_name(node);
   for (const auto& [r, t_ms] : job_records) jobs_.Add(node_name, r, t_ms);
+  if (!accounting_lines.empty()) options_.accounting_sink(accounting_lines);
   return {200, fmt::format(R"({{"taken":{},"next_seq":{}}})", lines.size(), seq + 1) + "\n"};
 }
 

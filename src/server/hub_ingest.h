@@ -31,6 +31,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -64,6 +65,8 @@ struct HubIngestOptions {
   // own newest record; the bytes bound each node (1,000 nodes: 2 GiB at most).
   std::chrono::milliseconds node_recorder_age{std::chrono::minutes(3)};
   size_t node_recorder_bytes = size_t{2} << 20;
+  // Handed the job, gpu, proc and node lines of each entry taken (JSON Lines): the ledger's.
+  std::function<void(std::string_view lines)> accounting_sink;
 };
 
 // A node's health as the hub judges it (draining is only ever advised).

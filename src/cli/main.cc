@@ -21,13 +21,14 @@
 #include "cli/doctor.h"
 #include "cli/explain_cmd.h"
 #include "cli/hub_cmd.h"
-#include "cli/report_cmd.h"
 #include "cli/job_view.h"
 #include "cli/limits.h"
 #include "cli/link_tools.h"
 #include "cli/linkbase_cmd.h"
 #include "cli/record.h"
 #include "cli/replay_cmd.h"
+#include "cli/report_cmd.h"
+#include "cli/slurm_cmd.h"
 #include "cli/status_view.h"
 #include "cli/store_admin.h"
 #include "cli/top_cmd.h"
@@ -431,6 +432,9 @@ int Main(int argc, char** argv) {
   top_cmd->add_option("--user", top_opts.user, "Show only this user's jobs and processes");
   ReportCommand report;
   auto* report_cmd = AddReportCommand(&app, &report);
+  SlurmCommand slurm;
+  CLI::App *slurm_prolog = nullptr, *slurm_epilog = nullptr;
+  AddSlurmCommand(&app, &slurm, &slurm_prolog, &slurm_epilog);
   std::string annotate_text, annotate_job, annotate_token_file;
   auto* annotate_cmd = app.add_subcommand(
       "annotate", "Put a note on the time line (R21), e.g. gpuwatch annotate \"switched to TP=4\"");
@@ -784,6 +788,8 @@ int Main(int argc, char** argv) {
       return Fail(st);
     return 0;
   }
+  if (slurm_prolog->parsed()) return RunSlurm(slurm, true, std::cerr);
+  if (slurm_epilog->parsed()) return RunSlurm(slurm, false, std::cerr);
   if (report_cmd->parsed()) {
     if (report.agent.empty()) report.agent = agent_url;
     return RunReport(report, std::cout, std::cerr);

@@ -286,6 +286,8 @@ std::string_view RejectReasonName(RejectReason r) {
       return "limit";
     case RejectReason::kQuota:
       return "quota";
+    case RejectReason::kNotPermitted:
+      return "not_permitted";
     case RejectReason::kCount:
       break;
   }
@@ -326,6 +328,12 @@ LineResult ParseJobLine(std::string_view line, double now_s) {
     m.type = model::JobMessageType::kAnnotation;
   } else if (t == "log") {
     m.type = model::JobMessageType::kLog;
+  } else if (t == "queued") {
+    m.type = model::JobMessageType::kQueued;
+  } else if (t == "allocation") {
+    m.type = model::JobMessageType::kAllocation;
+  } else if (t == "release") {
+    m.type = model::JobMessageType::kRelease;
   } else {
     return Rejected(RejectReason::kUnknownType, "type \"" + t.substr(0, 32) + "\" unknown");
   }
@@ -357,6 +365,38 @@ LineResult ParseJobLine(std::string_view line, double now_s) {
       m.name = "checkpoint";
       ParseState(f, &m.begin);
       break;
+    case model::JobMessageType::kQueued:
+      m.template_name = f.Str("template", 128);
+      m.user = f.Str("user", 128);
+      m.project = f.Str("project", 128);
+      break;
+    case model::JobMessageType::kAllocation: {
+      m.template_name = f.Str("template", 128);
+      m.user = f.Str("user", 128);
+      m.project = f.Str("project", 128);
+      if (!f.error && m.user.empty()) f.Fail("user", "missing: an allocation names its owner");
+      if (f.error) break;
+      if (const json* devs = f.Find("devices")) {
+        if (!devs->is_array() || devs->size() > 64) {
+          f.Fail("devices", "is not an array of at most 64 device minor numbers");
+          break;
+        }
+        for (const json& d : *devs) {
+          if (!d.is_number_unsigned() || d.get<uint64_t>() > 255) {
+            f.Fail("devices", "holds something that is not a minor number 0-255");
+            break;
+          }
+          m.devices.push_back(static_cast<uint32_t>(d.get<uint64_t>()));
+        }
+      }
+      // A queue can last weeks; the submit time is not held to t's hour.
+      if (auto s = f.Num("submit_t", 0, 1e12)) {
+        if (*s > (m.t_s ? *m.t_s : now_s)) f.Fail("submit_t", "is after t (the start)");
+        m.submit_t_s = s;
+      }
+      break;
+    }
+    case model::JobMessageType::kRelease:
     case model::JobMessageType::kEnd:
       if (auto v =
               f.Int("exit_code", std::numeric_limits<int>::min(), std::numeric_limits<int>::max()))

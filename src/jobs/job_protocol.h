@@ -28,8 +28,9 @@ enum class RejectReason {
   kDuplicate,
   kOutOfOrder,
   kLimit,
-  kQuota,  // one uid's share of the registry is used up
-  kCount,  // not a reason: the number of reasons
+  kQuota,         // one uid's share of the registry is used up
+  kNotPermitted,  // the scheduler's messages (allocation, release) from other than root
+  kCount,         // not a reason: the number of reasons
 };
 inline constexpr size_t kRejectReasons = static_cast<size_t>(RejectReason::kCount);
 std::string_view RejectReasonName(RejectReason r);

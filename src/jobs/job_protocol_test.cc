@@ -155,3 +155,37 @@ TEST(JobProtocolTest, DatagramOfManyLinesJudgedOneByOne) {
 
 }  // namespace
 }  // namespace gpuwatch::jobs
+
+namespace gpuwatch::jobs {
+namespace {
+
+TEST(JobProtocolSchedulerTest, QueuedAllocationRelease) {
+  auto q = ParseJobLine(R"({"v":1,"type":"queued","job":"7","user":"bob","project":"cv"})", kNow);
+  ASSERT_TRUE(q.ok) << q.detail;
+  EXPECT_EQ(q.message.type, model::JobMessageType::kQueued);
+  EXPECT_EQ(q.message.project, "cv");
+  auto a = ParseJobLine(R"({"type":"allocation","job":"4242","user":"alice","project":"nlp",)"
+                        R"("template":"train","devices":[0,3],"submit_t":1764400000,)"
+                        R"("t":1764460790})",
+                        kNow);
+  ASSERT_TRUE(a.ok) << a.detail;
+  EXPECT_EQ(a.message.type, model::JobMessageType::kAllocation);
+  EXPECT_EQ(a.message.devices, (std::vector<uint32_t>{0, 3}));
+  EXPECT_DOUBLE_EQ(*a.message.submit_t_s, 1764400000);  // a queue of 17 h is taken
+  auto r = ParseJobLine(R"({"type":"release","job":"4242","exit_code":1})", kNow);
+  ASSERT_TRUE(r.ok) << r.detail;
+  EXPECT_EQ(r.message.exit_code, 1);
+  for (const char* bad : {
+           R"({"type":"allocation","job":"1","devices":[0]})",               // no owner
+           R"({"type":"allocation","job":"1","user":"a","devices":[256]})",  // not a minor
+           R"({"type":"allocation","job":"1","user":"a","devices":"0,1"})",
+           R"({"type":"allocation","job":"1","user":"a","submit_t":1764460900,"t":1764460790})",
+       }) {
+    auto b = ParseJobLine(bad, kNow);
+    EXPECT_FALSE(b.ok) << bad;
+    EXPECT_EQ(b.reason, RejectReason::kBadField) << bad << ": " << b.detail;
+  }
+}
+
+}  // namespace
+}  // namespace gpuwatch::jobs

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <sstream>
 
 #include "collect/attribution.h"
@@ -153,6 +154,10 @@ std::optional<RejectReason> JobRegistry::Accept(const model::JobMessage& m, cons
     pid = m.pid;
   }
 
+  if (m.type == model::JobMessageType::kQueued || m.type == model::JobMessageType::kAllocation ||
+      m.type == model::JobMessageType::kRelease)
+    return AcceptSchedulerMessage(m, sender, t_ms);
+
   std::optional<RejectReason> err;
   const bool is_new_job = !running_.count(m.job);
   auto owned_by_other = [&](const JobRec& j) {
@@ -242,8 +247,14 @@ std::optional<RejectReason> JobRegistry::Accept(const model::JobMessage& m, cons
       rank.uid = sender.uid;
       if (m.local_rank) rank.local_rank = m.local_rank;
       if (!m.template_name.empty()) job->template_name = m.template_name;
-      if (!m.user.empty()) job->user = m.user;
-      if (!m.project.empty()) job->project = m.project;
+      // The scheduler's word on the owner and project stands over the client's.
+      if (auto a = allocations_.find(m.job); a != allocations_.end()) {
+        job->user = a->second.user;
+        if (!a->second.project.empty()) job->project = a->second.project;
+      } else {
+        if (!m.user.empty()) job->user = m.user;
+        if (!m.project.empty()) job->project = m.project;
+      }
       if (m.world_size) job->world_size = m.world_size;
       // A start repeated every 30 s by the SDK says the process lives, not that it progresses:
       // only a new process (restart) resets the hang clock.
@@ -630,6 +641,52 @@ void JobRegistry::CloseJobWindow(JobRec& job, int64_t now_ms, bool final) {
     }
     job.stats = js;
   }
+}
+
+std::optional<RejectReason> JobRegistry::AcceptSchedulerMessage(const model::JobMessage& m,
+                                                                const Sender& sender,
+                                                                int64_t t_ms) {
+  auto reject = [&](RejectReason r) -> std::optional<RejectReason> {
+    counters_.rejected[static_cast<size_t>(r)]++;
+    return r;
+  };
+  nlohmann::json fields = nlohmann::json::object();
+  if (!m.template_name.empty()) fields["template"] = m.template_name;
+  if (!m.user.empty()) fields["user"] = m.user;
+  if (!m.project.empty()) fields["project"] = m.project;
+  if (m.type == model::JobMessageType::kQueued) {
+    Emit({t_ms, "job_queued", "info", m.job, std::nullopt, fmt::format("job {} queued", m.job),
+          fields.dump()});
+    counters_.accepted++;
+    return std::nullopt;
+  }
+  // Only root speaks for the scheduler: a user's claim to own a job, or to have been given
+  // GPUs, is worth nothing (the kernel names the sender over the Unix socket).
+  if (!sender.verified() || !sender.uid || *sender.uid != 0)
+    return reject(RejectReason::kNotPermitted);
+  if (m.type == model::JobMessageType::kAllocation) {
+    if (!allocations_.count(m.job) && allocations_.size() >= options_.max_jobs)
+      return reject(RejectReason::kLimit);
+    allocations_[m.job] = {m.user, m.project};
+    if (auto it = running_.find(m.job); it != running_.end()) {
+      it->second.user = m.user;
+      if (!m.project.empty()) it->second.project = m.project;
+    }
+    fields["devices"] = m.devices;
+    if (m.submit_t_s)
+      fields["submit_ms"] = static_cast<int64_t>(std::llround(*m.submit_t_s * 1000));
+    Emit({t_ms, "job_allocated", "info", m.job, std::nullopt,
+          fmt::format("job {} of {} allocated {} GPU(s) by the scheduler", m.job, m.user,
+                      m.devices.size()),
+          fields.dump()});
+  } else {
+    allocations_.erase(m.job);
+    if (m.exit_code) fields["exit_code"] = *m.exit_code;
+    Emit({t_ms, "job_released", "info", m.job, std::nullopt,
+          fmt::format("job {}: the scheduler released its GPUs", m.job), fields.dump()});
+  }
+  counters_.accepted++;
+  return std::nullopt;
 }
 
 JobOutputs JobRegistry::TakeOutputs() {

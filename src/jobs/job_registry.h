@@ -280,6 +280,15 @@ class JobRegistry {
   mutable std::mutex mu_;
   std::map<std::string, JobRec> running_;
   std::deque<JobRec> recent_;  // newest first
+  // The scheduler's allocations (allocation .. release): who owns the job and its project, over
+  // what a client's start claims. Bounded by max_jobs.
+  struct Allocation {
+    std::string user, project;
+  };
+  std::map<std::string, Allocation> allocations_;
+  // REQUIRES: mu_ held. The scheduler's messages and `queued`: events only, no rank.
+  std::optional<RejectReason> AcceptSchedulerMessage(const model::JobMessage& m,
+                                                     const Sender& sender, int64_t t_ms);
   JobOutputs pending_;
   size_t pending_count_ = 0, pending_bytes_ = 0;
   RegistryCounters counters_;

@@ -453,3 +453,53 @@ TEST(JobRegistryQuota, D9_OneUidCannotTakeEverySlot) {
 
 }  // namespace
 }  // namespace gpuwatch::jobs
+
+namespace gpuwatch::jobs {
+namespace {
+
+// The Slurm prolog's allocation and the epilog's release (deploy/slurm): root's word only.
+TEST(JobRegistrySchedulerTest, OnlyRootAllocatesAndItsOwnerStandsOverTheClients) {
+  JobRegistry reg({}, nullptr);
+  model::JobMessage a;
+  a.type = model::JobMessageType::kAllocation;
+  a.job = "4242";
+  a.user = "alice";
+  a.project = "nlp";
+  a.devices = {0, 1};
+  a.submit_t_s = 1764460700.0;
+  EXPECT_EQ(reg.Accept(a, Sender{}, kT0), RejectReason::kNotPermitted);           // UDP/TCP
+  EXPECT_EQ(reg.Accept(a, Sender{500, 1000}, kT0), RejectReason::kNotPermitted);  // a user
+  EXPECT_FALSE(reg.Accept(a, Sender{1, 0}, kT0));                                 // root
+  // The job's own start claims another owner: the scheduler's stands.
+  model::JobMessage s = Start("4242", 0);
+  s.user = "mallory";
+  s.project = "other";
+  EXPECT_FALSE(reg.Accept(s, Sender{600, 1000}, kT0 + 1000));
+  EXPECT_EQ(reg.Job("4242")->user, "alice");
+  EXPECT_EQ(reg.Job("4242")->project, "nlp");
+  model::JobMessage r;
+  r.type = model::JobMessageType::kRelease;
+  r.job = "4242";
+  r.exit_code = 0;
+  EXPECT_EQ(reg.Accept(r, Sender{600, 1000}, kT0 + 5000), RejectReason::kNotPermitted);
+  EXPECT_FALSE(reg.Accept(r, Sender{1, 0}, kT0 + 5000));
+  model::JobMessage q;
+  q.type = model::JobMessageType::kQueued;
+  q.job = "4243";
+  q.user = "bob";
+  EXPECT_FALSE(reg.Accept(q, Sender{}, kT0));  // anyone may say a job waits
+  std::vector<std::string> kinds;
+  std::string allocated_fields;
+  for (const auto& e : reg.TakeOutputs().events) {
+    kinds.push_back(e.kind);
+    if (e.kind == "job_allocated") allocated_fields = e.fields_json;
+  }
+  EXPECT_EQ(kinds,
+            (std::vector<std::string>{"job_allocated", "job_start", "job_released", "job_queued"}));
+  EXPECT_EQ(allocated_fields,
+            R"({"devices":[0,1],"project":"nlp","submit_ms":1764460700000,"user":"alice"})");
+  EXPECT_EQ(reg.counters().rejected[static_cast<size_t>(RejectReason::kNotPermitted)], 3u);
+}
+
+}  // namespace
+}  // namespace gpuwatch::jobs

@@ -19,6 +19,11 @@ enum class JobMessageType {
   kEnd,         // a rank ends, with its exit code
   kAnnotation,  // free text on the job's time line
   kLog,         // one line of the job's output, forwarded by the SDK
+  kQueued,      // the job was submitted and waits (any sender: a launcher, the SDK)
+  // The scheduler's word (root over the Unix socket only: the Slurm prolog/epilog, `gpuwatch
+  // slurm`): the job holds these devices for this user and project from t / gives them back.
+  kAllocation,
+  kRelease,
 };
 
 // One finished step of one rank. Times are seconds; the parts are the portions of duration_s
@@ -52,8 +57,13 @@ struct JobMessage {
   std::string name;
   bool begin = true;
 
-  // kEnd
+  // kEnd, kRelease
   std::optional<int> exit_code;
+
+  // kAllocation: /dev/nvidiaN minor numbers (Slurm's SLURM_JOB_GPUS; not NVML indices) and
+  // when the job was submitted (Unix seconds). user/project/template_name as for kStart.
+  std::vector<uint32_t> devices;
+  std::optional<double> submit_t_s;
 
   // kAnnotation (text), kLog (text = the line, stream = "stdout" | "stderr" | "").
   std::string text;

@@ -604,7 +604,37 @@ void Agent::ReadKernelLog(std::vector<JobLogLine>* lines) {
 void Agent::RecordTrace(const jobs::JobOutputs& out, const std::vector<JobLogLine>& lines) {
   const std::string& node = options_.hostname;
   for (const auto& e : out.events) {
-    if (e.kind == "job_start" || e.kind == "job_end") {
+    if (e.kind == "job_queued" || e.kind == "job_allocated" || e.kind == "job_released") {
+      // The scheduler's (and a launcher's) lifecycle, from the event's own fields: an
+      // allocation is a start with the scheduler's owner, project and GPUs, a release its end.
+      const nlohmann::json f = nlohmann::json::parse(e.fields_json, nullptr, false);
+      if (!f.is_object()) continue;
+      trace::JobLifecycle j;
+      j.job = e.job;
+      j.state = e.kind == "job_queued"      ? trace::JobState::kQueued
+                : e.kind == "job_allocated" ? trace::JobState::kStart
+                                            : trace::JobState::kEnd;
+      j.template_name = f.value("template", "");
+      j.user = f.value("user", "");
+      j.project = f.value("project", "");
+      if (f.contains("devices")) {
+        // Slurm numbers GPUs by /dev/nvidiaN minor, which need not be NVML's index
+        // (PrincetonUniversity/jobstats#34: /dev/nvidia0 was GPU 6 in nvidia-smi).
+        std::vector<unsigned> gpus;
+        for (const auto& d : f["devices"]) {
+          const unsigned minor = d.get<unsigned>();
+          std::optional<unsigned> index;
+          if (gpu_ready_)
+            for (const auto& dev : gpu_->Devices())
+              if (dev.minor_number && *dev.minor_number == minor) index = dev.index;
+          gpus.push_back(index.value_or(minor));
+        }
+        j.gpus = std::move(gpus);
+      }
+      if (f.contains("submit_ms")) j.submit_ms = f["submit_ms"].get<int64_t>();
+      if (f.contains("exit_code")) j.exit_code = f["exit_code"].get<int>();
+      Record(e.t_ms, trace::JobRecord(e.t_ms, node, j));
+    } else if (e.kind == "job_start" || e.kind == "job_end") {
       trace::JobLifecycle j;
       j.job = e.job;
       j.state = e.kind == "job_start" ? trace::JobState::kStart : trace::JobState::kEnd;

@@ -283,7 +283,7 @@ test("the dashboard end to end", { timeout: 220_000 }, async (t) => {
       const hrefs = await page.locator("header nav a").evaluateAll((as) => as.map((a) => a.getAttribute("href")));
       await page.close();
       const screens = hrefs.map((h) => parseHash(h).screen);
-      const missing = ["jobs", "gpus", "health", "links", "findings", "node"].filter((s) => !screens.includes(s));
+      const missing = ["jobs", "gpus", "health", "links", "findings", "node", "accounting"].filter((s) => !screens.includes(s));
       assert.deepEqual([...missing.map((s) => `the menu has no #/${s}`), ...problems], [], `menu links: ${hrefs.join(" ")}`);
     });
 
@@ -320,6 +320,17 @@ test("the dashboard end to end", { timeout: 220_000 }, async (t) => {
       const drawn = await assertChartsOf(page, "GPU", gpus);
       assert.ok(drawn.some((c) => c.plotted === null && c.labels.length), "no GPU × time strip");
       assert.ok(drawn.some((c) => c.plotted > 0), "no uPlot chart");
+    });
+
+    // The demo's job, billed from its start (GET /api/v1/accounting): a row of its own by job,
+    // linking to its view, and its GPU-hours as the API gives them.
+    await route(`#/accounting bills the demo's job ${jobs[0].id}`, "#/accounting?by=job&period=24h", async (page) => {
+      const acct = await demo.get("/api/v1/accounting?by=job&since=24h");
+      const r = acct.rows.find((x) => x.key === jobs[0].id);
+      assert.ok(r && r.gpu_hours > 0, `the ledger has no GPU-hours for job ${jobs[0].id}: ${JSON.stringify(acct.rows)}`);
+      const cell = page.locator(`table[data-list="accounting"] tr[data-key="${jobs[0].id}"]`);
+      await cell.waitFor({ state: "visible" }).catch(() => assert.fail(`no accounting row for job ${jobs[0].id}`));
+      assert.ok(await cell.locator(`a[href^="#/job/${jobs[0].id}"]`).count(), "the row does not link to the job's view");
     });
 
     // Screens still being built: that they load, cleanly (their richer checks are to come).

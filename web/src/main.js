@@ -17,6 +17,7 @@ import { SHARES, jobPanelWidth, newest, shares, stepBands, throughput } from "./
 import { memoryRows } from "./memory.js";
 import { HealthScreen } from "./screen_health.js";
 import { LinksScreen } from "./screen_links.js";
+import { AccountingScreen } from "./screen_accounting.js";
 
 // Hash changes since the page loaded: "back" undoes a zoom only when there is one to undo.
 let navigations = 0;
@@ -247,6 +248,7 @@ const SCREENS = {
   links: ["Links", LinksScreen],
   findings: ["Findings", FindingsScreen],
   node: ["Node", NodeScreen],
+  accounting: ["Accounting", AccountingScreen],
   job: [null, JobScreen],  // reached from a job's row, not the menu
 };
 

@@ -30,7 +30,7 @@ from ._transport import candidate_paths, parse_address
 __version__ = "0.1.0"
 __all__ = [
     "Client", "init", "client", "step", "step_done", "phase", "track", "log", "annotate",
-    "log_line", "flush", "end", "detect_job", "detect_rank", "candidate_paths",
+    "log_line", "flush", "end", "queued", "detect_job", "detect_rank", "candidate_paths",
     "parse_address", "MAX_DATAGRAM", "__version__",
 ]
 
@@ -120,6 +120,40 @@ def flush():
 
 def end(exit_code=0):
     return _default.end(exit_code)
+
+
+def queued(job=None, template=None, user=None, project=None, t=None, socket=None,
+           environ=None):
+    """Tells the agent a job entered a queue (docs/job-protocol.md, `queued`), for its queue
+    wait in the accounting: the wait runs from here to the job's first `start`. For launchers
+    and submit wrappers with a queue of their own; Slurm's prolog says it for Slurm jobs.
+
+    job: default the launcher's environment (detect_job); t: Unix seconds, default now. Sends
+    one datagram and returns whether the kernel took it; never raises.
+    """
+    import json
+    import time
+
+    from ._env import sanitize_job
+    from ._transport import Sender
+
+    try:
+        env = os.environ if environ is None else environ
+        job = sanitize_job(job) if job is not None else detect_job(env)
+        if not job:
+            return False
+        msg = {"type": "queued", "v": 1, "job": job, "t": time.time() if t is None else float(t)}
+        for key, value in (("template", template), ("user", user), ("project", project)):
+            if value is not None:
+                msg[key] = str(value)[:128]
+        address = socket if socket is not None else env.get("GPUWATCH_SOCKET") or None
+        sender = Sender(address, environ=env)
+        try:
+            return sender.send((json.dumps(msg, ensure_ascii=False) + "\n").encode("utf-8"))
+        finally:
+            sender.close()
+    except Exception:
+        return False
 
 
 def __getattr__(name):  # gw.dropped, gw.sent, gw.rejected (PEP 562)

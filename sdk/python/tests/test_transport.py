@@ -238,3 +238,24 @@ class TcpTest(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class QueuedTest(unittest.TestCase):
+    """gpuwatch.queued(): one `queued` message for the ledger's queue wait."""
+
+    def setUp(self):
+        self.rx = Receiver()
+        self.addCleanup(shutil.rmtree, self.rx.dir, True)
+        self.addCleanup(self.rx.close)
+
+    def test_queued_names_the_job_from_the_environment(self):
+        self.assertTrue(gpuwatch.queued(template="llama", project="nlp", t=1764460800.5,
+                                        socket=self.rx.path, environ={"SLURM_JOB_ID": "4242"}))
+        [m] = self.rx.messages()
+        self.assertEqual(m, {"type": "queued", "v": 1, "job": "4242", "t": 1764460800.5,
+                             "template": "llama", "project": "nlp"})
+
+    def test_no_agent_is_false_not_an_exception(self):
+        path = os.path.join(self.rx.dir, "absent.sock")
+        self.assertFalse(gpuwatch.queued(job="1", socket=path, environ={}))
+        self.assertFalse(gpuwatch.queued(job="1", socket="nonsense://x", environ={}))

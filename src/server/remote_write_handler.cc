@@ -29,7 +29,25 @@ HttpReply RemoteWriteGate::Handle(store::Store* store, std::string_view body,
       g->slots_cv_.notify_one();
     }
   } release{this};
-  auto decoded = store::DecodeRemoteWrite(body, options_.decode);
+  const bool by_digest = !on_stored;
+  store::KnownSeriesFn known;
+  std::unique_lock<std::mutex> known_lock(known_mu_, std::defer_lock);
+  if (by_digest) {
+    known_lock.lock();
+    if (known_store_ != store) {
+      known_.clear();
+      known_entries_ = 0;
+      known_store_ = store;
+    }
+    const KnownRefs* mine = &known_[sender];
+    known = [mine](const store::LabelDigest& d) -> std::optional<uint32_t> {
+      auto it = mine->find(d);
+      if (it == mine->end()) return std::nullopt;
+      return it->second;
+    };
+  }
+  auto decoded = store::DecodeRemoteWrite(body, options_.decode, known);
+  if (by_digest) known_lock.unlock();
   if (!decoded.ok()) {
     if (decoded.status().code() == StatusCode::kResourceExhausted) {
       refused_too_large_.fetch_add(1, std::memory_order_relaxed);
@@ -39,9 +57,16 @@ HttpReply RemoteWriteGate::Handle(store::Store* store, std::string_view body,
   }
   std::vector<store::Head::Input> batch;
   batch.reserve(decoded->size());
+  // The series not known yet, by their place in the batch: their refs are learnt after.
+  std::vector<std::pair<size_t, store::LabelDigest>> learn;
   for (auto& s : *decoded) {
     store::Head::Input in;
-    in.labels = std::move(s.labels);
+    if (s.known) {
+      in.ref = *s.known;
+    } else {
+      in.labels = std::move(s.labels);
+      if (by_digest) learn.emplace_back(batch.size(), s.digest);
+    }
     in.samples.reserve(s.samples.size());
     for (const auto& x : s.samples) in.samples.push_back({x.timestamp_ms, x.value});
     batch.push_back(std::move(in));
@@ -62,10 +87,22 @@ HttpReply RemoteWriteGate::Handle(store::Store* store, std::string_view body,
         std::min(options_.max_series_per_sender - std::min(mine, options_.max_series_per_sender),
                  options_.max_series - std::min(head_series, options_.max_series));
   }
+  limits.want_refs = !learn.empty();
   auto r = store->Append(batch, limits);
   if (!r.ok()) {
     GW_LOG_ERROR("remote-write: store write failed: {}", r.status().ToString());
     return {500, "store write failed: " + r.status().message() + "\n"};
+  }
+  if (!learn.empty()) {
+    std::lock_guard<std::mutex> lock(known_mu_);
+    if (known_store_ == store) {
+      KnownRefs& mine = known_[sender];
+      for (const auto& [at, digest] : learn) {
+        const uint32_t ref = r->refs[at];
+        if (ref == store::kNoSeriesRef || known_entries_ >= options_.max_series) continue;
+        if (mine.emplace(digest, ref).second) ++known_entries_;
+      }
+    }
   }
   {
     std::lock_guard<std::mutex> lock(mu_);

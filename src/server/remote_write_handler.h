@@ -24,6 +24,7 @@
 #include <mutex>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <vector>
 
 #include "store/remote_write.h"
@@ -81,6 +82,18 @@ class RemoteWriteGate {
   int running_ = 0;  // requests being decoded or stored (guarded by slots_mu_)
   std::mutex mu_;    // guards created_by_sender_
   std::map<std::string, uint64_t> created_by_sender_;
+  // Each sender's series by the digest of their label bytes (store/remote_write.h): what a
+  // sender repeats is stored by ref, without decoding, sorting or looking up its labels. At
+  // most max_series entries in all (a full table only stops learning); forgotten when the
+  // store changes. Not with a forwarder, which needs the labels.
+  struct DigestHash {
+    size_t operator()(const store::LabelDigest& d) const { return static_cast<size_t>(d.lo); }
+  };
+  using KnownRefs = std::unordered_map<store::LabelDigest, uint32_t, DigestHash>;
+  std::mutex known_mu_;  // guards the three below
+  const store::Store* known_store_ = nullptr;
+  std::map<std::string, KnownRefs> known_;
+  uint64_t known_entries_ = 0;
   std::atomic<uint64_t> series_created_{0}, refused_series_limit_{0}, refused_out_of_bounds_{0},
       refused_too_large_{0};
 };

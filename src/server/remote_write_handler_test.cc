@@ -115,6 +115,66 @@ TEST_F(GateTest, D6_SeriesLimitsPerSenderAndInAll) {
   EXPECT_EQ(r.status, 400) << r.body;
 }
 
+// A sender's repeated series go in by the ref the gate learnt from its first request
+// (store/remote_write.h, LabelDigest): each sample still lands in its own series, also when
+// another store (here: created in the other order) takes the same bytes, and a forwarder
+// still gets every series' labels.
+TEST_F(GateTest, RepeatedSeriesGoInByRefIntoTheirOwnSeries) {
+  auto body = [](std::vector<int> ids, int64_t t) {
+    std::vector<store::RemoteSeries> v;
+    for (int i : ids) {
+      store::RemoteSeries s;
+      s.labels = {{"__name__", "m"}, {"id", std::to_string(i)}};
+      s.samples = {{t, static_cast<double>(i)}};
+      v.push_back(std::move(s));
+    }
+    return store::EncodeRemoteWrite(v);
+  };
+  auto check = [](store::Store* st, int n) {
+    auto got = st->SelectRaw(*store::ParseSelector("m"), 0, INT64_MAX);
+    ASSERT_TRUE(got.ok());
+    ASSERT_EQ(got->size(), 3u);
+    for (const auto& s : *got) {
+      ASSERT_EQ(s.samples.size(), static_cast<size_t>(n)) << store::LabelsToString(s.labels);
+      for (const auto& x : s.samples)
+        EXPECT_EQ(std::to_string(static_cast<int>(x.value)),
+                  std::string(store::LabelValue(s.labels, "id")));
+    }
+  };
+  RemoteWriteGate gate;
+  for (int k = 0; k < 3; ++k)
+    ASSERT_EQ(
+        gate.Handle(store_.get(), body({0, 1, 2}, kWriteNowMs + k * 1000), "snappy", "a").status,
+        204);
+  check(store_.get(), 3);
+  // Sender b's same bytes: its own table (learnt on its first request).
+  ASSERT_EQ(gate.Handle(store_.get(), body({2, 0, 1}, kWriteNowMs + 5000), "snappy", "b").status,
+            204);
+  check(store_.get(), 4);
+
+  const std::string other_dir = dir_ + "-other";
+  std::filesystem::remove_all(other_dir);
+  store::StoreOptions o;
+  o.background = false;
+  auto other = store::Store::Open(other_dir, o);
+  ASSERT_TRUE(other.ok());
+  ASSERT_EQ(gate.Handle(other->get(), body({2, 1, 0}, kWriteNowMs), "snappy", "a").status, 204);
+  ASSERT_EQ(gate.Handle(other->get(), body({0, 1, 2}, kWriteNowMs + 1000), "snappy", "a").status,
+            204);
+  check(other->get(), 2);
+
+  std::vector<std::string> forwarded;
+  auto forward = [&](const std::vector<store::Head::Input>& batch) {
+    for (const auto& in : batch)
+      forwarded.push_back(store::LabelsToString(*store::MakeLabels(in.labels)));
+  };
+  ASSERT_EQ(gate.Handle(other->get(), body({0}, kWriteNowMs + 2000), "snappy", "a", forward).status,
+            204);
+  EXPECT_EQ(forwarded, std::vector<std::string>{"m{id=\"0\"}"});
+  other->reset();
+  std::filesystem::remove_all(other_dir);
+}
+
 // D3 (issue 17): a 3 MB body that inflates to 64 MiB of empty labels is refused with 413 before
 // it is decoded into gigabytes.
 TEST_F(GateTest, D3_DecompressionBombIsRefused413) {

@@ -325,8 +325,10 @@ Result<AppendResult> Head::Append(const std::vector<Input>& batch, const AppendL
   // taking many agents at once this work is theirs to do in parallel.
   std::vector<Result<Labels>> made;
   made.reserve(batch.size());
-  for (const auto& in : batch) made.push_back(MakeLabels(in.labels));
+  for (const auto& in : batch)
+    made.push_back(in.ref == kNoSeriesRef ? MakeLabels(in.labels) : Result<Labels>(Labels{}));
   std::lock_guard<std::mutex> lock(append_mu_);
+  if (limits.want_refs) result.refs.assign(batch.size(), kNoSeriesRef);
   if (!wal_) return Status::Unavailable("the store is open read-only");
   struct Pending {
     MemSeries* series;
@@ -409,15 +411,33 @@ Result<AppendResult> Head::Append(const std::vector<Input>& batch, const AppendL
 
   for (size_t bi = 0; bi < batch.size(); ++bi) {
     const Input& in = batch[bi];
-    const Result<Labels>& labels = made[bi];
-    if (!labels.ok()) {
+    const Result<Labels>& made_labels = made[bi];
+    if (!made_labels.ok()) {
       result.invalid += in.samples.size();
-      if (result.first_error.empty()) result.first_error = labels.status().message();
+      if (result.first_error.empty()) result.first_error = made_labels.status().message();
       continue;
     }
+    // An input by ref: its labels come from the index, only where they are written or named
+    // (a series definition, an error, an out-of-order candidate).
+    Labels by_ref;
+    const Labels* labels = &*made_labels;
+    if (in.ref != kNoSeriesRef) {
+      if (in.ref >= index_.size()) {
+        result.invalid += in.samples.size();
+        if (result.first_error.empty())
+          result.first_error = "series ref " + std::to_string(in.ref) + " is not this store's";
+        continue;
+      }
+      labels = &by_ref;
+    }
+    auto need_labels = [&] {
+      if (labels == &by_ref && by_ref.empty()) by_ref = index_.LabelsOf(in.ref);
+    };
     bool is_new = false;
     SeriesRef ref;
-    if (auto found = index_.Find(*labels)) {
+    if (in.ref != kNoSeriesRef) {
+      ref = in.ref;
+    } else if (auto found = index_.Find(*labels)) {
       ref = *found;
     } else {
       if (created >= limits.max_new_series) {
@@ -433,6 +453,7 @@ Result<AppendResult> Head::Append(const std::vector<Input>& batch, const AppendL
         ++created_unlogged;
       }
     }
+    if (limits.want_refs) result.refs[bi] = ref;
     MemSeries& s = SeriesFor(ref);
     auto [it, first_in_batch] = newest.try_emplace(&s);
     Newest& last = it->second;
@@ -444,6 +465,7 @@ Result<AppendResult> Head::Append(const std::vector<Input>& batch, const AppendL
     // record finds it defined, and one after a record was written finds it logged. (A linear
     // search of newly_logged here made a 100,000-series batch quadratic.)
     if (first_in_batch && !s.logged) {
+      need_labels();
       newly_logged.push_back(&s);
       ++new_series;
       PutVarint(&series_part, ref);
@@ -458,6 +480,7 @@ Result<AppendResult> Head::Append(const std::vector<Input>& batch, const AppendL
     for (const auto& x : in.samples) {
       if (x.t_ms < kMinSampleTimeMs || x.t_ms > kMaxSampleTimeMs) {
         ++result.out_of_bounds;
+        need_labels();
         if (result.first_error.empty())
           result.first_error = "sample timestamp " + std::to_string(x.t_ms) + " ms for " +
                                LabelsToString(*labels) +
@@ -476,6 +499,7 @@ Result<AppendResult> Head::Append(const std::vector<Input>& batch, const AppendL
         }
       }
       if (last.has && x.t_ms <= last.t_ms && window > 0 && last.t_ms - x.t_ms <= window) {
+        need_labels();
         if (candidates.empty() || candidates.back().series != &s)
           candidate_labels.push_back(*labels);
         candidates.push_back({&s, ref, x.t_ms, x.value, &candidate_labels.back()});
@@ -483,6 +507,7 @@ Result<AppendResult> Head::Append(const std::vector<Input>& batch, const AppendL
       }
       if (last.has && x.t_ms <= last.t_ms) {
         ++result.out_of_order;
+        need_labels();
         if (result.first_error.empty())
           result.first_error = "out of order sample for " + LabelsToString(*labels) +
                                ": t=" + std::to_string(x.t_ms) + " ms is not after " +

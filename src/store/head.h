@@ -59,6 +59,10 @@ struct AppendResult {
   uint64_t series_limited = 0;         // samples of new series over AppendLimits::max_new_series
   uint64_t new_series = 0;             // series this batch created
   std::string first_error;
+  // With AppendLimits::want_refs: each input's series ref, parallel to the batch (kNoSeriesRef
+  // where its labels were invalid or it was over the series limit). A caller that knows a
+  // series by its ref next time passes Input::ref and skips the label work (remote-write).
+  std::vector<uint32_t> refs;
   uint64_t rejected() const {
     return out_of_order + conflicts + invalid + out_of_bounds + series_limited;
   }
@@ -68,7 +72,10 @@ struct AppendLimits {
   // New series this batch may create; the samples of any further new series are refused
   // (counted in series_limited). Existing series are never refused.
   uint64_t max_new_series = UINT64_MAX;
+  bool want_refs = false;  // fill AppendResult::refs
 };
+
+inline constexpr uint32_t kNoSeriesRef = UINT32_MAX;
 
 struct SeriesSamples {
   Labels labels;
@@ -109,6 +116,10 @@ class Head {
   struct Input {
     std::vector<Label> labels;  // unsorted is fine
     std::vector<Sample> samples;
+    // A series this head already holds (a ref from AppendResult::refs): `labels` are then
+    // ignored. Refs are the head's own and stay valid while it is open (series are never
+    // removed from a head); one it never gave is refused as invalid.
+    uint32_t ref = kNoSeriesRef;
   };
   // Validates, logs and applies one batch. A batch too large for one WAL record is logged as
   // several, each applied once it is durable. An I/O error from the WAL fails the rest of the

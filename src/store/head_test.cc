@@ -305,6 +305,61 @@ TEST_F(HeadTest, NewSeriesCountsIndexCreationNotRelogging) {
   EXPECT_EQ(r->accepted, 1u) << "an existing series is never refused by the series limit";
 }
 
+// A caller that knows a series by its ref (the remote-write gate, per sender) appends by ref:
+// the same series, its definition still written where the WAL segment lacks it, so a restart
+// replays both; a ref the head never gave is refused, not guessed.
+TEST_F(HeadTest, AppendByRefIsTheSameSeriesAndSurvivesReplay) {
+  uint32_t ref0 = kNoSeriesRef, ref1 = kNoSeriesRef;
+  AppendLimits want;
+  want.want_refs = true;
+  {
+    auto head = OpenHead();
+    auto r = head->Append(
+        {In("0", {{1000, 1}}), {{{"1bad", "x"}}, {{1000, 1}}}, In("1", {{1000, 2}})}, want);
+    ASSERT_TRUE(r.ok());
+    ASSERT_EQ(r->refs.size(), 3u);
+    EXPECT_EQ(r->refs[1], kNoSeriesRef);  // invalid labels
+    EXPECT_NE(r->refs[0], r->refs[2]);
+    ref0 = r->refs[0];
+    ref1 = r->refs[2];
+    EXPECT_TRUE(head->Append({In("0", {{1500, 5}})}).value().refs.empty()) << "only when asked";
+    Head::Input by_ref{{}, {{2000, 3}}, ref0};
+    r = head->Append({by_ref}, want);
+    ASSERT_TRUE(r.ok());
+    EXPECT_EQ(r->accepted, 1u);
+    EXPECT_EQ(r->new_series, 0u);
+    EXPECT_EQ(r->refs, std::vector<uint32_t>{ref0});
+    // Out of order by ref still names the series.
+    r = head->Append({Head::Input{{}, {{1200, 9}}, ref0}});
+    ASSERT_TRUE(r.ok());
+    EXPECT_EQ(r->out_of_order, 1u);
+    EXPECT_NE(r->first_error.find("gpu=\"0\""), std::string::npos) << r->first_error;
+    r = head->Append({Head::Input{{}, {{3000, 1}}, 99}});
+    ASSERT_TRUE(r.ok());
+    EXPECT_EQ(r->invalid, 1u);
+    EXPECT_NE(r->first_error.find("series ref 99"), std::string::npos) << r->first_error;
+  }
+  {
+    // Replayed, then appended by ref into a fresh WAL segment that has not defined it yet.
+    auto head = OpenHead();
+    auto q = head->Query(Sel("DCGM_FI_DEV_GPU_UTIL{gpu=\"0\"}"), 0, 5000);
+    ASSERT_EQ(q.size(), 1u);
+    EXPECT_EQ(q[0].samples.size(), 3u);
+    // Replay recreates one segment's series in the order they were defined: the same refs.
+    auto r = head->Append({In("1", {{4000, 2}})}, want);
+    ASSERT_TRUE(r.ok());
+    ASSERT_EQ(r->refs, std::vector<uint32_t>{ref1});
+    r = head->Append({Head::Input{{}, {{4000, 4}}, ref0}});
+    ASSERT_TRUE(r.ok());
+    EXPECT_EQ(r->accepted, 1u);
+  }
+  auto head = OpenHead();
+  auto q = head->Query(Sel("DCGM_FI_DEV_GPU_UTIL{gpu=\"0\"}"), 0, 5000);
+  ASSERT_EQ(q.size(), 1u);
+  ASSERT_EQ(q[0].samples.size(), 4u);
+  EXPECT_EQ(q[0].samples[3].value, 4);
+}
+
 TEST_F(HeadTest, NewSeriesLimitRefusesOnlyNewSeries) {
   auto head = OpenHead();
   ASSERT_TRUE(head->Append({In("0", {{1000, 1}})}).ok());

@@ -128,6 +128,40 @@ Status DecodeSample(std::string_view d, RemoteSample* out) {
   return Status::Ok();
 }
 
+// MurmurHash64A's mixing (Austin Appleby's public-domain design), eight bytes at a time.
+uint64_t Hash64(std::string_view d, uint64_t seed) {
+  constexpr uint64_t m = 0xc6a4a7935bd1e995ULL;
+  constexpr int r = 47;
+  uint64_t h = seed ^ (d.size() * m);
+  const char* p = d.data();
+  size_t n = d.size();
+  for (; n >= 8; p += 8, n -= 8) {
+    uint64_t k;
+    std::memcpy(&k, p, 8);
+    k *= m;
+    k ^= k >> r;
+    k *= m;
+    h ^= k;
+    h *= m;
+  }
+  if (n > 0) {
+    uint64_t k = 0;
+    std::memcpy(&k, p, n);
+    h ^= k;
+    h *= m;
+  }
+  h ^= h >> r;
+  h *= m;
+  h ^= h >> r;
+  return h;
+}
+
+// The digest folds each label field's hash in order (a label's bytes, then the next's).
+void FoldLabel(LabelDigest* d, std::string_view field) {
+  d->lo = Hash64(field, d->lo ^ 0x9e3779b97f4a7c15ULL);
+  d->hi = Hash64(field, d->hi ^ 0xd6e8feb86659fd93ULL);
+}
+
 using internal::PutVarint;
 void PutTag(std::string* out, uint32_t field, uint32_t wire) {
   PutVarint(out, (field << 3) | wire);
@@ -141,9 +175,11 @@ void PutBytes(std::string* out, uint32_t field, std::string_view s) {
 }  // namespace
 
 Result<std::vector<RemoteSeries>> DecodeWriteRequest(std::string_view proto,
-                                                     const RemoteWriteLimits& limits) {
+                                                     const RemoteWriteLimits& limits,
+                                                     const KnownSeriesFn& known) {
   std::vector<RemoteSeries> out;
   size_t samples = 0, labels = 0;
+  std::vector<std::string_view> label_fields;
   Reader r(proto, "WriteRequest");
   while (!r.done()) {
     uint32_t field, wire;
@@ -159,6 +195,9 @@ Result<std::vector<RemoteSeries>> DecodeWriteRequest(std::string_view proto,
                                        std::to_string(limits.max_series) +
                                        " series in one request; send smaller batches");
     RemoteSeries& s = out.emplace_back();
+    // Labels are collected as their fields and decoded after the series was read, unless the
+    // receiver knows the series by its digest.
+    label_fields.clear();
     Reader tr(ts, "TimeSeries");
     while (!tr.done()) {
       uint32_t f, w;
@@ -166,14 +205,15 @@ Result<std::vector<RemoteSeries>> DecodeWriteRequest(std::string_view proto,
       std::string_view sub;
       if (f == 1 && w == kLen) {
         GW_RETURN_IF_ERROR(tr.Bytes(&sub));
-        if (s.labels.size() >= kMaxLabels)
+        if (label_fields.size() >= kMaxLabels)
           return Status::InvalidArgument("remote-write: a series has more than " +
                                          std::to_string(kMaxLabels) + " labels");
         if (++labels > limits.max_labels)
           return Status::ResourceExhausted("remote-write: more than " +
                                            std::to_string(limits.max_labels) +
                                            " labels in one request; send smaller batches");
-        GW_RETURN_IF_ERROR(DecodeLabel(sub, &s.labels.emplace_back()));
+        label_fields.push_back(sub);
+        FoldLabel(&s.digest, sub);
       } else if (f == 2 && w == kLen) {
         GW_RETURN_IF_ERROR(tr.Bytes(&sub));
         if (++samples > limits.max_samples)
@@ -185,6 +225,11 @@ Result<std::vector<RemoteSeries>> DecodeWriteRequest(std::string_view proto,
         GW_RETURN_IF_ERROR(tr.Skip(w));  // exemplars (3), native histograms (4)
       }
     }
+    if (known) s.known = known(s.digest);
+    if (s.known) continue;
+    s.labels.resize(label_fields.size());
+    for (size_t i = 0; i < label_fields.size(); ++i)
+      GW_RETURN_IF_ERROR(DecodeLabel(label_fields[i], &s.labels[i]));
   }
   return out;
 }
@@ -204,10 +249,11 @@ Result<std::string> SnappyUncompress(std::string_view body, size_t max_bytes,
 }
 
 Result<std::vector<RemoteSeries>> DecodeRemoteWrite(std::string_view body,
-                                                    const RemoteWriteLimits& limits) {
+                                                    const RemoteWriteLimits& limits,
+                                                    const KnownSeriesFn& known) {
   auto proto = SnappyUncompress(body, limits.max_uncompressed_bytes, "remote-write");
   if (!proto.ok()) return proto.status();
-  return DecodeWriteRequest(*proto, limits);
+  return DecodeWriteRequest(*proto, limits, known);
 }
 
 std::string EncodeWriteRequest(const std::vector<RemoteSeries>& series) {

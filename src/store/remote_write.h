@@ -10,6 +10,8 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -24,10 +26,29 @@ struct RemoteSample {
   double value = 0;
 };
 
+// 128 bits over a series' label fields exactly as they were sent (their protobuf bytes, in
+// order). A sender repeats a series with the same bytes every time (remote-write 1.0 sends
+// every label set with every request), so a receiver that keeps digest → series can skip
+// decoding, sorting and looking up labels it has seen — what most of a hub's CPU went to
+// (bench/fleet/RESULTS.md). Two independently seeded 64-bit hashes: an accidental match of
+// both across the series of one sender is not a practical concern; a sender crafting one
+// could only write into a series it already writes to (receivers keep digests per sender).
+struct LabelDigest {
+  uint64_t lo = 0, hi = 0;
+  bool operator==(const LabelDigest&) const = default;
+};
+
 struct RemoteSeries {
   std::vector<Label> labels;  // as sent: not yet validated or sorted (MakeLabels does that)
   std::vector<RemoteSample> samples;
+  LabelDigest digest;
+  // What KnownSeriesFn returned: the receiver knows this series, and `labels` is left empty.
+  std::optional<uint32_t> known;
 };
+
+// Asked once per series with its digest; a value means "known as this", and the series'
+// labels are then not decoded. Called in request order, from the decoding thread.
+using KnownSeriesFn = std::function<std::optional<uint32_t>(const LabelDigest&)>;
 
 // Exceeding one is ResourceExhausted (the HTTP layer's 413); checked before the memory is
 // allocated: the inflated size from snappy's header, the rest while decoding. The decoded form
@@ -42,10 +63,12 @@ struct RemoteWriteLimits {
 
 // Decodes the body of POST /api/v1/write (Content-Encoding: snappy).
 Result<std::vector<RemoteSeries>> DecodeRemoteWrite(std::string_view snappy_body,
-                                                    const RemoteWriteLimits& limits = {});
+                                                    const RemoteWriteLimits& limits = {},
+                                                    const KnownSeriesFn& known = nullptr);
 // The protobuf part alone (already decompressed).
 Result<std::vector<RemoteSeries>> DecodeWriteRequest(std::string_view proto,
-                                                     const RemoteWriteLimits& limits = {});
+                                                     const RemoteWriteLimits& limits = {},
+                                                     const KnownSeriesFn& known = nullptr);
 
 // Encoding, for clients, tests and the store benchmark (feeding other systems the same bytes).
 std::string EncodeWriteRequest(const std::vector<RemoteSeries>& series);

@@ -33,6 +33,47 @@ TEST(RemoteWriteTest, RoundTrip) {
   EXPECT_TRUE(std::isinf((*got)[1].samples[1].value));
 }
 
+// The digest is of the label fields as sent: the same series sent again has the same one,
+// another series (or the same labels in another order: other bytes) another; samples do not
+// enter it. A series the receiver says it knows is not decoded (labels left empty).
+TEST(RemoteWriteTest, DigestRecognisesARepeatedSeriesWithoutDecodingIt) {
+  auto first = DecodeRemoteWrite(EncodeRemoteWrite(Sample()));
+  ASSERT_TRUE(first.ok());
+  auto later = Sample();
+  later[0].samples = {{1704067260000, 12}};
+  auto again = DecodeRemoteWrite(EncodeRemoteWrite(later));
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ((*first)[0].digest, (*again)[0].digest);
+  EXPECT_EQ((*first)[1].digest, (*again)[1].digest);
+  EXPECT_FALSE((*first)[0].digest == (*first)[1].digest);
+  auto reordered = Sample();
+  std::swap(reordered[0].labels[0], reordered[0].labels[1]);
+  EXPECT_FALSE((*DecodeRemoteWrite(EncodeRemoteWrite(reordered)))[0].digest == (*first)[0].digest);
+  // One label's value moved into its neighbour's: the same concatenated bytes, other fields.
+  RemoteSeries x, y;
+  x.labels = {{"a", "bc"}, {"d", "e"}};
+  y.labels = {{"a", "b"}, {"cd", "e"}};
+  EXPECT_FALSE((*DecodeWriteRequest(EncodeWriteRequest({x})))[0].digest ==
+               (*DecodeWriteRequest(EncodeWriteRequest({y})))[0].digest);
+
+  const LabelDigest known_one = (*first)[0].digest;
+  std::vector<LabelDigest> asked;
+  auto got = DecodeRemoteWrite(EncodeRemoteWrite(later), {},
+                               [&](const LabelDigest& d) -> std::optional<uint32_t> {
+                                 asked.push_back(d);
+                                 if (d == known_one) return 7u;
+                                 return std::nullopt;
+                               });
+  ASSERT_TRUE(got.ok());
+  EXPECT_EQ(asked.size(), 2u);
+  EXPECT_EQ((*got)[0].known, std::optional<uint32_t>(7));
+  EXPECT_TRUE((*got)[0].labels.empty());
+  ASSERT_EQ((*got)[0].samples.size(), 1u);
+  EXPECT_EQ((*got)[0].samples[0].value, 12);
+  EXPECT_FALSE((*got)[1].known);
+  EXPECT_EQ((*got)[1].labels.size(), 1u);
+}
+
 TEST(RemoteWriteTest, UnknownFieldsAreSkipped) {
   std::string proto = EncodeWriteRequest(Sample());
   // Field 3 (metadata) as a LEN, field 15 as a varint, field 14 as fixed32: all skipped.

@@ -574,7 +574,7 @@ Result<AppendResult> Store::Append(const std::vector<Head::Input>& batch,
       future = 0;
       kept.reserve(batch.size());
       for (const auto& in : batch) {
-        Head::Input k{in.labels, {}};
+        Head::Input k{in.labels, {}, in.ref};
         for (const Sample& x : in.samples) {
           if (x.t_ms <= limit_ms) {
             k.samples.push_back(x);

@@ -43,10 +43,14 @@ OUT
 SH
 chmod +x "$TMP/scontrol"
 
-"$GPUWATCH" hub --listen "127.0.0.1:$HUB_PORT" --data-dir "$TMP/hub" --gpu-prices 'H100=2.5' \
-  --quotas 'nlp=0.001/1d' >>"$TMP/hub.log" 2>&1 &
-PIDS+=($!)
-wait_http "$HUB/healthz" 20 || { cat "$TMP/hub.log"; fail "hub did not start"; }
+start_hub() {
+  "$GPUWATCH" hub --listen "127.0.0.1:$HUB_PORT" --data-dir "$TMP/hub" --gpu-prices 'H100=2.5' \
+    --quotas 'nlp=0.001/1d' "$@" >>"$TMP/hub.log" 2>&1 &
+  HUB_PID=$!
+  PIDS+=("$HUB_PID")
+  wait_http "$HUB/healthz" 20 || { cat "$TMP/hub.log"; fail "hub did not start"; }
+}
+start_hub
 # The agent pushes with the hub's own state-change token (the hub writes DATA_DIR/admin.token).
 start_agent() {
   GPUWATCH_MOCK_NVML="$TMP/scenario.json" "$GPUWATCH" up --listen "127.0.0.1:$A_PORT" \
@@ -153,4 +157,41 @@ a, b = json.load(open(sys.argv[1]))["rows"][0], json.load(open(sys.argv[2]))["ro
 for k in ("gpu_hours", "queue_wait_s_mean", "busywait_gpu_hours", "idle_gpu_hours", "state"):
     assert a[k] == b[k] or abs(a[k] - b[k]) < 1e-9, (k, a[k], b[k])
 PY
+# A read token confined to project nlp sees the GPUs job 4242 held (NVML 3 and 1), only while
+# it held them, and no other GPU: the hub restarted with a tokens file (its ledger read back).
+kill "$HUB_PID"
+wait "$HUB_PID" 2>/dev/null || true
+NLP=$("$GPUWATCH" token new read | cut -d' ' -f1)
+VISION=$("$GPUWATCH" token new read | cut -d' ' -f1)
+printf '%s read nlp\n%s read vision\n' "$NLP" "$VISION" >"$TMP/tokens"
+chmod 600 "$TMP/tokens"
+start_hub --tokens "$TMP/tokens"
+range() {  # range TOKEN: DCGM_FI_DEV_GPU_UTIL over the last 5 minutes, as the token sees it
+  curl -fsSG -H "Authorization: Bearer $1" "$HUB/api/v1/query_range" \
+    --data-urlencode 'query=DCGM_FI_DEV_GPU_UTIL' --data-urlencode "start=$(($(date +%s) - 300))" \
+    --data-urlencode "end=$(date +%s)" --data-urlencode step=1
+}
+for ((i = 0; i < 50; i++)); do
+  range "$NLP" >"$TMP/nlp.json" 2>/dev/null && grep -q '"gpu":"3"' "$TMP/nlp.json" && break
+  sleep 0.2
+done
+range "$VISION" >"$TMP/vision.json" || fail "the vision token's query failed"
+python3 - "$TMP/nlp.json" "$TMP/vision.json" "$TMP/agent.json" <<'PY' ||
+import json, sys
+nlp, vision, job = (json.load(open(p)) for p in sys.argv[1:4])
+job = job["rows"][0]
+series = {s["metric"]["gpu"]: s for s in nlp["data"]["result"]}
+assert sorted(series) == ["1", "3"], sorted(series)
+for gpu, s in series.items():
+    assert s["metric"]["Hostname"] == "node-a", s["metric"]
+    t = [float(v[0]) * 1000 for v in s["values"]]
+    assert t, gpu
+    # query_range's lookback (5 m) carries the last sample on: points may run past the end by
+    # the lookback, never before the start.
+    assert min(t) >= job["start_ms"] - 1000, (gpu, min(t), job["start_ms"])
+assert float(series["3"]["values"][0][1]) == 100, series["3"]["values"][0]
+assert vision["data"]["result"] == [], vision["data"]["result"]
+PY
+  fail "the nlp token's GPUs are wrong: $(head -c 2000 "$TMP/nlp.json")"
+
 echo "PASS"

@@ -653,6 +653,14 @@ std::optional<JobEntry> Ledger::Job(const std::string& id) const {
   return it->second;
 }
 
+std::vector<std::string> Ledger::JobsOfProjects(const std::vector<std::string>& projects) const {
+  std::vector<std::string> out;
+  std::lock_guard<std::mutex> lock(mu_);
+  for (const auto& [id, e] : jobs_)
+    if (std::find(projects.begin(), projects.end(), e.project) != projects.end()) out.push_back(id);
+  return out;
+}
+
 LedgerStats Ledger::Stats() const {
   std::lock_guard<std::mutex> lock(mu_);
   LedgerStats s = stats_;

@@ -171,6 +171,8 @@ class Ledger {
   std::vector<ReportRow> Report(const ReportQuery& q) const;
   std::vector<QuotaStatus> Quotas(int64_t now_ms) const;
   std::optional<JobEntry> Job(const std::string& id) const;
+  // The ids of the jobs whose project (the scheduler's, else the job's own) is one of these.
+  std::vector<std::string> JobsOfProjects(const std::vector<std::string>& projects) const;
   LedgerStats Stats() const;
   // The newest record time seen (ms), 0 before any: a replayed trace's "now".
   int64_t newest_ms() const;

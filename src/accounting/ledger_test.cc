@@ -4,6 +4,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 
@@ -101,6 +102,12 @@ TEST(LedgerTest, ReportByJobAndTemplate) {
   auto templates = ByKey((*l)->Report(Whole(GroupBy::kTemplate)));
   EXPECT_DOUBLE_EQ(templates["llama-8b"].gpu_hours, 4.5);
   EXPECT_DOUBLE_EQ(templates["resnet50"].gpu_hours, 8.0);
+  // What a token confined to projects is granted (server/scope.h).
+  auto nlp = (*l)->JobsOfProjects({"nlp"});
+  std::sort(nlp.begin(), nlp.end());
+  EXPECT_EQ(nlp, (std::vector<std::string>{"j1", "j3"}));
+  EXPECT_EQ((*l)->JobsOfProjects({"vision", "none"}), std::vector<std::string>{"j2"});
+  EXPECT_TRUE((*l)->JobsOfProjects({}).empty());
 }
 
 TEST(LedgerTest, WindowClipsAllocationsAndTallies) {

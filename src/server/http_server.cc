@@ -10,6 +10,7 @@
 
 #include "common/log.h"
 #include "common/time_base.h"
+#include "server/accounting_api.h"
 #include "server/api.h"
 #include "server/dashboard_assets.h"
 #include "server/event_api.h"
@@ -19,7 +20,6 @@
 #include "server/panel_api.h"
 #include "server/query_api.h"
 #include "server/remote_write_handler.h"
-#include "server/accounting_api.h"
 #include "server/scope.h"
 #include "store/remote_write.h"
 #include "topo/archive.h"
@@ -43,8 +43,21 @@ void Refuse403(const Request& req, Response& res, const std::string& why) {
 
 }  // namespace
 
+void HttpServer::EmplaceScoped(const Request& req, std::optional<ScopedQuerier>* out) const {
+  std::set<std::string> jobs = ScopeJobs(req);
+  // The GPUs those jobs held, while they held them (the accounting ledger's segments).
+  std::vector<GpuGrant> grants;
+  if (const accounting::Ledger* l = agent_->ledger()) grants = GpuGrantsOf(*l, jobs);
+  out->emplace(Reader(), jobs, grants);
+}
+
 std::set<std::string> HttpServer::ScopeJobs(const Request& req) const {
-  return JobsInScope(req.scope, agent_->JobList(), store_);
+  std::set<std::string> jobs = JobsInScope(req.scope, agent_->JobList(), store_);
+  // The ledger's too: ended jobs it still keeps, under the scheduler's project where one came.
+  if (!req.scope.empty())
+    if (const accounting::Ledger* l = agent_->ledger())
+      for (std::string& id : l->JobsOfProjects(req.scope)) jobs.insert(std::move(id));
+  return jobs;
 }
 
 HttpServer::HttpServer(const Agent* agent, store::Store* store, store::EventStore* events,
@@ -349,20 +362,19 @@ void HttpServer::AddRoutes() {
         res.Set(DumpJson(JobJson(*job, true, agent->JobBaseline(job->id)), 2), "application/json");
       },
       {.allow_scoped = true});
-  srv.Route(
-      "GET", "/api/v1/accounting",
-      [agent](const Request& req, Response& res) {
-        if (!agent->ledger()) {
-          res.status = 503;
-          res.Set(R"({"error":"no accounting ledger"})", "application/json");
-          return;
-        }
-        const AccountingResponse r =
-            HandleAccounting(*agent->ledger(), req.params, req.scope, WallClockMs());
-        res.status = r.http_status;
-        res.Set(r.body, r.content_type);
-      },
-      {.allow_scoped = true});
+  srv.Route("GET", "/api/v1/accounting",
+            [agent](const Request& req, Response& res) {
+              if (!agent->ledger()) {
+                res.status = 503;
+                res.Set(R"({"error":"no accounting ledger"})", "application/json");
+                return;
+              }
+              const AccountingResponse r =
+                  HandleAccounting(*agent->ledger(), req.params, req.scope, WallClockMs());
+              res.status = r.http_status;
+              res.Set(r.body, r.content_type);
+            },
+            {.allow_scoped = true});
   if (store_) AddQueryRoutes();
   if (agent->hub()) AddHubRoutes();
   // Inline: answered by the I/O thread, so it reports a live process even when every worker is
@@ -516,7 +528,7 @@ void HttpServer::AddQueryRoutes() {
     o.cancelled = req.cancelled.get();
     // A confined token's PromQL reads through a querier that only selects its jobs' series.
     std::optional<ScopedQuerier> scoped;
-    if (!req.scope.empty()) scoped.emplace(Reader(), ScopeJobs(req));
+    if (!req.scope.empty()) EmplaceScoped(req, &scoped);
     const ApiResponse r =
         HandleQueryApi(scoped ? static_cast<const store::Querier&>(*scoped) : Reader(), o, api);
     if (r.error == StatusCode::kDeadlineExceeded)
@@ -541,7 +553,7 @@ void HttpServer::AddQueryRoutes() {
               for (const auto& [k, v] : req.params) api.params.emplace(k, v);
               api.now_ms = WallClockMs();
               std::optional<ScopedQuerier> scoped;
-              if (!req.scope.empty()) scoped.emplace(Reader(), ScopeJobs(req));
+              if (!req.scope.empty()) EmplaceScoped(req, &scoped);
               const ApiResponse r = HandlePanelApi(
                   scoped ? static_cast<const store::Querier&>(*scoped) : Reader(), api);
               res.status = r.http_status;

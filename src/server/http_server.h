@@ -21,6 +21,7 @@
 #include "server/exposition.h"
 #include "server/listen_address.h"
 #include "server/remote_write_handler.h"
+#include "server/scope.h"
 #include "store/event_store.h"
 #include "store/store.h"
 
@@ -64,6 +65,8 @@ class HttpServer {
   void AddQueryRoutes();
   // The jobs a request confined to projects may see (server/scope.h).
   std::set<std::string> ScopeJobs(const http::Request& req) const;
+  // The querier a scoped token's queries read through: its jobs' series and its GPUs'.
+  void EmplaceScoped(const http::Request& req, std::optional<ScopedQuerier>* out) const;
   const Agent* agent_;
   store::Store* store_;
   store::EventStore* events_;

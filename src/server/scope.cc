@@ -4,6 +4,8 @@
 
 #include <algorithm>
 
+#include "server/scrape_labels.h"
+
 namespace gpuwatch::server {
 namespace {
 
@@ -58,10 +60,75 @@ void KeepJobsInScope(nlohmann::json& doc, const char* key, const std::set<std::s
   doc[key] = std::move(kept);
 }
 
-ScopedQuerier::ScopedQuerier(const store::Querier& base, const std::set<std::string>& jobs)
+std::vector<GpuGrant> GpuGrantsOf(const accounting::Ledger& ledger,
+                                  const std::set<std::string>& jobs) {
+  std::vector<GpuGrant> out;
+  for (const std::string& id : jobs) {
+    const auto e = ledger.Job(id);
+    if (!e) continue;
+    for (const accounting::Attempt& a : e->attempts)
+      for (const accounting::Segment& seg : a.segments)
+        for (unsigned g : seg.gpus)
+          out.push_back({seg.node, g, seg.start_ms, seg.end_ms < 0 ? INT64_MAX : seg.end_ms});
+  }
+  return out;
+}
+
+namespace {
+
+using Intervals = std::vector<std::pair<int64_t, int64_t>>;
+
+bool Inside(const Intervals& iv, int64_t from_ms, int64_t to_ms) {
+  for (const auto& [a, b] : iv)
+    if (a <= from_ms && to_ms <= b) return true;
+  return false;
+}
+
+bool Overlaps(const Intervals& iv, int64_t from_ms, int64_t to_ms) {
+  for (const auto& [a, b] : iv)
+    if (a <= to_ms && from_ms <= b) return true;
+  return false;
+}
+
+template <typename T>
+void SortByLabels(std::vector<T>& v) {
+  std::sort(v.begin(), v.end(), [](const T& a, const T& b) { return a.labels < b.labels; });
+}
+
+std::vector<std::string> Union(std::vector<std::string> a, const std::vector<std::string>& b) {
+  a.insert(a.end(), b.begin(), b.end());
+  std::sort(a.begin(), a.end());
+  a.erase(std::unique(a.begin(), a.end()), a.end());
+  return a;
+}
+
+}  // namespace
+
+ScopedQuerier::ScopedQuerier(const store::Querier& base, const std::set<std::string>& jobs,
+                             const std::vector<GpuGrant>& grants)
     : base_(base) {
-  if (jobs.empty()) return;
-  auto m = OneOf("job", jobs);
+  for (const GpuGrant& g : grants) {
+    if (g.from_ms > g.to_ms) continue;
+    held_[{g.node, std::to_string(g.gpu)}].emplace_back(g.from_ms, g.to_ms);
+    held_from_ms_ = std::min(held_from_ms_, g.from_ms);
+    held_to_ms_ = std::max(held_to_ms_, g.to_ms);
+  }
+  for (auto& [key, iv] : held_) {
+    std::sort(iv.begin(), iv.end());
+    Intervals merged;
+    for (const auto& x : iv) {
+      if (!merged.empty() && x.first <= merged.back().second)
+        merged.back().second = std::max(merged.back().second, x.second);
+      else
+        merged.push_back(x);
+    }
+    iv = std::move(merged);
+  }
+  // A training job named as the scrape job (kScrapeJobName) would select every node series.
+  std::set<std::string> own = jobs;
+  own.erase(std::string(kScrapeJobName));
+  if (own.empty()) return;
+  auto m = OneOf("job", own);
   // A job id that makes no valid matcher (an RE2 program over its memory bound, with many
   // thousands of jobs) leaves the scope empty: nothing is shown rather than too much.
   if (m.ok()) scope_ = std::move(m).value();
@@ -75,40 +142,150 @@ std::optional<std::vector<store::Matcher>> ScopedQuerier::With(
   return out;
 }
 
+std::optional<std::vector<store::Matcher>> ScopedQuerier::WithGrants(
+    const std::vector<store::Matcher>& m, const std::string* node) const {
+  std::set<std::string> nodes, gpus;
+  for (const auto& [key, iv] : held_) {
+    if (node && key.first != *node) continue;
+    nodes.insert(key.first);
+    gpus.insert(key.second);
+  }
+  if (nodes.empty()) return std::nullopt;
+  // A superset of the (node, gpu) pairs when several nodes hold different GPUs: each series
+  // found is checked against its own pair (HeldBy).
+  auto n = OneOf("Hostname", nodes);
+  auto g = OneOf("gpu", gpus);
+  // A node's series: no `job`, or the scrape job's the stored series carry (scrape_labels.h);
+  // a training job's series on that GPU are not the grant's.
+  auto no_job =
+      store::Matcher::Make(store::MatchOp::kRegex, "job", "|" + std::string(kScrapeJobName));
+  if (!n.ok() || !g.ok() || !no_job.ok()) return std::nullopt;
+  std::vector<store::Matcher> out = m;
+  out.push_back(std::move(n).value());
+  out.push_back(std::move(g).value());
+  out.push_back(std::move(no_job).value());
+  return out;
+}
+
+const Intervals* ScopedQuerier::HeldBy(const store::Labels& labels) const {
+  auto it = held_.find({std::string(store::LabelValue(labels, "Hostname")),
+                        std::string(store::LabelValue(labels, "gpu"))});
+  return it == held_.end() ? nullptr : &it->second;
+}
+
 Result<std::vector<store::SeriesSamples>> ScopedQuerier::SelectRaw(
     const std::vector<store::Matcher>& matchers, int64_t mint_ms, int64_t maxt_ms) const {
-  auto m = With(matchers);
-  if (!m) return std::vector<store::SeriesSamples>{};
-  return base_.SelectRaw(*m, mint_ms, maxt_ms);
+  std::vector<store::SeriesSamples> out;
+  if (auto m = With(matchers)) {
+    auto r = base_.SelectRaw(*m, mint_ms, maxt_ms);
+    if (!r.ok()) return r.status();
+    out = std::move(r).value();
+  }
+  const int64_t lo = std::max(mint_ms, held_from_ms_), hi = std::min(maxt_ms, held_to_ms_);
+  auto g = WithGrants(matchers);
+  if (!g || lo > hi) return out;
+  auto r = base_.SelectRaw(*g, lo, hi);
+  if (!r.ok()) return r.status();
+  for (store::SeriesSamples& s : *r) {
+    const Intervals* iv = HeldBy(s.labels);
+    if (!iv) continue;
+    std::erase_if(s.samples, [&](const store::Sample& x) { return !Inside(*iv, x.t_ms, x.t_ms); });
+    if (!s.samples.empty()) out.push_back(std::move(s));
+  }
+  SortByLabels(out);
+  return out;
 }
 
 Result<std::vector<store::SeriesRollups>> ScopedQuerier::SelectRollups(
     store::Tier tier, const std::vector<store::Matcher>& matchers, int64_t mint_ms, int64_t maxt_ms,
     uint32_t parts) const {
-  auto m = With(matchers);
-  if (!m) return std::vector<store::SeriesRollups>{};
-  return base_.SelectRollups(tier, *m, mint_ms, maxt_ms, parts);
+  std::vector<store::SeriesRollups> out;
+  if (auto m = With(matchers)) {
+    auto r = base_.SelectRollups(tier, *m, mint_ms, maxt_ms, parts);
+    if (!r.ok()) return r.status();
+    out = std::move(r).value();
+  }
+  const int64_t width = store::TierWidthMs(tier);
+  const int64_t lo = std::max(mint_ms, held_from_ms_ - width), hi = std::min(maxt_ms, held_to_ms_);
+  auto g = WithGrants(matchers);
+  if (!g || lo > hi) return out;
+  auto r = base_.SelectRollups(tier, *g, lo, hi, parts);
+  if (!r.ok()) return r.status();
+  for (store::SeriesRollups& s : *r) {
+    const Intervals* iv = HeldBy(s.labels);
+    if (!iv) continue;
+    // A bucket only when all of it lies in one holding: its aggregate may hold another
+    // job's time otherwise.
+    std::erase_if(s.points, [&](const store::RollupPoint& p) {
+      return !Inside(*iv, p.t_ms, p.t_ms + std::max<int64_t>(width, 1) - 1);
+    });
+    if (!s.points.empty()) out.push_back(std::move(s));
+  }
+  SortByLabels(out);
+  return out;
 }
 
 Result<std::vector<store::Labels>> ScopedQuerier::Series(
     const std::vector<store::Matcher>& matchers, int64_t mint_ms, int64_t maxt_ms) const {
-  auto m = With(matchers);
-  if (!m) return std::vector<store::Labels>{};
-  return base_.Series(*m, mint_ms, maxt_ms);
+  std::vector<store::Labels> out;
+  if (auto m = With(matchers)) {
+    auto r = base_.Series(*m, mint_ms, maxt_ms);
+    if (!r.ok()) return r.status();
+    out = std::move(r).value();
+  }
+  const int64_t lo = std::max(mint_ms, held_from_ms_), hi = std::min(maxt_ms, held_to_ms_);
+  auto g = WithGrants(matchers);
+  if (!g || lo > hi) return out;
+  auto r = base_.Series(*g, lo, hi);
+  if (!r.ok()) return r.status();
+  for (store::Labels& l : *r) {
+    const Intervals* iv = HeldBy(l);
+    if (iv && Overlaps(*iv, lo, hi)) out.push_back(std::move(l));
+  }
+  std::sort(out.begin(), out.end());
+  return out;
 }
 
 Result<std::vector<std::string>> ScopedQuerier::LabelNames(
     const std::vector<store::Matcher>& matchers) const {
-  auto m = With(matchers);
-  if (!m) return std::vector<std::string>{};
-  return base_.LabelNames(*m);
+  std::vector<std::string> out;
+  if (auto m = With(matchers)) {
+    auto r = base_.LabelNames(*m);
+    if (!r.ok()) return r.status();
+    out = std::move(r).value();
+  }
+  // Per node, so that only the pairs held are asked about.
+  std::set<std::string> nodes;
+  for (const auto& [key, iv] : held_) nodes.insert(key.first);
+  for (const std::string& node : nodes) {
+    auto g = WithGrants(matchers, &node);
+    if (!g) continue;
+    auto r = base_.LabelNames(*g);
+    if (!r.ok()) return r.status();
+    out = Union(std::move(out), *r);
+  }
+  return out;
 }
 
 Result<std::vector<std::string>> ScopedQuerier::LabelValues(
     const std::string& name, const std::vector<store::Matcher>& matchers) const {
-  auto m = With(matchers);
-  if (!m) return std::vector<std::string>{};
-  return base_.LabelValues(name, *m);
+  std::vector<std::string> out;
+  if (auto m = With(matchers)) {
+    auto r = base_.LabelValues(name, *m);
+    if (!r.ok()) return r.status();
+    out = std::move(r).value();
+  }
+  // Per node (its GPUs are exactly the ones held there), never across nodes.
+  std::set<std::string> nodes;
+  for (const auto& [key, iv] : held_) nodes.insert(key.first);
+  for (const std::string& node : nodes) {
+    auto g = WithGrants(matchers, &node);
+    if (!g) continue;
+    auto r = base_.LabelValues(name, *g);
+    if (!r.ok()) return r.status();
+    out = Union(std::move(out), *r);
+  }
+  return out;
 }
 
 }  // namespace gpuwatch::server

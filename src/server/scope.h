@@ -11,17 +11,21 @@
 //     events and log lines are 403 for a job out of scope;
 //   - what belongs to the whole node (/metrics, GPUs, processes, host, topology, the flight
 //     recorder, snapshots) is 403.
-// A scoped token sees its GPUs only through its jobs' series for now: the GPU series carry no
-// job label, and joining them to the jobs while allocated is the hub's work (issue 19, next).
+//   - the GPUs its jobs held, while they held them: the node's GPU series (no `job` label) of
+//     those GPUs, their samples kept to the times the accounting ledger says the job held the
+//     GPU (from the scheduler's allocation or the job's start to its end), rollup buckets only
+//     when wholly inside one (a bucket's aggregate may hold another job's time).
 // Thread-safety: ScopedQuerier is as safe as the querier it wraps.
 #pragma once
 
+#include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <string>
 #include <vector>
 
+#include "accounting/ledger.h"
 #include "jobs/job_registry.h"
 #include "store/querier.h"
 
@@ -41,10 +45,22 @@ std::set<std::string> JobsInScope(const std::vector<std::string>& scope,
 // `doc[key]` (an array of objects) keeps the entries whose "job" is in `jobs`.
 void KeepJobsInScope(nlohmann::json& doc, const char* key, const std::set<std::string>& jobs);
 
-// A querier that sees only the series whose `job` label is one of `jobs`.
+// One GPU a job in scope held, and when: [from_ms, to_ms] (to_ms INT64_MAX while held).
+struct GpuGrant {
+  std::string node;
+  unsigned gpu = 0;
+  int64_t from_ms = 0, to_ms = INT64_MAX;
+};
+// The GPUs `jobs` held, from the ledger's segments (accounting/ledger.h).
+std::vector<GpuGrant> GpuGrantsOf(const accounting::Ledger& ledger,
+                                  const std::set<std::string>& jobs);
+
+// A querier that sees only the series whose `job` label is one of `jobs`, and the GPU series
+// of `grants` within their times.
 class ScopedQuerier final : public store::Querier {
  public:
-  ScopedQuerier(const store::Querier& base, const std::set<std::string>& jobs);
+  ScopedQuerier(const store::Querier& base, const std::set<std::string>& jobs,
+                const std::vector<GpuGrant>& grants = {});
 
   Result<std::vector<store::SeriesSamples>> SelectRaw(const std::vector<store::Matcher>& matchers,
                                                       int64_t mint_ms,
@@ -63,8 +79,17 @@ class ScopedQuerier final : public store::Querier {
  private:
   // `matchers` and the scope's; nullopt when the scope holds no job (nothing is selected).
   std::optional<std::vector<store::Matcher>> With(const std::vector<store::Matcher>& m) const;
+  // The grants' part of a selection: `m` with the grants' nodes, GPUs and no job, over the
+  // part of [mint, maxt] they cover; nullopt when none does. `node`: only that node's GPUs.
+  std::optional<std::vector<store::Matcher>> WithGrants(const std::vector<store::Matcher>& m,
+                                                        const std::string* node = nullptr) const;
+  // The held intervals of the series' GPU (by its Hostname and gpu labels); null for none.
+  const std::vector<std::pair<int64_t, int64_t>>* HeldBy(const store::Labels& labels) const;
   const store::Querier& base_;
   std::optional<store::Matcher> scope_;  // job=~"^(a|b)$"; absent: no job in scope
+  // (node, gpu) → sorted, merged [from, to] intervals.
+  std::map<std::pair<std::string, std::string>, std::vector<std::pair<int64_t, int64_t>>> held_;
+  int64_t held_from_ms_ = INT64_MAX, held_to_ms_ = INT64_MIN;
 };
 
 }  // namespace gpuwatch::server

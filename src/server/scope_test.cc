@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include "query/testing/memory_querier.h"
+#include "server/scrape_labels.h"
 
 namespace gpuwatch::server {
 namespace {
@@ -68,6 +69,64 @@ TEST_F(ScopeTest, SelectionsSeeOnlyTheJobsInScope) {
   ScopedQuerier none(q_, {});
   EXPECT_TRUE(Jobs(none).empty());
   EXPECT_TRUE(none.LabelNames({})->empty());
+}
+
+// The GPUs a job in scope held, while held (issue 19: "their GPUs while allocated"): node n1's
+// GPU 0 from 3 s to 6 s and n2's GPU 1 throughout. n1's GPU 1 and n2's GPU 0 (in the nodes ×
+// GPUs superset the query asks for) are never seen; nor are samples outside the holding, nor a
+// rollup bucket that is not wholly inside it; nor a series that names a job (another's).
+TEST(ScopedGpus, OnlyTheHeldGpusWhileHeld) {
+  query::testing::MemoryQuerier q;
+  std::vector<store::Sample> s;
+  for (int64_t t = 1000; t <= 130'000; t += 1000) s.push_back({t, static_cast<double>(t)});
+  // n1's as the agent's own store holds them with no --listen (no scrape labels); n2's as
+  // stored with them (job="gpuwatch", what a hub holds from its agents).
+  for (auto [node, gpu] : {std::pair{"n1", "0"}, {"n1", "1"}})
+    q.Add(L({{"__name__", "DCGM_FI_DEV_GPU_UTIL"}, {"Hostname", node}, {"gpu", gpu}}), s);
+  for (auto [node, gpu] : {std::pair{"n2", "0"}, {"n2", "1"}})
+    q.Add(L({{"__name__", "DCGM_FI_DEV_GPU_UTIL"},
+             {"Hostname", node},
+             {"gpu", gpu},
+             {"job", std::string(kScrapeJobName)}}),
+          s);
+  q.Add(L({{"__name__", "DCGM_FI_DEV_GPU_UTIL"},
+           {"Hostname", "n1"},
+           {"gpu", "0"},
+           {"job", "theirs"}}),
+        s);
+  const std::vector<GpuGrant> grants = {
+      {"n1", 0, 3000, 6000}, {"n2", 1, 0, INT64_MAX}, {"n1", 0, 5000, 5500}, {"n1", 0, 9000, 8000}};
+  ScopedQuerier scoped(q, {}, grants);
+  const auto all = *store::ParseSelector("DCGM_FI_DEV_GPU_UTIL");
+  auto raw = scoped.SelectRaw(all, 0, 200'000);
+  ASSERT_TRUE(raw.ok());
+  ASSERT_EQ(raw->size(), 2u);
+  EXPECT_EQ(store::LabelsToString((*raw)[0].labels),
+            R"(DCGM_FI_DEV_GPU_UTIL{Hostname="n1", gpu="0"})");
+  ASSERT_EQ((*raw)[0].samples.size(), 4u);  // 3, 4, 5, 6 s
+  EXPECT_EQ((*raw)[0].samples.front().t_ms, 3000);
+  EXPECT_EQ((*raw)[0].samples.back().t_ms, 6000);
+  EXPECT_EQ(store::LabelValue((*raw)[1].labels, "Hostname"), "n2");
+  EXPECT_EQ((*raw)[1].samples.size(), s.size());
+
+  auto minutes = scoped.SelectRollups(store::Tier::k1m, all, 0, 200'000, store::kRollupAll);
+  ASSERT_TRUE(minutes.ok());
+  ASSERT_EQ(minutes->size(), 1u) << "n1's 3 s were no whole minute";
+  EXPECT_EQ(store::LabelValue((*minutes)[0].labels, "Hostname"), "n2");
+
+  auto series = scoped.Series(all, 7000, 9000);
+  ASSERT_TRUE(series.ok());
+  ASSERT_EQ(series->size(), 1u);
+  EXPECT_EQ(store::LabelValue((*series)[0], "Hostname"), "n2");
+
+  EXPECT_EQ(*scoped.LabelValues("gpu", {}), (std::vector<std::string>{"0", "1"}));
+  EXPECT_EQ(*scoped.LabelValues("Hostname", {}), (std::vector<std::string>{"n1", "n2"}));
+  EXPECT_EQ(*scoped.LabelValues("job", {}), std::vector<std::string>{"gpuwatch"});
+  // No grant, no job: nothing.
+  EXPECT_TRUE(ScopedQuerier(q, {}, {}).SelectRaw(all, 0, 200'000)->empty());
+  // A training job named as the scrape job would select every node series: never in scope.
+  EXPECT_TRUE(
+      ScopedQuerier(q, {std::string(kScrapeJobName)}, {}).SelectRaw(all, 0, 200'000)->empty());
 }
 
 TEST(KeepJobsInScope, KeepsEntriesOfTheJobsOnly) {

@@ -111,10 +111,14 @@ int main(int argc, char** argv) {
   app.add_option("--down-from", down_from, "seconds into the run the hub goes down (script)");
   app.add_option("--down-for", down_for);
   CLI11_PARSE(app, argc, argv);
-  std::string token;
+  // One token a line: connection w sends with line w (mod their count). A hub counts its
+  // senders by token and address, so several tokens from one address are several senders, as
+  // a fleet's nodes are.
+  std::vector<std::string> tokens;
   if (!token_file.empty()) {
     std::ifstream in(token_file);
-    std::getline(in, token);
+    for (std::string line; std::getline(in, line);)
+      if (!line.empty()) tokens.push_back(line);
   }
   const bool with_records = records == "on";
 
@@ -209,7 +213,8 @@ int main(int argc, char** argv) {
     c.set_read_timeout(30);
     c.set_write_timeout(30);
     httplib::Headers auth;
-    if (!token.empty()) auth.emplace("Authorization", "Bearer " + token);
+    if (!tokens.empty())
+      auth.emplace("Authorization", "Bearer " + tokens[static_cast<size_t>(w) % tokens.size()]);
     int64_t tick = 0;
     std::vector<double> lags;
     uint64_t requests = 0, refused = 0, samples = 0, sent_records = 0;

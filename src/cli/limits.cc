@@ -164,6 +164,14 @@ const std::vector<Limit>& Table() {
         "new series one sender (token and address) may create", "--max-series-per-sender",
         "gpuwatch_remote_write_refused_samples_total{reason=\"series_limit\"} (400)", kHttp,
         +[](HttpT& o) -> uint64_t& { return o.remote_write.max_series_per_sender; }));
+    t.push_back(
+        Bounded(Field(
+                    "write.max_concurrency", Kind::kCount,
+                    "remote-write requests decoded at once (one sender's one at a time; the store "
+                    "appends one at a time)",
+                    "", "further requests wait their turn", kHttp,
+                    +[](HttpT& o) -> size_t& { return o.remote_write.max_concurrent; }),
+                1, 64));
     // Queries (query/engine.h).
     t.push_back(Field(
         "query.timeout", Kind::kDuration, "one query's evaluation", "--query-timeout",

@@ -30,24 +30,22 @@ HttpReply RemoteWriteGate::Handle(store::Store* store, std::string_view body,
     }
   } release{this};
   const bool by_digest = !on_stored;
-  store::KnownSeriesFn known;
-  std::unique_lock<std::mutex> known_lock(known_mu_, std::defer_lock);
+  std::shared_ptr<Known> known;
   if (by_digest) {
-    known_lock.lock();
+    std::lock_guard<std::mutex> lock(known_mu_);
     if (known_store_ != store) {
       known_.clear();
       known_entries_ = 0;
       known_store_ = store;
     }
-    const KnownRefs* mine = &known_[sender];
-    known = [mine](const store::LabelDigest& d) -> std::optional<uint32_t> {
-      auto it = mine->find(d);
-      if (it == mine->end()) return std::nullopt;
-      return it->second;
-    };
+    std::shared_ptr<Known>& k = known_[sender];
+    if (!k) k = std::make_shared<Known>();
+    known = k;
   }
-  auto decoded = store::DecodeRemoteWrite(body, options_.decode, known);
-  if (by_digest) known_lock.unlock();
+  std::unique_lock<std::mutex> known_lock;
+  if (known) known_lock = std::unique_lock<std::mutex>(known->mu);
+  auto decoded = store::DecodeRemoteWrite(body, options_.decode, known ? &known->table : nullptr);
+  if (known_lock) known_lock.unlock();
   if (!decoded.ok()) {
     if (decoded.status().code() == StatusCode::kResourceExhausted) {
       refused_too_large_.fetch_add(1, std::memory_order_relaxed);
@@ -67,8 +65,7 @@ HttpReply RemoteWriteGate::Handle(store::Store* store, std::string_view body,
       in.labels = std::move(s.labels);
       if (by_digest) learn.emplace_back(batch.size(), s.digest);
     }
-    in.samples.reserve(s.samples.size());
-    for (const auto& x : s.samples) in.samples.push_back({x.timestamp_ms, x.value});
+    in.samples = std::move(s.samples);
     batch.push_back(std::move(in));
   }
   decoded->clear();
@@ -94,14 +91,13 @@ HttpReply RemoteWriteGate::Handle(store::Store* store, std::string_view body,
     return {500, "store write failed: " + r.status().message() + "\n"};
   }
   if (!learn.empty()) {
-    std::lock_guard<std::mutex> lock(known_mu_);
-    if (known_store_ == store) {
-      KnownRefs& mine = known_[sender];
-      for (const auto& [at, digest] : learn) {
-        const uint32_t ref = r->refs[at];
-        if (ref == store::kNoSeriesRef || known_entries_ >= options_.max_series) continue;
-        if (mine.emplace(digest, ref).second) ++known_entries_;
-      }
+    // Into the table the refs came from (one forgotten since, with its store, goes with its
+    // last user); all tables together stop learning at max_series entries.
+    std::lock_guard<std::mutex> lock(known->mu);
+    for (const auto& [at, digest] : learn) {
+      const uint32_t ref = r->refs[at];
+      if (ref == store::kNoSeriesRef || known_entries_.load() >= options_.max_series) continue;
+      if (known->table.Insert(digest, ref)) known_entries_.fetch_add(1);
     }
   }
   {

@@ -21,10 +21,10 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <string_view>
-#include <unordered_map>
 #include <vector>
 
 #include "store/remote_write.h"
@@ -50,10 +50,13 @@ struct RemoteWriteOptions {
   // Series in the store's head, all senders and the agent's own together: new series from
   // remote-write are refused beyond it. Counted from the head, so a restart does not reset it.
   uint64_t max_series = 1'000'000;
-  // Requests decoded and stored at once (each holds its decoded form: ~40 MiB at most). One:
-  // decoding is mostly malloc, and gpuwatch runs one malloc arena (cli/main.cc), so two at a
-  // once contended for it and took a third less per CPU-second (bench/fleet/RESULTS.md, run 2).
-  int max_concurrent = 1;
+  // Requests decoded and stored at once (each holds its decoded form: ~40 MiB at most); the
+  // store serializes the appends themselves; one sender's requests decode one at a time (its
+  // digest table's lock). One by default: run 2 (bench/fleet/RESULTS.md) found two worse while
+  // decoding was mostly malloc on gpuwatch's one malloc arena (cli/main.cc), and on the 2-core
+  // bench machine two gave nothing in run 4 (the load generator holds the other core). A hub
+  // with cores to spare may raise it (--limit write.max_concurrency=N), unmeasured there.
+  size_t max_concurrent = 1;
 };
 
 // Counts the series each sender created, and what is refused.
@@ -79,21 +82,23 @@ class RemoteWriteGate {
   RemoteWriteOptions options_;
   std::mutex slots_mu_;
   std::condition_variable slots_cv_;
-  int running_ = 0;  // requests being decoded or stored (guarded by slots_mu_)
-  std::mutex mu_;    // guards created_by_sender_
+  size_t running_ = 0;  // requests being decoded or stored (guarded by slots_mu_)
+  std::mutex mu_;       // guards created_by_sender_
   std::map<std::string, uint64_t> created_by_sender_;
   // Each sender's series by the digest of their label bytes (store/remote_write.h): what a
   // sender repeats is stored by ref, without decoding, sorting or looking up its labels. At
   // most max_series entries in all (a full table only stops learning); forgotten when the
   // store changes. Not with a forwarder, which needs the labels.
-  struct DigestHash {
-    size_t operator()(const store::LabelDigest& d) const { return static_cast<size_t>(d.lo); }
+  // A sender's table has a lock of its own, so that requests of different senders decode at
+  // once (max_concurrent); shared, so that a table forgotten meanwhile outlives its users.
+  struct Known {
+    std::mutex mu;
+    store::DigestTable table;  // guarded by mu
   };
-  using KnownRefs = std::unordered_map<store::LabelDigest, uint32_t, DigestHash>;
-  std::mutex known_mu_;  // guards the three below
+  std::mutex known_mu_;  // guards the two below
   const store::Store* known_store_ = nullptr;
-  std::map<std::string, KnownRefs> known_;
-  uint64_t known_entries_ = 0;
+  std::map<std::string, std::shared_ptr<Known>> known_;
+  std::atomic<uint64_t> known_entries_{0};
   std::atomic<uint64_t> series_created_{0}, refused_series_limit_{0}, refused_out_of_bounds_{0},
       refused_too_large_{0};
 };

@@ -5,13 +5,45 @@
 #include <deque>
 #include <filesystem>
 #include <optional>
-#include <unordered_map>
 
 #include "common/log.h"
 #include "store/internal/coding.h"
 
 namespace gpuwatch::store {
 namespace {
+
+// A batch's map from its series to what it keeps of each: open addressing in one array sized
+// for the batch (at most half full: a batch names at most batch.size() series). A node map
+// cost a malloc a series, and a hub's batches carry thousands.
+template <typename T>
+class BatchMap {
+ public:
+  explicit BatchMap(size_t n) {
+    while ((size_t{1} << bits_) < 2 * n) ++bits_;
+    slots_.resize(size_t{1} << bits_);
+  }
+  // The value for `key`, and whether this call added it.
+  std::pair<T*, bool> TryEmplace(const void* key) {
+    const size_t mask = slots_.size() - 1;
+    const uint64_t k = reinterpret_cast<uintptr_t>(key);
+    for (size_t i = (k * 0x9e3779b97f4a7c15ULL) >> (64 - bits_);; i = (i + 1) & mask) {
+      Slot& s = slots_[i];
+      if (s.key == key) return {&s.value, false};
+      if (s.key == nullptr) {
+        s.key = key;
+        return {&s.value, true};
+      }
+    }
+  }
+
+ private:
+  struct Slot {
+    const void* key = nullptr;
+    T value{};
+  };
+  int bits_ = 4;
+  std::vector<Slot> slots_;
+};
 
 using internal::Cursor;
 using internal::PutDouble;
@@ -367,7 +399,7 @@ Result<AppendResult> Head::Append(const std::vector<Input>& batch, const AppendL
     int64_t t_ms = 0;
     double value = 0;
   };
-  std::unordered_map<MemSeries*, Newest> newest;
+  BatchMap<Newest> newest(batch.size());
 
   auto write_record = [&]() -> Status {
     if (n_samples == 0 && new_series == 0) return Status::Ok();
@@ -455,8 +487,8 @@ Result<AppendResult> Head::Append(const std::vector<Input>& batch, const AppendL
     }
     if (limits.want_refs) result.refs[bi] = ref;
     MemSeries& s = SeriesFor(ref);
-    auto [it, first_in_batch] = newest.try_emplace(&s);
-    Newest& last = it->second;
+    auto [last_p, first_in_batch] = newest.TryEmplace(&s);
+    Newest& last = *last_p;
     if (first_in_batch) {
       std::lock_guard<std::mutex> sl(s.mu);
       last = {s.has_last, s.last_t_ms, s.last_value};

@@ -2,7 +2,9 @@
 
 #include <snappy.h>
 
+#include <algorithm>
 #include <cstring>
+#include <memory>
 
 #include "store/internal/coding.h"
 
@@ -120,7 +122,7 @@ Status DecodeSample(std::string_view d, RemoteSample* out) {
     } else if (field == 2 && wire == kVarint) {
       uint64_t v = 0;
       GW_RETURN_IF_ERROR(r.Varint(&v));
-      out->timestamp_ms = static_cast<int64_t>(v);  // int64: two's complement
+      out->t_ms = static_cast<int64_t>(v);  // int64: two's complement
     } else {
       GW_RETURN_IF_ERROR(r.Skip(wire));
     }
@@ -174,12 +176,66 @@ void PutBytes(std::string* out, uint32_t field, std::string_view s) {
 
 }  // namespace
 
+std::optional<uint32_t> DigestTable::Find(const LabelDigest& d) const {
+  if (slots_.empty()) return std::nullopt;
+  const size_t mask = slots_.size() - 1;
+  for (size_t i = d.lo & mask;; i = (i + 1) & mask) {
+    const Slot& s = slots_[i];
+    if (s.ref == kNone) return std::nullopt;
+    if (s.digest == d) return s.ref;
+  }
+}
+
+bool DigestTable::Insert(const LabelDigest& d, uint32_t ref) {
+  if (ref == kNone) return false;
+  if (2 * (size_ + 1) > slots_.size()) Grow();
+  const size_t mask = slots_.size() - 1;
+  for (size_t i = d.lo & mask;; i = (i + 1) & mask) {
+    Slot& s = slots_[i];
+    if (s.ref == kNone) {
+      s = {d, ref};
+      ++size_;
+      return true;
+    }
+    if (s.digest == d) return false;
+  }
+}
+
+void DigestTable::Grow() {
+  std::vector<Slot> old = std::move(slots_);
+  slots_.assign(std::max<size_t>(64, 2 * old.size()), Slot{});
+  size_ = 0;
+  for (const Slot& s : old)
+    if (s.ref != kNone) Insert(s.digest, s.ref);
+}
+
+void DigestTable::Clear() {
+  std::vector<Slot>().swap(slots_);
+  size_ = 0;
+}
+
 Result<std::vector<RemoteSeries>> DecodeWriteRequest(std::string_view proto,
                                                      const RemoteWriteLimits& limits,
-                                                     const KnownSeriesFn& known) {
+                                                     const DigestTable* known) {
   std::vector<RemoteSeries> out;
   size_t samples = 0, labels = 0;
+  // Every series' label fields, in order (views into `proto`), decoded after the whole request
+  // was read unless the receiver knows the series by its digest: the digests' slots are
+  // prefetched meanwhile.
   std::vector<std::string_view> label_fields;
+  std::vector<uint32_t> fields_end;  // per series, one past its last in label_fields
+  {
+    // The series are counted first (tags and lengths only), so that `out` is allocated once.
+    size_t n = 0;
+    Reader c(proto, "WriteRequest");
+    while (!c.done() && n < limits.max_series) {
+      uint32_t field, wire;
+      if (!c.Tag(&field, &wire).ok() || !c.Skip(wire).ok()) break;  // the pass below says why
+      n += field == 1 && wire == kLen;
+    }
+    out.reserve(n);
+    fields_end.reserve(n);
+  }
   Reader r(proto, "WriteRequest");
   while (!r.done()) {
     uint32_t field, wire;
@@ -195,9 +251,7 @@ Result<std::vector<RemoteSeries>> DecodeWriteRequest(std::string_view proto,
                                        std::to_string(limits.max_series) +
                                        " series in one request; send smaller batches");
     RemoteSeries& s = out.emplace_back();
-    // Labels are collected as their fields and decoded after the series was read, unless the
-    // receiver knows the series by its digest.
-    label_fields.clear();
+    size_t mine = 0;
     Reader tr(ts, "TimeSeries");
     while (!tr.done()) {
       uint32_t f, w;
@@ -205,7 +259,7 @@ Result<std::vector<RemoteSeries>> DecodeWriteRequest(std::string_view proto,
       std::string_view sub;
       if (f == 1 && w == kLen) {
         GW_RETURN_IF_ERROR(tr.Bytes(&sub));
-        if (label_fields.size() >= kMaxLabels)
+        if (++mine > kMaxLabels)
           return Status::InvalidArgument("remote-write: a series has more than " +
                                          std::to_string(kMaxLabels) + " labels");
         if (++labels > limits.max_labels)
@@ -225,11 +279,20 @@ Result<std::vector<RemoteSeries>> DecodeWriteRequest(std::string_view proto,
         GW_RETURN_IF_ERROR(tr.Skip(w));  // exemplars (3), native histograms (4)
       }
     }
-    if (known) s.known = known(s.digest);
-    if (s.known) continue;
-    s.labels.resize(label_fields.size());
-    for (size_t i = 0; i < label_fields.size(); ++i)
-      GW_RETURN_IF_ERROR(DecodeLabel(label_fields[i], &s.labels[i]));
+    fields_end.push_back(static_cast<uint32_t>(label_fields.size()));
+    if (known) known->Prefetch(s.digest);
+  }
+  size_t begin = 0;
+  for (size_t i = 0; i < out.size(); ++i) {
+    RemoteSeries& s = out[i];
+    const size_t end = fields_end[i];
+    if (known) s.known = known->Find(s.digest);
+    if (!s.known) {
+      s.labels.resize(end - begin);
+      for (size_t j = begin; j < end; ++j)
+        GW_RETURN_IF_ERROR(DecodeLabel(label_fields[j], &s.labels[j - begin]));
+    }
+    begin = end;
   }
   return out;
 }
@@ -250,10 +313,31 @@ Result<std::string> SnappyUncompress(std::string_view body, size_t max_bytes,
 
 Result<std::vector<RemoteSeries>> DecodeRemoteWrite(std::string_view body,
                                                     const RemoteWriteLimits& limits,
-                                                    const KnownSeriesFn& known) {
-  auto proto = SnappyUncompress(body, limits.max_uncompressed_bytes, "remote-write");
-  if (!proto.ok()) return proto.status();
-  return DecodeWriteRequest(*proto, limits, known);
+                                                    const DigestTable* known) {
+  size_t n = 0;
+  if (!snappy::GetUncompressedLength(body.data(), body.size(), &n))
+    return Status::InvalidArgument("remote-write: body is not snappy (block format) data");
+  if (n > limits.max_uncompressed_bytes)
+    return Status::ResourceExhausted("remote-write: body inflates to " + std::to_string(n) +
+                                     " bytes (limit " +
+                                     std::to_string(limits.max_uncompressed_bytes) + ")");
+  // Inflated into a buffer each thread keeps (the decoded series hold no view into it): a new
+  // one each request was a malloc, a zero fill and fresh pages a request. One over 1 MiB (an
+  // agent's request is a few hundred KiB) is not kept.
+  constexpr size_t kKeepBytes = 1u << 20;
+  thread_local std::unique_ptr<char[]> kept;
+  std::unique_ptr<char[]> once;
+  char* buf;
+  if (n <= kKeepBytes) {
+    if (!kept) kept.reset(new char[kKeepBytes]);
+    buf = kept.get();
+  } else {
+    once.reset(new char[n]);
+    buf = once.get();
+  }
+  if (!snappy::RawUncompress(body.data(), body.size(), buf))
+    return Status::InvalidArgument("remote-write: corrupt snappy data");
+  return DecodeWriteRequest(std::string_view(buf, n), limits, known);
 }
 
 std::string EncodeWriteRequest(const std::vector<RemoteSeries>& series) {
@@ -273,7 +357,7 @@ std::string EncodeWriteRequest(const std::vector<RemoteSeries>& series) {
       std::memcpy(&bits, &x.value, 8);
       for (int i = 0; i < 8; ++i) tmp.push_back(static_cast<char>(bits >> (8 * i)));
       PutTag(&tmp, 2, kVarint);
-      PutVarint(&tmp, static_cast<uint64_t>(x.timestamp_ms));
+      PutVarint(&tmp, static_cast<uint64_t>(x.t_ms));
       PutBytes(&ts, 2, tmp);
     }
     PutBytes(&out, 1, ts);

@@ -26,7 +26,7 @@ TEST(RemoteWriteTest, RoundTrip) {
   EXPECT_EQ((*got)[0].labels[2].value, "n1");
   ASSERT_EQ((*got)[0].samples.size(), 3u);
   EXPECT_EQ((*got)[0].samples[1].value, 96.5);
-  EXPECT_EQ((*got)[0].samples[2].timestamp_ms, -5)
+  EXPECT_EQ((*got)[0].samples[2].t_ms, -5)
       << "int64 timestamps are two's complement varints";
   EXPECT_TRUE(std::signbit((*got)[0].samples[2].value));
   EXPECT_TRUE(std::isnan((*got)[1].samples[0].value));
@@ -56,22 +56,59 @@ TEST(RemoteWriteTest, DigestRecognisesARepeatedSeriesWithoutDecodingIt) {
   EXPECT_FALSE((*DecodeWriteRequest(EncodeWriteRequest({x})))[0].digest ==
                (*DecodeWriteRequest(EncodeWriteRequest({y})))[0].digest);
 
-  const LabelDigest known_one = (*first)[0].digest;
-  std::vector<LabelDigest> asked;
-  auto got = DecodeRemoteWrite(EncodeRemoteWrite(later), {},
-                               [&](const LabelDigest& d) -> std::optional<uint32_t> {
-                                 asked.push_back(d);
-                                 if (d == known_one) return 7u;
-                                 return std::nullopt;
-                               });
+  DigestTable known;
+  EXPECT_TRUE(known.Insert((*first)[0].digest, 7));
+  auto got = DecodeRemoteWrite(EncodeRemoteWrite(later), {}, &known);
   ASSERT_TRUE(got.ok());
-  EXPECT_EQ(asked.size(), 2u);
   EXPECT_EQ((*got)[0].known, std::optional<uint32_t>(7));
   EXPECT_TRUE((*got)[0].labels.empty());
   ASSERT_EQ((*got)[0].samples.size(), 1u);
   EXPECT_EQ((*got)[0].samples[0].value, 12);
   EXPECT_FALSE((*got)[1].known);
   EXPECT_EQ((*got)[1].labels.size(), 1u);
+}
+
+// The table keeps every digest through its growth; digests that share a slot (equal `lo`) are
+// told apart by `hi`; a digest already there keeps its first ref; kNone is never a ref.
+TEST(DigestTableTest, FindsWhatWasInsertedThroughGrowth) {
+  DigestTable t;
+  EXPECT_FALSE(t.Find({1, 2}));
+  for (uint32_t i = 0; i < 10'000; ++i) ASSERT_TRUE(t.Insert({i * 0x9e3779b97f4a7c15ULL, i}, i));
+  for (uint64_t hi = 0; hi < 100; ++hi) ASSERT_TRUE(t.Insert({42, hi}, 20'000 + hi));
+  EXPECT_EQ(t.size(), 10'100u);
+  for (uint32_t i = 0; i < 10'000; ++i)
+    ASSERT_EQ(t.Find({i * 0x9e3779b97f4a7c15ULL, i}), std::optional<uint32_t>(i));
+  for (uint64_t hi = 0; hi < 100; ++hi)
+    ASSERT_EQ(t.Find({42, hi}), std::optional<uint32_t>(20'000 + hi));
+  EXPECT_FALSE(t.Find({42, 100}));
+  EXPECT_FALSE(t.Insert({42, 0}, 5));
+  EXPECT_EQ(t.Find({42, 0}), std::optional<uint32_t>(20'000));
+  EXPECT_FALSE(t.Insert({7, 7}, DigestTable::kNone));
+  EXPECT_FALSE(t.Find({7, 7}));
+  t.Clear();
+  EXPECT_EQ(t.size(), 0u);
+  EXPECT_FALSE(t.Find({42, 0}));
+}
+
+// A body larger than the buffer each thread keeps (1 MiB) decodes the same.
+TEST(RemoteWriteTest, ABodyOverTheKeptBufferDecodes) {
+  std::vector<RemoteSeries> many;
+  for (int i = 0; i < 20'000; ++i) {
+    RemoteSeries s;
+    s.labels = {{"__name__", "m"}, {"i", std::to_string(i)}, {"pad", std::string(60, 'x')}};
+    s.samples = {{1000 + i, static_cast<double>(i)}};
+    many.push_back(std::move(s));
+  }
+  const std::string body = EncodeRemoteWrite(many);
+  ASSERT_GT(EncodeWriteRequest(many).size(), 1u << 20);
+  auto got = DecodeRemoteWrite(body);
+  ASSERT_TRUE(got.ok()) << got.status().ToString();
+  ASSERT_EQ(got->size(), many.size());
+  EXPECT_EQ((*got)[19'999].labels[1].value, "19999");
+  // Then a small one again, through the kept buffer.
+  auto small = DecodeRemoteWrite(EncodeRemoteWrite(Sample()));
+  ASSERT_TRUE(small.ok());
+  EXPECT_EQ(small->size(), Sample().size());
 }
 
 TEST(RemoteWriteTest, UnknownFieldsAreSkipped) {

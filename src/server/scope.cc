@@ -246,46 +246,35 @@ Result<std::vector<store::Labels>> ScopedQuerier::Series(
   return out;
 }
 
-Result<std::vector<std::string>> ScopedQuerier::LabelNames(
-    const std::vector<store::Matcher>& matchers) const {
+Result<std::vector<std::string>> ScopedQuerier::Strings(const std::vector<store::Matcher>& matchers,
+                                                        const AskFn& ask) const {
   std::vector<std::string> out;
   if (auto m = With(matchers)) {
-    auto r = base_.LabelNames(*m);
+    auto r = ask(*m);
     if (!r.ok()) return r.status();
     out = std::move(r).value();
   }
-  // Per node, so that only the pairs held are asked about.
+  // Per node (its GPUs are exactly the ones held there), never the nodes × GPUs superset.
   std::set<std::string> nodes;
   for (const auto& [key, iv] : held_) nodes.insert(key.first);
   for (const std::string& node : nodes) {
     auto g = WithGrants(matchers, &node);
     if (!g) continue;
-    auto r = base_.LabelNames(*g);
+    auto r = ask(*g);
     if (!r.ok()) return r.status();
     out = Union(std::move(out), *r);
   }
   return out;
 }
 
+Result<std::vector<std::string>> ScopedQuerier::LabelNames(
+    const std::vector<store::Matcher>& matchers) const {
+  return Strings(matchers, [this](const auto& m) { return base_.LabelNames(m); });
+}
+
 Result<std::vector<std::string>> ScopedQuerier::LabelValues(
     const std::string& name, const std::vector<store::Matcher>& matchers) const {
-  std::vector<std::string> out;
-  if (auto m = With(matchers)) {
-    auto r = base_.LabelValues(name, *m);
-    if (!r.ok()) return r.status();
-    out = std::move(r).value();
-  }
-  // Per node (its GPUs are exactly the ones held there), never across nodes.
-  std::set<std::string> nodes;
-  for (const auto& [key, iv] : held_) nodes.insert(key.first);
-  for (const std::string& node : nodes) {
-    auto g = WithGrants(matchers, &node);
-    if (!g) continue;
-    auto r = base_.LabelValues(name, *g);
-    if (!r.ok()) return r.status();
-    out = Union(std::move(out), *r);
-  }
-  return out;
+  return Strings(matchers, [&](const auto& m) { return base_.LabelValues(name, m); });
 }
 
 }  // namespace gpuwatch::server

@@ -18,6 +18,7 @@
 // Thread-safety: ScopedQuerier is as safe as the querier it wraps.
 #pragma once
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -83,6 +84,10 @@ class ScopedQuerier final : public store::Querier {
   // part of [mint, maxt] they cover; nullopt when none does. `node`: only that node's GPUs.
   std::optional<std::vector<store::Matcher>> WithGrants(const std::vector<store::Matcher>& m,
                                                         const std::string* node = nullptr) const;
+  // A label query (`ask`) over the scope's jobs and, node by node, its granted GPUs; merged.
+  using AskFn = std::function<Result<std::vector<std::string>>(const std::vector<store::Matcher>&)>;
+  Result<std::vector<std::string>> Strings(const std::vector<store::Matcher>& matchers,
+                                           const AskFn& ask) const;
   // The held intervals of the series' GPU (by its Hostname and gpu labels); null for none.
   const std::vector<std::pair<int64_t, int64_t>>* HeldBy(const store::Labels& labels) const;
   const store::Querier& base_;

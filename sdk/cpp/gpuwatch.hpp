@@ -119,6 +119,15 @@ struct Identity {
 // is made valid for the wire (see SanitizeLabel).
 Identity ResolveIdentity(const Options& options);
 
+// Tells the agent a job entered a queue (docs/job-protocol.md, `queued`), for its queue wait in
+// the accounting: the wait runs from `t` to the job's first `start`. For launchers and submit
+// wrappers with a queue of their own; Slurm's prolog says it for Slurm jobs. From `options`:
+// the job (else the environment, as a Client's), template, user and project (each only when
+// set) and the address. Sends one message and returns whether the kernel took it; never throws
+// and never waits longer than a TCP connect's 100 ms. (The Python SDK's gpuwatch.queued().)
+inline bool Queued(const Options& options = Options(),
+                   std::chrono::system_clock::time_point t = std::chrono::system_clock::now());
+
 // One finished step, for step_done(). NaN fields are filled from what phase(), log() and
 // scalar() recorded since the previous step, else left out.
 struct StepReport {
@@ -1334,6 +1343,36 @@ inline void Client::FlushLocked(Clock::time_point now) noexcept {
   }
   buf_.clear();
   buf_messages_ = 0;
+}
+
+inline bool Queued(const Options& options, std::chrono::system_clock::time_point t) {
+  try {
+    const Identity id = ResolveIdentity(options);
+    std::string msg = "{\"type\":\"queued\",\"job\":";
+    internal::AppendJsonString(msg, id.job);
+    for (const auto& [key, value] : {std::pair{",\"template\":", &options.template_name},
+                                     {",\"user\":", &options.user},
+                                     {",\"project\":", &options.project}}) {
+      const std::string label = internal::SanitizeLabel(*value, internal::kMaxLabel);
+      if (label.empty()) continue;
+      msg += key;
+      internal::AppendJsonString(msg, label);
+    }
+    msg += ",\"t\":";
+    internal::AppendUnixTime(msg, t);
+    msg += "}\n";
+    internal::Transport transport;
+    const auto now = internal::Clock::now();
+    std::string address = options.address;
+    if (address.empty()) {
+      if (const char* env = std::getenv("GPUWATCH_SOCKET"); env != nullptr) address = env;
+    }
+    transport.Init(address, options.retry_period, now);
+    if (!transport.Ready(now)) return false;
+    return transport.Send(msg.data(), msg.size(), 1).sent == 1;
+  } catch (...) {  // std::bad_alloc: a launcher never fails for monitoring
+    return false;
+  }
 }
 
 }  // namespace gpuwatch

@@ -929,6 +929,30 @@ TEST_F(SdkTest, AddressFromGpuwatchSocketUnlessOptionsSayOtherwise) {
   EXPECT_EQ(agent.CountLines(), 2u);
 }
 
+// gpuwatch::Queued(): one `queued` message for the ledger's queue wait (docs/job-protocol.md),
+// the job from the scheduler's environment, the fields given and no others, through
+// $GPUWATCH_SOCKET; with no agent, false at once.
+TEST_F(SdkTest, QueuedSendsOneMessageForTheQueueWait) {
+  UnixReceiver agent(SocketPath());
+  ScopedEnv::Set("GPUWATCH_SOCKET", SocketPath());
+  ScopedEnv::Set("SLURM_JOB_ID", "4242");
+  gpuwatch::Options o;
+  o.template_name = "llama-pretrain";
+  o.project = "nlp";
+  const auto t = std::chrono::system_clock::time_point(std::chrono::seconds(1764460800)) + 500ms;
+  EXPECT_TRUE(gpuwatch::Queued(o, t));
+  ASSERT_TRUE(agent.WaitForLines(1));
+  const auto m = agent.Messages();
+  ASSERT_EQ(m.size(), 1u);
+  EXPECT_EQ(m[0], json::parse(R"({"type":"queued","job":"4242","template":"llama-pretrain",
+                                  "project":"nlp","t":1764460800.5})"));
+  o.address = dir_.path() + "/none.sock";
+  const auto start = Clock::now();
+  EXPECT_FALSE(gpuwatch::Queued(o));
+  EXPECT_LT(Clock::now() - start, 1s);
+  EXPECT_EQ(agent.CountLines(), 1u);
+}
+
 TEST_F(SdkTest, AgentNotDrainingNeverBlocksAStep) {
   UnixReceiver agent(SocketPath(), /*drain=*/false);
   gpuwatch::Options o = Opts(SocketPath());

@@ -4,10 +4,14 @@
 #include <unistd.h>
 
 #include <cstdlib>
+#include <iostream>
+#include <memory>
 #include <nlohmann/json.hpp>
 
+#include "analyze/prometheus_rules.h"
 #include "cli/config_file.h"
 #include "cli/job_view.h"
+#include "common/file_io.h"
 
 namespace gpuwatch::cli {
 namespace {
@@ -118,6 +122,73 @@ int RunSilenceExpire(const SilenceCommand& c, std::ostream& out, std::ostream& e
   if (!r.ok()) return Error(err, "silence expire", r.status());
   out << "expired " << c.id << "\n";
   return 0;
+}
+
+void RegisterAlertCommands(CLI::App* app, Commands* out) {
+  struct AlertsFlags {
+    std::string agent = DefaultAgentUrl();
+    bool json = false;
+  };
+  auto a = std::make_shared<AlertsFlags>();
+  auto* alerts = app->add_subcommand(
+      "alerts", "The agent's alerts: firing, silenced, resolved (exit 1 while any fires)");
+  alerts->add_option("--agent", a->agent, "The agent's URL");
+  alerts->add_flag("--json", a->json, "Print the API's JSON");
+  out->push_back({alerts, [a] { return RunAlerts(a->agent, a->json, std::cout, std::cerr); }});
+
+  auto sil = std::make_shared<SilenceCommand>();
+  auto* silence = app->add_subcommand(
+      "silence", "Silences and maintenance windows on the agent's alerts: add, list, expire");
+  silence->require_subcommand(1);
+  auto* add = silence->add_subcommand(
+      "add", "Silence alerts matching --node/--gpu/--job/--cause for --for; prints the id");
+  add->add_option("--node", sil->node, "Match this node");
+  add->add_option("--gpu", sil->gpu, "Match this GPU index");
+  add->add_option("--job", sil->job, "Match this job");
+  add->add_option("--cause", sil->cause, "Match this cause (findings.md, or user:RULE)");
+  add->add_option("--for", sil->duration, "How long (default 2h)");
+  add->add_option("--comment", sil->comment, "Why");
+  add->add_option("--created-by", sil->created_by,
+                  "Who, added to the comment (default $USER); the agent records the token "
+                  "that authenticated as created_by");
+  add->add_flag("--maintenance", sil->maintenance, "A maintenance window, not a silence");
+  auto* list = silence->add_subcommand("list", "Active and pending silences");
+  list->add_flag("--json", sil->json, "Print JSON");
+  auto* expire = silence->add_subcommand("expire", "End a silence now");
+  expire->add_option("ID", sil->id, "The silence's id")->required();
+  for (auto* c : {add, list, expire}) c->add_option("--agent", sil->agent, "The agent's URL");
+  for (auto* c : {add, expire})
+    c->add_option("--token-file", sil->token_file,
+                  "The agent's admin token (default $GPUWATCH_TOKEN_FILE, else admin.token in "
+                  "the default data dir)");
+  auto with_agent = [sil](int (*run)(const SilenceCommand&, std::ostream&, std::ostream&)) {
+    return [sil, run] {
+      if (sil->agent.empty()) sil->agent = DefaultAgentUrl();
+      return run(*sil, std::cout, std::cerr);
+    };
+  };
+  out->push_back({add, with_agent(&RunSilenceAdd)});
+  out->push_back({list, with_agent(&RunSilenceList)});
+  out->push_back({expire, with_agent(&RunSilenceExpire)});
+
+  auto rules_out = std::make_shared<std::string>();
+  auto* rules = app->add_subcommand("rules", "gpuwatch's built-in alerting rules");
+  rules->require_subcommand(1);
+  auto* rules_export = rules->add_subcommand(
+      "export",
+      "Write the built-in rules as Prometheus alerting rules (YAML; checked with `promtool check "
+      "rules`) for teams that alert from Prometheus");
+  rules_export->add_option("--out", *rules_out, "Write to this file (default: stdout)");
+  out->push_back({rules_export, [rules_out] {
+                    const std::string yaml = analyze::PrometheusRulesYaml();
+                    if (rules_out->empty()) {
+                      std::cout << yaml;
+                      return 0;
+                    }
+                    if (Status st = WriteFileAtomically(*rules_out, yaml); !st.ok())
+                      return Fail(st);
+                    return 0;
+                  }});
 }
 
 }  // namespace gpuwatch::cli

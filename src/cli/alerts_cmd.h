@@ -7,6 +7,8 @@
 #include <ostream>
 #include <string>
 
+#include "cli/command.h"
+
 namespace gpuwatch::cli {
 
 struct SilenceCommand {
@@ -25,5 +27,8 @@ int RunAlerts(const std::string& agent, bool json, std::ostream& out, std::ostre
 int RunSilenceAdd(const SilenceCommand& c, std::ostream& out, std::ostream& err);
 int RunSilenceList(const SilenceCommand& c, std::ostream& out, std::ostream& err);
 int RunSilenceExpire(const SilenceCommand& c, std::ostream& out, std::ostream& err);
+
+// `gpuwatch alerts`, `gpuwatch silence add | list | expire` and `gpuwatch rules export`.
+void RegisterAlertCommands(CLI::App* app, Commands* out);
 
 }  // namespace gpuwatch::cli

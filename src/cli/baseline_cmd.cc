@@ -4,6 +4,8 @@
 #include <sys/stat.h>
 
 #include <cmath>
+#include <iostream>
+#include <memory>
 #include <nlohmann/json.hpp>
 
 #include "analyze/baseline.h"
@@ -270,6 +272,52 @@ int RunBaselineCompare(const BaselineCommand& c, std::ostream& out, std::ostream
   out << (any ? "Significant shifts: p < 0.01 (Mann-Whitney U) and more than 2 %.\n"
               : "No significant shift (p < 0.01 and more than 2 %).\n");
   return any ? 1 : 0;
+}
+
+void RegisterBaselineCommands(CLI::App* app, Commands* out) {
+  auto bl = std::make_shared<BaselineCommand>();
+  auto* baseline = app->add_subcommand(
+      "baseline", "Per-template baselines (R13): learn from a trace, list, show, import, compare");
+  baseline->require_subcommand(1);
+  auto add_data_dir = [bl](CLI::App* c) {
+    c->add_option("--data-dir", bl->data_dir, "The data dir; baselines live in DIR/baselines");
+  };
+  auto* learn = baseline->add_subcommand(
+      "learn", "Learn each job's baseline from its first stable window after warm-up");
+  learn->add_option("TRACE", bl->trace, "Trace file (.jsonl, .gz, .zst)")->required();
+  add_data_dir(learn);
+  learn->add_option("--job", bl->job, "Only this job");
+  learn->add_option("--warmup", bl->warmup, "Left out after the first step (default 2m)");
+  learn->add_option("--window", bl->window, "How long a window to learn from (default 10m)");
+  auto* list = baseline->add_subcommand("list", "The stored baselines");
+  add_data_dir(list);
+  list->add_option("--agent", bl->agent,
+                   "Mark baselines stale against this agent's topology and driver");
+  list->add_flag("--json", bl->json, "Print JSON");
+  auto* show = baseline->add_subcommand("show", "One baseline as JSON (its export form)");
+  show->add_option("TEMPLATE", bl->template_name, "Job template")->required();
+  add_data_dir(show);
+  show->add_option("--shape", bl->shape, "Node shape, when the template has several");
+  show->add_option("--version", bl->version, "Version (default the newest)");
+  auto* import = baseline->add_subcommand("import", "Add a baseline JSON as a new version");
+  import->add_option("FILE", bl->file, "Baseline JSON (from `baseline show`)")->required();
+  add_data_dir(import);
+  auto* compare = baseline->add_subcommand(
+      "compare",
+      "Per-metric shift between two runs with a significance test (exit 1 when one shifted)");
+  compare->add_option("RUN_A", bl->run_a, "TRACE, TRACE:JOB or baseline:TEMPLATE[@VERSION]")
+      ->required();
+  compare->add_option("RUN_B", bl->run_b, "TRACE, TRACE:JOB or baseline:TEMPLATE[@VERSION]")
+      ->required();
+  add_data_dir(compare);
+  compare->add_option("--shape", bl->shape, "Shape of a baseline: run");
+  compare->add_option("--warmup", bl->warmup, "Left out after each run's first step (default 2m)");
+  compare->add_flag("--json", bl->json, "Print JSON");
+  out->push_back({learn, [bl] { return RunBaselineLearn(*bl, std::cout, std::cerr); }});
+  out->push_back({list, [bl] { return RunBaselineList(*bl, std::cout, std::cerr); }});
+  out->push_back({show, [bl] { return RunBaselineShow(*bl, std::cout, std::cerr); }});
+  out->push_back({import, [bl] { return RunBaselineImport(*bl, std::cout, std::cerr); }});
+  out->push_back({compare, [bl] { return RunBaselineCompare(*bl, std::cout, std::cerr); }});
 }
 
 }  // namespace gpuwatch::cli

@@ -6,6 +6,8 @@
 #include <ostream>
 #include <string>
 
+#include "cli/command.h"
+
 namespace gpuwatch::cli {
 
 struct BaselineCommand {
@@ -26,5 +28,8 @@ int RunBaselineList(const BaselineCommand& c, std::ostream& out, std::ostream& e
 int RunBaselineShow(const BaselineCommand& c, std::ostream& out, std::ostream& err);
 int RunBaselineImport(const BaselineCommand& c, std::ostream& out, std::ostream& err);
 int RunBaselineCompare(const BaselineCommand& c, std::ostream& out, std::ostream& err);
+
+// `gpuwatch baseline learn | list | show | import | compare`.
+void RegisterBaselineCommands(CLI::App* app, Commands* out);
 
 }  // namespace gpuwatch::cli

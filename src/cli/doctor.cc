@@ -4,8 +4,10 @@
 #include <unistd.h>
 
 #include <cmath>
+#include <iostream>
 #include <nlohmann/json.hpp>
 
+#include "collect/nvml_library.h"
 #include "common/log.h"
 #include "server/agent.h"
 #include "topo/archive.h"
@@ -297,6 +299,28 @@ int RunDoctor(std::unique_ptr<collect::GpuSource> gpu, const std::string& root_d
     out << Render(checks, host);
   }
   return problem ? 1 : 0;
+}
+
+void RegisterDoctorCommand(CLI::App* app, Commands* out) {
+  struct Flags {
+    std::string nvml = collect::kDefaultNvmlLibrary, root = "/", data_dir;
+    bool json = false;
+  };
+  auto f = std::make_shared<Flags>();
+  auto* doctor = app->add_subcommand(
+      "doctor",
+      "One-shot health check of this node as a checklist: driver and NVML, GPUs, ECC and row "
+      "remaps, clock reasons, temperatures, PCIe and NVLinks, topology against the archive, "
+      "NUMA of GPU processes, clock sync (exit 0 all well, 1 something wrong, 2 error)");
+  doctor->add_flag("--json", f->json, "Print the checks as JSON");
+  doctor->add_option("--nvml-lib", f->nvml, "NVML library to dlopen (default libnvidia-ml.so.1)");
+  doctor->add_option("--root-dir", f->root, "Root of procfs/sysfs to read (default /)");
+  doctor->add_option("--data-dir", f->data_dir,
+                     "The agent's --data-dir: compare the topology with its archive (read only)");
+  out->push_back({doctor, [f] {
+                    return RunDoctor(MakeGpuSource(f->nvml), f->root, f->data_dir, f->json,
+                                     std::cout, std::cerr);
+                  }});
 }
 
 }  // namespace gpuwatch::cli

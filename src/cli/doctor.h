@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "cli/command.h"
 #include "collect/gpu_source.h"
 #include "server/agent_state.h"
 #include "topo/snapshot.h"
@@ -41,5 +42,8 @@ std::vector<DoctorCheck> DoctorChecks(const server::AgentState& s, const DoctorA
 // ("" skips that check).
 int RunDoctor(std::unique_ptr<collect::GpuSource> gpu, const std::string& root_dir,
               const std::string& data_dir, bool json, std::ostream& out, std::ostream& err);
+
+// `gpuwatch doctor`.
+void RegisterDoctorCommand(CLI::App* app, Commands* out);
 
 }  // namespace gpuwatch::cli

@@ -1,5 +1,8 @@
 #include "cli/explain_cmd.h"
 
+#include <iostream>
+#include <memory>
+
 #include "explain/explain.h"
 
 namespace gpuwatch::cli {
@@ -25,6 +28,27 @@ int RunExplain(const std::vector<std::string>& files, bool json, const std::stri
     if (!f.is_info()) return 1;
   }
   return 0;
+}
+
+void RegisterExplainCommand(CLI::App* app, Commands* out) {
+  struct Flags {
+    std::vector<std::string> files;
+    bool json = false;
+    std::string node;
+  };
+  auto f = std::make_shared<Flags>();
+  auto* explain = app->add_subcommand(
+      "explain",
+      "The post-mortem from the text you have: kernel logs, NCCL logs, launcher and training "
+      "logs, nvidia-smi output, topo -m, nccl-tests output (plain or .gz, any mix); what each "
+      "file holds and the findings they support together (docs/format/explain.md). Exit 0 with "
+      "no warning or critical finding, 1 with one, 2 when a file cannot be read");
+  explain->add_option("files", f->files, "The files")->required();
+  explain->add_flag("--json", f->json, "Print JSON");
+  explain->add_option("--node", f->node,
+                      "The node, when the text names no host (default: unknown)");
+  out->push_back(
+      {explain, [f] { return RunExplain(f->files, f->json, f->node, std::cout, std::cerr); }});
 }
 
 }  // namespace gpuwatch::cli

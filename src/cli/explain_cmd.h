@@ -7,9 +7,14 @@
 #include <string>
 #include <vector>
 
+#include "cli/command.h"
+
 namespace gpuwatch::cli {
 
 int RunExplain(const std::vector<std::string>& files, bool json, const std::string& node,
                std::ostream& out, std::ostream& err);
+
+// `gpuwatch explain FILES...`.
+void RegisterExplainCommand(CLI::App* app, Commands* out);
 
 }  // namespace gpuwatch::cli

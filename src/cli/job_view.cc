@@ -5,9 +5,12 @@
 #include <unistd.h>
 
 #include <cstdlib>
+#include <iostream>
+#include <memory>
 #include <vector>
 
 #include "cli/agent_flags.h"
+#include "common/strings.h"
 #include "server/auth.h"
 
 namespace gpuwatch::cli {
@@ -277,6 +280,50 @@ Status AgentAnnotate(const std::string& agent_url, const std::string& text, cons
     return Status::InvalidArgument(
         fmt::format("agent refused the annotation: HTTP {} {}", res->status, res->body));
   return Status::Ok();
+}
+
+void RegisterJobCommands(CLI::App* app, Commands* out) {
+  struct Flags {
+    std::string agent = DefaultAgentUrl(), job, text, annotate_job, token_file;
+    bool json = false;
+  };
+  auto f = std::make_shared<Flags>();
+  auto* jobs = app->add_subcommand(
+      "jobs", "Running and recent jobs on this node: throughput, step time, data/comm shares");
+  jobs->add_option("--agent", f->agent,
+                   "The agent's URL (default $GPUWATCH_AGENT or http://127.0.0.1:9470)");
+  jobs->add_flag("--json", f->json, "Print the agent's JSON");
+  auto* job = app->add_subcommand("job", "One job: its ranks, their steps, GPUs and state");
+  job->add_option("id", f->job, "Job id")->required();
+  job->add_option("--agent", f->agent, "The agent's URL");
+  job->add_flag("--json", f->json, "Print the agent's JSON");
+  auto show = [f](bool all) {
+    auto j =
+        AgentGetJson(f->agent, all ? "/api/v1/jobs" : "/api/v1/jobs/" + EncodePathSegment(f->job));
+    if (!j.ok()) return Fail(j.status());
+    if (f->json)
+      std::cout << j->dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
+    else
+      std::cout << (all ? RenderJobsTable(*j) : RenderJobTable(*j));
+    return 0;
+  };
+  out->push_back({jobs, [show] { return show(true); }});
+  out->push_back({job, [show] { return show(false); }});
+
+  auto* annotate = app->add_subcommand(
+      "annotate", "Put a note on the time line (R21), e.g. gpuwatch annotate \"switched to TP=4\"");
+  annotate->add_option("text", f->text, "What changed")->required();
+  annotate->add_option("--job", f->annotate_job, "The job it concerns");
+  annotate->add_option("--agent", f->agent, "The agent's URL");
+  annotate->add_option("--token-file", f->token_file,
+                       "A token of the agent (default $GPUWATCH_TOKEN_FILE, else admin.token "
+                       "in the default data dir)");
+  out->push_back(
+      {annotate, [f] {
+         if (Status st = AgentAnnotate(f->agent, f->text, f->annotate_job, f->token_file); !st.ok())
+           return Fail(st);
+         return 0;
+       }});
 }
 
 }  // namespace gpuwatch::cli

@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "cli/command.h"
 #include "common/status.h"
 
 namespace gpuwatch::cli {
@@ -40,5 +41,8 @@ Result<nlohmann::json> AgentSendJson(const std::string& agent_url, const std::st
 // POST one annotation event (kind "annotation"), optionally about one job.
 Status AgentAnnotate(const std::string& agent_url, const std::string& text, const std::string& job,
                      const std::string& token_file);
+
+// `gpuwatch jobs`, `gpuwatch job ID` and `gpuwatch annotate TEXT`.
+void RegisterJobCommands(CLI::App* app, Commands* out);
 
 }  // namespace gpuwatch::cli

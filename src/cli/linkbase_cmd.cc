@@ -4,6 +4,8 @@
 
 #include <cstring>
 #include <ctime>
+#include <iostream>
+#include <memory>
 
 #include "common/strings.h"
 #include "common/time_base.h"
@@ -304,6 +306,47 @@ int RunLinkbaseCompare(const LinkbaseOptions& o, std::ostream& out, std::ostream
   PrintComparison(c, out);
   out << "verdict " << Summary(c) << "\n";
   return code;
+}
+
+void RegisterLinkbaseCommands(CLI::App* app, Commands* out) {
+  auto lb = std::make_shared<LinkbaseOptions>();
+  auto* linkbase = app->add_subcommand(
+      "linkbase",
+      "Link baselines (R12): nccl-tests bus bandwidth per size, kept per node set; later runs "
+      "are judged against it");
+  linkbase->require_subcommand(1);
+  auto add_linkbase_flags = [lb](CLI::App* c) {
+    c->add_option("--dir", lb->dir,
+                  "Where baselines are kept (default <--data-dir>/linkbase, else "
+                  "/var/lib/gpuwatch/linkbase)");
+    c->add_option("--data-dir", lb->data_dir, "The agent's --data-dir: baselines in its linkbase/");
+    c->add_flag("--json", lb->json, "Print JSON");
+  };
+  auto add_run_flags = [lb](CLI::App* c) {
+    c->add_option("file", lb->file, "all_reduce_perf, all_gather_perf, … output")->required();
+    c->add_option("--name", lb->name,
+                  "Key of the baseline (default: the capture's host names, sorted, joined by ',')");
+    c->add_option("--collective", lb->collective,
+                  "The collective, when the capture does not say (e.g. all_gather_perf)");
+  };
+  auto* import = linkbase->add_subcommand(
+      "import",
+      "Store a run as the next baseline version of its node set; compare it with the "
+      "previous version");
+  add_run_flags(import);
+  add_linkbase_flags(import);
+  auto* show =
+      linkbase->add_subcommand("show", "List baselines: key, collective, versions, peak busbw");
+  add_linkbase_flags(show);
+  auto* compare = linkbase->add_subcommand(
+      "compare",
+      "Judge a run against the latest baseline without storing it (exit 0 ok, 3 degraded, 4 "
+      "insufficient, 2 error)");
+  add_run_flags(compare);
+  add_linkbase_flags(compare);
+  out->push_back({import, [lb] { return RunLinkbaseImport(*lb, std::cout, std::cerr); }});
+  out->push_back({show, [lb] { return RunLinkbaseShow(*lb, std::cout, std::cerr); }});
+  out->push_back({compare, [lb] { return RunLinkbaseCompare(*lb, std::cout, std::cerr); }});
 }
 
 }  // namespace gpuwatch::cli

@@ -17,6 +17,8 @@
 #include <ostream>
 #include <string>
 
+#include "cli/command.h"
+
 namespace gpuwatch::cli {
 
 inline constexpr char kDefaultLinkbaseDir[] = "/var/lib/gpuwatch/linkbase";
@@ -38,5 +40,8 @@ std::string LinkbaseDir(const LinkbaseOptions& o);
 int RunLinkbaseImport(const LinkbaseOptions& o, std::ostream& out, std::ostream& err);
 int RunLinkbaseShow(const LinkbaseOptions& o, std::ostream& out, std::ostream& err);
 int RunLinkbaseCompare(const LinkbaseOptions& o, std::ostream& out, std::ostream& err);
+
+// `gpuwatch linkbase import | show | compare`.
+void RegisterLinkbaseCommands(CLI::App* app, Commands* out);
 
 }  // namespace gpuwatch::cli

@@ -5,9 +5,12 @@
 
 #include <atomic>
 #include <chrono>
+#include <iostream>
+#include <memory>
 #include <set>
 #include <thread>
 
+#include "cli/config_file.h"
 #include "cli/job_view.h"
 #include "common/time_base.h"
 #include "trace/trace_file.h"
@@ -96,6 +99,27 @@ int RunRecord(const RecordOptions& o, std::ostream& out, std::ostream& err) {
     return 1;
   }
   return 0;
+}
+
+void RegisterRecordCommand(CLI::App* app, Commands* out) {
+  struct Flags {
+    RecordOptions rec;
+    std::string duration;
+  };
+  auto f = std::make_shared<Flags>();
+  f->rec.agent_url = DefaultAgentUrl();
+  auto* record = app->add_subcommand(
+      "record", "Write the agent's records for the next DURATION in the trace format");
+  record->add_option("--duration", f->duration, "How long to record (30s, 10m, 2h)")->required();
+  record->add_option("--out", f->rec.out, "Trace file to write (.jsonl, .jsonl.gz or .jsonl.zst)")
+      ->required();
+  record->add_option("--agent", f->rec.agent_url, "The agent's URL");
+  out->push_back({record, [f] {
+                    auto ms = ParseDurationMs(f->duration);
+                    if (!ms.ok()) return Fail(ms.status());
+                    f->rec.duration_ms = *ms;
+                    return RunRecord(f->rec, std::cout, std::cerr);
+                  }});
 }
 
 }  // namespace gpuwatch::cli

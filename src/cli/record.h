@@ -7,6 +7,8 @@
 #include <ostream>
 #include <string>
 
+#include "cli/command.h"
+
 namespace gpuwatch::cli {
 
 struct RecordOptions {
@@ -20,5 +22,8 @@ struct RecordOptions {
 // Exit code: 0 written; 1 the agent was unreachable at the end (what was fetched is kept);
 // 2 bad arguments or the file could not be written. SIGINT/SIGTERM end the recording early.
 int RunRecord(const RecordOptions& o, std::ostream& out, std::ostream& err);
+
+// `gpuwatch record --duration D --out FILE`.
+void RegisterRecordCommand(CLI::App* app, Commands* out);
 
 }  // namespace gpuwatch::cli

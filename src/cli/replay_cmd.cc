@@ -8,6 +8,8 @@
 #include <chrono>
 #include <cmath>
 #include <filesystem>
+#include <iostream>
+#include <memory>
 #include <thread>
 
 #include "analyze/diagnoser.h"
@@ -417,6 +419,81 @@ int RunSim(const SimCommand& c, std::ostream& out, std::ostream& err) {
   out << fmt::format("SIMULATED: {} records → {} and {}.truth.json\n", sim->trace_lines.size(),
                      trace_path, c.out);
   return 0;
+}
+
+void RegisterReplayCommands(CLI::App* app, Commands* out) {
+  struct Flags {
+    std::string path, baselines, listen = "127.0.0.1:9471";
+    bool json = false, serve = false;
+    double speed = 0;
+  };
+  auto r = std::make_shared<Flags>();
+  auto* replay = app->add_subcommand(
+      "replay",
+      "Run a trace (../shared/spec/trace-format.md; .jsonl, .gz, .zst) through the diagnosis as "
+      "fast as the CPU allows and print the findings");
+  replay->add_option("trace", r->path, "The trace")->required();
+  replay->add_option("--speed", r->speed,
+                     "Pace the records at N times real time (default: as fast as possible)");
+  replay->add_flag("--json", r->json,
+                   "Print exactly the findings document of findings.md on stdout");
+  // The contract: `replay TRACE [--json] [--speed N] [--serve]`; where to serve is
+  // --listen.
+  replay->add_flag("--serve", r->serve,
+                   "Then keep the findings open at http://LISTEN/api/v1/findings until "
+                   "SIGINT or SIGTERM");
+  replay->add_option("--listen", r->listen, "Where --serve listens")->capture_default_str();
+  replay->add_option("--baselines", r->baselines,
+                     "A baseline store (e.g. DATA_DIR/baselines): jobs are also judged "
+                     "against their template's newest baseline");
+  out->push_back({replay, [r] {
+                    return RunReplay(r->path, r->json, r->speed, std::cout, std::cerr,
+                                     r->serve ? r->listen : "", r->baselines);
+                  }});
+
+  struct DiagnoseFlags {
+    std::string target, agent = DefaultAgentUrl();
+    bool json = false;
+  };
+  auto d = std::make_shared<DiagnoseFlags>();
+  auto* diagnose = app->add_subcommand(
+      "diagnose",
+      "The running agent's current findings (task -> card -> link, deepest cause), all or those "
+      "of one job or node; exit 0 none, 1 findings, 2 error");
+  diagnose->add_option("target", d->target, "A job id or a node name");
+  diagnose->add_flag("--json", d->json, "The findings document of findings.md");
+  diagnose->add_option("--agent", d->agent, "The agent's URL")->capture_default_str();
+  out->push_back(
+      {diagnose, [d] { return RunDiagnose(d->agent, d->target, d->json, std::cout, std::cerr); }});
+
+  struct EvalFlags {
+    std::string dir;
+    bool json = false;
+  };
+  auto e = std::make_shared<EvalFlags>();
+  auto* eval = app->add_subcommand(
+      "eval",
+      "Replay every NAME.jsonl[.gz|.zst] in DIR that has a NAME.truth.json and score the findings "
+      "(precision, recall, F1, detection latency per cause and overall)");
+  eval->add_option("dir", e->dir, "The scenario directory")->required();
+  eval->add_flag("--json", e->json, "Print JSON");
+  out->push_back({eval, [e] { return RunEval(e->dir, e->json, std::cout, std::cerr); }});
+
+  auto sim = std::make_shared<SimCommand>();
+  auto* sim_cmd = app->add_subcommand(
+      "sim",
+      "Simulate a training job on GPU nodes, with faults, as a trace plus its truth file "
+      "(SIMULATED data)");
+  sim_cmd->add_option("--shape", sim->shape,
+                      "<N>x<MODEL>: H100, A100, L40S, 4090 (default 8xH100)");
+  sim_cmd->add_option("--nodes", sim->nodes, "Nodes (default 1)");
+  sim_cmd->add_option("--duration", sim->duration, "Length (default 15m)");
+  sim_cmd->add_option("--seed", sim->seed, "Seed: the same seed gives the same trace");
+  sim_cmd->add_option("--fault", sim->faults,
+                      "cause[:gpu=G,node=N,onset=SECONDS,severity=0..1], repeatable");
+  sim_cmd->add_option("--out", sim->out, "Output prefix: PREFIX.jsonl.gz, PREFIX.truth.json")
+      ->required();
+  out->push_back({sim_cmd, [sim] { return RunSim(*sim, std::cout, std::cerr); }});
 }
 
 }  // namespace gpuwatch::cli

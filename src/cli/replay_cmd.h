@@ -9,6 +9,7 @@
 
 #include "analyze/baseline.h"
 #include "analyze/finding.h"
+#include "cli/command.h"
 #include "common/status.h"
 
 namespace gpuwatch::cli {
@@ -58,5 +59,8 @@ struct SimCommand {
   std::string out;
 };
 int RunSim(const SimCommand& c, std::ostream& out, std::ostream& err);
+
+// `gpuwatch replay`, `diagnose`, `eval` and `sim`.
+void RegisterReplayCommands(CLI::App* app, Commands* out);
 
 }  // namespace gpuwatch::cli

@@ -3,6 +3,8 @@
 #include <fmt/format.h>
 
 #include <ctime>
+#include <iostream>
+#include <memory>
 
 #include "accounting/report_format.h"
 #include "cli/config_file.h"
@@ -187,6 +189,15 @@ int RunReport(const ReportCommand& c, std::ostream& out, std::ostream& err) {
   else
     PrintTable(doc, out);
   return 0;
+}
+
+void RegisterReportCommand(CLI::App* app, Commands* out) {
+  auto c = std::make_shared<ReportCommand>();
+  auto* report = AddReportCommand(app, c.get());
+  out->push_back({report, [c] {
+                    if (c->agent.empty()) c->agent = DefaultAgentUrl();
+                    return RunReport(*c, std::cout, std::cerr);
+                  }});
 }
 
 }  // namespace gpuwatch::cli

@@ -11,6 +11,8 @@
 #include <string>
 #include <vector>
 
+#include "cli/command.h"
+
 namespace gpuwatch::cli {
 
 struct ReportCommand {
@@ -27,5 +29,7 @@ struct ReportCommand {
 // Registers `report` on `app`; its flags land in `c`.
 CLI::App* AddReportCommand(CLI::App* app, ReportCommand* c);
 int RunReport(const ReportCommand& c, std::ostream& out, std::ostream& err);
+
+void RegisterReportCommand(CLI::App* app, Commands* out);
 
 }  // namespace gpuwatch::cli

@@ -12,6 +12,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <ctime>
+#include <iostream>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <thread>
 
@@ -239,6 +241,14 @@ int RunSlurm(const SlurmCommand& c, bool prolog, std::ostream& err) {
   }
   close(fd);
   return 0;
+}
+
+void RegisterSlurmCommands(CLI::App* app, Commands* out) {
+  auto c = std::make_shared<SlurmCommand>();
+  CLI::App *prolog = nullptr, *epilog = nullptr;
+  AddSlurmCommand(app, c.get(), &prolog, &epilog);
+  out->push_back({prolog, [c] { return RunSlurm(*c, true, std::cerr); }});
+  out->push_back({epilog, [c] { return RunSlurm(*c, false, std::cerr); }});
 }
 
 }  // namespace gpuwatch::cli

@@ -22,6 +22,7 @@
 #include <ostream>
 #include <string>
 
+#include "cli/command.h"
 #include "common/status.h"
 
 namespace gpuwatch::cli {
@@ -52,5 +53,8 @@ Result<std::string> SlurmMessage(bool prolog, const EnvFn& env, const ScontrolJo
 CLI::App* AddSlurmCommand(CLI::App* app, SlurmCommand* c, CLI::App** prolog, CLI::App** epilog);
 // Always 0.
 int RunSlurm(const SlurmCommand& c, bool prolog, std::ostream& err);
+
+// `gpuwatch slurm prolog | epilog`.
+void RegisterSlurmCommands(CLI::App* app, Commands* out);
 
 }  // namespace gpuwatch::cli

@@ -3,8 +3,10 @@
 #include <fmt/format.h>
 
 #include <filesystem>
+#include <iostream>
 #include <optional>
 
+#include "cli/agent_flags.h"
 #include "common/time_base.h"
 #include "store/event_store.h"
 
@@ -164,6 +166,38 @@ int RunStoreCompact(const std::string& data_dir, const store::StoreOptions& opti
       data_dir, before.blocks, before.wal_bytes, a.blocks, a.wal_bytes, before.bytes_on_disk,
       a.bytes_on_disk);
   return 0;
+}
+
+void RegisterStoreCommands(CLI::App* app, Commands* out) {
+  struct Flags {
+    std::string dir;
+    bool json = false, no_quarantine = false;
+    AgentFlags compact;
+  };
+  auto f = std::make_shared<Flags>();
+  auto* store_cmd = app->add_subcommand("store", "Inspect and maintain the store under a data dir");
+  store_cmd->require_subcommand(1);
+  auto* stats = store_cmd->add_subcommand("stats", "Series, samples and bytes per sample per tier");
+  stats->add_option("--data-dir", f->dir, "The agent's --data-dir")->required();
+  stats->add_flag("--json", f->json, "Print JSON");
+  auto* check = store_cmd->add_subcommand(
+      "check",
+      "Verify every chunk and WAL record; quarantine damage (exit 1 when damage was found)");
+  check->add_option("--data-dir", f->dir, "The agent's --data-dir")->required();
+  check->add_flag("--no-quarantine", f->no_quarantine,
+                  "Only report: leave damaged files where they are");
+  auto* compact = store_cmd->add_subcommand(
+      "compact", "Flush the WAL, merge blocks per day and apply retention (agent stopped)");
+  compact->add_option("--data-dir", f->dir, "The agent's --data-dir")->required();
+  AddStoreFlags(compact, &f->compact);
+  out->push_back({stats, [f] { return RunStoreStats(f->dir, f->json, std::cout, std::cerr); }});
+  out->push_back(
+      {check, [f] { return RunStoreCheck(f->dir, !f->no_quarantine, std::cout, std::cerr); }});
+  out->push_back({compact, [f] {
+                    auto o = MakeStoreOptions(f->compact);
+                    if (!o.ok()) return Fail(o.status());
+                    return RunStoreCompact(f->dir, *o, std::cout, std::cerr);
+                  }});
 }
 
 }  // namespace gpuwatch::cli

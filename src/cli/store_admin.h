@@ -8,6 +8,7 @@
 #include <ostream>
 #include <string>
 
+#include "cli/command.h"
 #include "store/store.h"
 
 namespace gpuwatch::cli {
@@ -21,5 +22,8 @@ int RunStoreCheck(const std::string& data_dir, bool quarantine, std::ostream& ou
                   std::ostream& err);
 int RunStoreCompact(const std::string& data_dir, const store::StoreOptions& options,
                     std::ostream& out, std::ostream& err);
+
+// `gpuwatch store stats | check | compact`.
+void RegisterStoreCommands(CLI::App* app, Commands* out);
 
 }  // namespace gpuwatch::cli

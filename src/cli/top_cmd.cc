@@ -11,6 +11,7 @@
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
+#include <memory>
 #include <string_view>
 #include <thread>
 
@@ -252,6 +253,21 @@ int RunTop(const TopCommand& c) {
     return RunPlain(c);
   }
   return RunCurses(c);
+}
+
+void RegisterTopCommand(CLI::App* app, Commands* out) {
+  auto t = std::make_shared<TopCommand>();
+  t->agent_url = DefaultAgentUrl();
+  auto* top = app->add_subcommand(
+      "top", "Full-screen view of the node: GPUs, processes, jobs, findings, and their history");
+  top->add_option("--agent", t->agent_url, "The agent's URL");
+  auto* once = top->add_flag("--once", t->once, "Print one table and exit");
+  top->add_flag("--plain", t->plain, "Print a table every refresh, with no terminal control")
+      ->excludes(once);
+  top->add_option("--interval", t->interval_s, "Seconds between refreshes (default 1)");
+  top->add_option("--job", t->job, "Show only this job");
+  top->add_option("--user", t->user, "Show only this user's jobs and processes");
+  out->push_back({top, [t] { return RunTop(*t); }});
 }
 
 }  // namespace gpuwatch::cli

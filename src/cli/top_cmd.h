@@ -4,6 +4,7 @@
 
 #include <string>
 
+#include "cli/command.h"
 #include "cli/top_view.h"
 
 namespace gpuwatch::cli {
@@ -22,5 +23,8 @@ int RunTop(const TopCommand& c);
 
 // One snapshot from the agent: live, or `offset_s` seconds back through its query API.
 Result<top::Snapshot> FetchTopSnapshot(const std::string& agent_url, int64_t offset_s);
+
+// `gpuwatch top`.
+void RegisterTopCommand(CLI::App* app, Commands* out);
 
 }  // namespace gpuwatch::cli

@@ -5,9 +5,12 @@
 
 #include <chrono>
 #include <fstream>
+#include <iostream>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "cli/link_tools.h"
 #include "collect/nvml_source.h"
 #include "collect/topology_probe.h"
 #include "common/strings.h"
@@ -269,6 +272,66 @@ int RunTopoDiff(const TopoOptions& o, const std::string& a_arg, const std::strin
     for (const auto& c : changes) out << "  " << c.kind << ": " << c.summary << "\n";
   }
   return changes.empty() ? 0 : 1;
+}
+
+void RegisterTopoCommands(CLI::App* app, Commands* out) {
+  struct Flags {
+    TopoOptions topo;
+    std::string a, b, file, topo_file;
+    bool json = false;
+  };
+  auto f = std::make_shared<Flags>();
+  auto* topo = app->add_subcommand(
+      "topo",
+      "Node topology (R8): without a subcommand, this node's live `nvidia-smi topo -m` matrix "
+      "with its NVLinks, PCIe links and NICs");
+  topo->require_subcommand(0, 1);
+  auto add_topo_flags = [f](CLI::App* c, bool live) {
+    c->add_flag("--json", f->topo.json, "Print the snapshot as JSON (docs/format/topology.md)");
+    c->add_option("--data-dir", f->topo.data_dir,
+                  "The agent's --data-dir (its topology archive is <data-dir>/topology)");
+    if (live) {
+      c->add_option("--nvml-lib", f->topo.nvml_lib,
+                    "NVML library to dlopen (default libnvidia-ml.so.1)");
+      c->add_option("--root", f->topo.root, "sysfs root (default /)");
+    }
+  };
+  add_topo_flags(topo, true);
+  topo->add_flag("--p2p", f->topo.p2p, "Also print the P2P read support matrix");
+  auto* list = topo->add_subcommand("list", "The archived topology versions");
+  add_topo_flags(list, false);
+  auto* show = topo->add_subcommand("show", "One archived version, or a snapshot file");
+  show->add_option("version", f->a, "v3, 3, or a file")->required();
+  add_topo_flags(show, false);
+  auto* diff = topo->add_subcommand(
+      "diff",
+      "What changed between two topologies: each an archived version (v3), live, or a file "
+      "(snapshot JSON or a topo -m capture); default the newest version against live. Exit 0 "
+      "when nothing changed, 1 when something did");
+  diff->add_option("a", f->a, "The older topology (default: the newest archived)");
+  diff->add_option("b", f->b, "The newer topology (default: live)");
+  add_topo_flags(diff, true);
+  auto* import = topo->add_subcommand(
+      "import", "Parse a `nvidia-smi topo -m` capture (from any machine) into the topology model");
+  import->add_option("file", f->file, "The capture")->required();
+  import->add_flag("--json", f->json, "Print the model as JSON");
+  auto* nccl = app->add_subcommand(
+      "nccl",
+      "Analyze an NCCL_DEBUG=INFO log: version, ranks, the transport of every channel, "
+      "and fallbacks against the topology (R9)");
+  nccl->add_option("file", f->file, "The log")->required();
+  nccl->add_option("--topo", f->topo_file, "A `nvidia-smi topo -m` capture of the node");
+  nccl->add_flag("--json", f->json, "Print JSON");
+
+  // The subcommands before `topo` itself: it is parsed with each of them.
+  out->push_back({import, [f] { return RunTopoImport(f->file, f->json, std::cout, std::cerr); }});
+  out->push_back({list, [f] { return RunTopoList(f->topo, std::cout, std::cerr); }});
+  out->push_back({show, [f] { return RunTopoShow(f->topo, f->a, std::cout, std::cerr); }});
+  out->push_back({diff, [f] { return RunTopoDiff(f->topo, f->a, f->b, std::cout, std::cerr); }});
+  out->push_back({topo, [f] { return RunTopoLive(f->topo, std::cout, std::cerr); }});
+  out->push_back({nccl, [f] {
+                    return RunNcclAnalysis(f->file, f->topo_file, f->json, std::cout, std::cerr);
+                  }});
 }
 
 }  // namespace gpuwatch::cli

@@ -9,6 +9,8 @@
 #include <ostream>
 #include <string>
 
+#include "cli/command.h"
+
 namespace gpuwatch::cli {
 
 struct TopoOptions {
@@ -26,5 +28,8 @@ int RunTopoShow(const TopoOptions& o, const std::string& version, std::ostream& 
                 std::ostream& err);
 int RunTopoDiff(const TopoOptions& o, const std::string& a, const std::string& b, std::ostream& out,
                 std::ostream& err);
+
+// `gpuwatch topo [list | show | diff | import]` and `gpuwatch nccl`.
+void RegisterTopoCommands(CLI::App* app, Commands* out);
 
 }  // namespace gpuwatch::cli

@@ -63,7 +63,7 @@ Agent::Agent(AgentOptions options, std::unique_ptr<collect::GpuSource> gpu)
       recorder_(trace::FlightRecorderOptions{options_.recorder_bytes, options_.snapshot_window}),
       diagnosis_([this](int64_t from_ms, int64_t to_ms) { return TraceWindow(from_ms, to_ms); },
                  options_.diagnosis),
-      alerts_(AlertOptionsOf(options_)) {
+      alerts_(AlertOptionsOf(options_), options_.data_dir) {
   if (!options_.user_rules.empty())
     user_rules_ = std::make_unique<UserRuleEvaluator>(options_.user_rules, options_.hostname);
   if (options_.learn_baselines && !options_.data_dir.empty()) {
@@ -80,16 +80,12 @@ Agent::Agent(AgentOptions options, std::unique_ptr<collect::GpuSource> gpu)
 Agent::~Agent() { Stop(); }
 
 Status Agent::Init() {
-  if (!options_.notify.webhook_url.empty() || !options_.notify.alertmanager_url.empty()) {
-    auto n = AlertNotifier::Create(options_.notify, options_.hostname);
-    if (!n.ok()) return n.status();
-    notifier_ = std::move(n).value();
-  }
+  if (Status st = alerts_.Init(options_.notify, options_.hostname); !st.ok()) return st;
   if (!options_.data_dir.empty()) {
     if (::mkdir(options_.data_dir.c_str(), 0755) != 0 && errno != EEXIST)
       return Status::IoError("cannot create data dir " + options_.data_dir + ": " +
                              std::strerror(errno));
-    RestoreAlertState();
+    alerts_.Restore();
   }
   {
     accounting::LedgerOptions lo = options_.accounting;
@@ -149,51 +145,6 @@ Status Agent::Init() {
                 state_.system.nvml_version);
   }
   return Status::Ok();
-}
-
-void Agent::RestoreAlertState() {
-  const std::string path = options_.data_dir + "/alerts.json";
-  std::ifstream in(path);
-  if (!in) return;  // none yet
-  std::stringstream text;
-  text << in.rdbuf();
-  const auto state = nlohmann::json::parse(text.str(), nullptr, false);
-  Status st = state.is_discarded() ? Status::InvalidArgument("not JSON") : Status::Ok();
-  if (st.ok()) {
-    std::lock_guard<std::mutex> lock(alerts_mu_);
-    st = alerts_.Restore(state, WallClockMs());
-  }
-  if (st.ok()) {
-    GW_LOG_INFO("alerts and silences restored from {}", path);
-    return;
-  }
-  // Kept aside, never overwritten: what is in it was accepted once.
-  const std::string aside = fmt::format("{}.damaged-{}", path, WallClockMs());
-  std::rename(path.c_str(), aside.c_str());
-  GW_LOG_ERROR("cannot restore alerts from {} ({}); kept it as {} and started without them", path,
-               st.message(), aside);
-}
-
-void Agent::SaveAlertStateLocked(int64_t now_ms, bool now) const {
-  if (options_.data_dir.empty()) return;
-  // What a restart must not lose: the lifecycle (state, notified, severity) and the silences.
-  // Those are saved as they change; the rest (last seen, counts) at most once a minute.
-  std::string signature;
-  for (const analyze::Alert& a : alerts_.Alerts())
-    signature += fmt::format("{}|{}|{}|{}\n", a.fingerprint, a.state, a.notified,
-                             model::SeverityName(a.finding.severity));
-  for (const analyze::Silence& sl : alerts_.Silences(now_ms))
-    signature += fmt::format("{}|{}\n", sl.id, sl.ends_ms);
-  if (!now && signature == alert_state_signature_ && now_ms - alert_state_saved_ms_ < 60000) return;
-  if (!now && signature == alert_state_signature_ && alerts_.Notifiable().empty()) return;
-  if (Status st = WriteFileAtomically(options_.data_dir + "/alerts.json",
-                                      alerts_.State(now_ms).dump(1) + "\n");
-      !st.ok()) {
-    GW_LOG_ERROR("cannot keep the alert state: {}", st.message());
-    return;
-  }
-  alert_state_signature_ = std::move(signature);
-  alert_state_saved_ms_ = now_ms;
 }
 
 void Agent::RecordEvent(model::GpuEvent e) {
@@ -834,7 +785,6 @@ void Agent::ObserveNcclVersions(const std::vector<JobLogLine>& lines,
 void Agent::TrackMaintenance(int64_t now_ms) {
   std::map<std::string, analyze::Silence> active;
   {
-    std::lock_guard<std::mutex> lock(alerts_mu_);
     for (analyze::Silence& s : alerts_.Silences(now_ms)) {
       // A window of this node or one of its GPUs; one narrowed to a job or a cause only holds
       // back alerts (the silence), it does not put the node in maintenance.
@@ -892,11 +842,7 @@ void Agent::TickDiagnosis() {
   }
   {
     // The engine forgets an ended job only once its alerts have resolved.
-    std::set<std::string> firing_jobs;
-    {
-      std::lock_guard<std::mutex> lock(alerts_mu_);
-      firing_jobs = alerts_.FiringJobs();
-    }
+    std::set<std::string> firing_jobs = alerts_.FiringJobs();
     diagnosis_.SetKeepJob([firing_jobs = std::move(firing_jobs)](const std::string& job) {
       return firing_jobs.count(job) != 0;
     });
@@ -907,8 +853,6 @@ void Agent::TickDiagnosis() {
   } else if (const int64_t upto_ms = hub_->DiagnosisTimeMs(now_ms); upto_ms >= 0) {
     diagnosis_.Tick(std::min(now_ms, upto_ms + LiveDiagnosis::kLagMs));
   }
-  std::vector<analyze::AlertNotification> changes;
-  std::vector<analyze::Alert> firing;
   // The user rules query the store: outside the alert book's lock, which the API also takes.
   std::vector<analyze::Finding> findings = diagnosis_.Findings();
   // A hub refusing this agent's token is an alert here, not a silent loop of 401s.
@@ -953,27 +897,12 @@ void Agent::TickDiagnosis() {
     if (!user_rules_->last_error().empty())
       GW_LOG_WARN("user rules: {}", user_rules_->last_error());
   }
-  std::map<std::pair<std::string, std::string>, int64_t> counts;
-  {
-    std::lock_guard<std::mutex> lock(alerts_mu_);
-    changes = alerts_.Update(findings, now_ms);
-    SaveAlertStateLocked(now_ms, false);
-    if (notifier_) firing = alerts_.Notifiable();
-    for (const char* sev : {"info", "warning", "critical"}) {
-      counts[{sev, "notified"}] = 0;
-      counts[{sev, "suppressed"}] = 0;
-    }
-    for (const analyze::Alert& a : alerts_.Alerts()) {
-      if (a.state != "firing") continue;
-      ++counts[{std::string(model::SeverityName(a.finding.severity)),
-                a.suppressed_by.empty() ? "notified" : "suppressed"}];
-    }
-  }
+  auto counts = alerts_.Update(findings, now_ms);
   {
     std::lock_guard<std::mutex> lock(mu_);
     state_.alerts_firing = std::move(counts);
-    if (notifier_) {
-      const AlertNotifier::Counters c = notifier_->counters();
+    if (alerts_.notifies()) {
+      const AlertNotifier::Counters c = alerts_.NotifierCounters();
       state_.alert_notifications = {{{"webhook", "sent"}, c.webhook_sent},
                                     {{"webhook", "failed"}, c.webhook_failed},
                                     {{"webhook", "dropped"}, c.webhook_dropped},
@@ -981,12 +910,6 @@ void Agent::TickDiagnosis() {
                                     {{"alertmanager", "failed"}, c.alertmanager_failed}};
     }
   }
-  for (const auto& c : changes) {
-    GW_LOG_INFO("alert {} [{}] {}: {}", analyze::NotificationKindName(c.kind),
-                model::SeverityName(c.alert.finding.severity), c.alert.fingerprint,
-                c.alert.finding.summary);
-  }
-  if (notifier_) notifier_->Publish(std::move(changes), std::move(firing));
   if (auto_baselines_) {
     int64_t stale_before_ms = 0;
     {
@@ -1003,33 +926,14 @@ void Agent::TickDiagnosis() {
   }
 }
 
-nlohmann::json Agent::AlertsJson() const {
-  const int64_t now_ms = WallClockMs();
-  nlohmann::json alerts = nlohmann::json::array(), silences = nlohmann::json::array();
-  std::lock_guard<std::mutex> lock(alerts_mu_);
-  for (const analyze::Alert& a : alerts_.Alerts()) alerts.push_back(analyze::AlertToJson(a));
-  for (const analyze::Silence& s : alerts_.Silences(now_ms))
-    silences.push_back(analyze::SilenceToJson(s));
-  return {{"alerts", alerts}, {"silences", silences}};
-}
+nlohmann::json Agent::AlertsJson() const { return alerts_.Json(WallClockMs()); }
 
 Result<std::string> Agent::AddSilence(analyze::Silence s) const {
-  const int64_t now_ms = WallClockMs();
-  std::lock_guard<std::mutex> lock(alerts_mu_);
-  auto id = alerts_.AddSilence(std::move(s), now_ms);
-  if (id.ok()) {
-    GW_LOG_INFO("silence {} added", *id);
-    SaveAlertStateLocked(now_ms, true);
-  }
-  return id;
+  return alerts_.AddSilence(std::move(s), WallClockMs());
 }
 
 Status Agent::ExpireSilence(const std::string& id) const {
-  const int64_t now_ms = WallClockMs();
-  std::lock_guard<std::mutex> lock(alerts_mu_);
-  Status st = alerts_.ExpireSilence(id, now_ms);
-  if (st.ok()) SaveAlertStateLocked(now_ms, true);
-  return st;
+  return alerts_.ExpireSilence(id, WallClockMs());
 }
 
 void Agent::DrainJobs() {
@@ -1173,7 +1077,7 @@ void Agent::Start() {
   }
   if (!options_.hub) RecordNodeChanges();
   stopping_drain_ = false;
-  if (notifier_) notifier_->Start();
+  alerts_.Start();
   if (pusher_) pusher_->Start();
   if (forwarder_) forwarder_->Start();
   tiers_thread_ = std::thread([this] { RunTiers(); });
@@ -1188,7 +1092,7 @@ void Agent::Stop() {
   stop_cv_.notify_all();
   const bool was_running = tiers_thread_.joinable();
   if (tiers_thread_.joinable()) tiers_thread_.join();
-  if (notifier_) notifier_->Stop();
+  alerts_.Stop();
   if (events_thread_.joinable()) events_thread_.join();
   if (listener_) listener_->Stop();
   if (was_running) {

@@ -30,6 +30,7 @@
 #include "jobs/job_registry.h"
 #include "logs/kmsg.h"
 #include "server/agent_state.h"
+#include "server/alert_keeper.h"
 #include "server/alert_notifier.h"
 #include "server/auto_baselines.h"
 #include "server/change_timeline.h"
@@ -162,11 +163,6 @@ class Agent {
   void TickDiagnosis();
   // Writes the ledger's changed tallies (each minute and at Stop).
   void TickAccounting();
-  // The alert book across restarts: <data-dir>/alerts.json (docs/format/alerts.md). A damaged
-  // file is kept aside, never overwritten.
-  void RestoreAlertState();
-  // Under alerts_mu_. `now`: save even if nothing lifecycle-related changed (a silence added).
-  void SaveAlertStateLocked(int64_t now_ms, bool now) const;
   // Maintenance windows (silences marked maintenance, of this node) on the timeline: a
   // maintenance_start event when one begins, maintenance_end when it ends or is expired, so the
   // diagnosis and anyone reading the events know (tier thread).
@@ -179,9 +175,7 @@ class Agent {
   Result<std::string> AddSilence(analyze::Silence s) const;
   Status ExpireSilence(const std::string& id) const;
   // The notifier's counters; all zero without one.
-  AlertNotifier::Counters NotifierCounters() const {
-    return notifier_ ? notifier_->counters() : AlertNotifier::Counters{};
-  }
+  AlertNotifier::Counters NotifierCounters() const { return alerts_.NotifierCounters(); }
   // "" without a data dir.
   const std::string& data_dir() const { return options_.data_dir; }
   // The hub's receiver of record streams; null unless AgentOptions::hub.
@@ -261,11 +255,8 @@ class Agent {
   uint64_t xid_duplicates_ = 0;
   trace::FlightRecorder recorder_;
   LiveDiagnosis diagnosis_;  // reads recorder_
-  mutable std::mutex alerts_mu_;
-  mutable analyze::AlertBook alerts_;          // guarded by alerts_mu_
-  mutable std::string alert_state_signature_;  // guarded by alerts_mu_: what was last saved
-  mutable int64_t alert_state_saved_ms_ = 0;   // guarded by alerts_mu_
-  std::unique_ptr<AlertNotifier> notifier_;
+  // Its own lock: the API adds silences through a const Agent, apart from what it collects.
+  mutable AlertKeeper alerts_;
   std::unique_ptr<UserRuleEvaluator> user_rules_;  // tier thread only
   std::unique_ptr<AutoBaselines> auto_baselines_;  // tier thread only
   // When the template baselines were last read for the diagnosis (tier thread only); -1 asks

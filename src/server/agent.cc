@@ -1080,7 +1080,7 @@ void Agent::Start() {
   alerts_.Start();
   if (pusher_) pusher_->Start();
   if (forwarder_) forwarder_->Start();
-  tiers_thread_ = std::thread([this] { RunTiers(); });
+  StartTiers();
   if (gpu_ready_) events_thread_ = std::thread([this] { RunEvents(); });
 }
 
@@ -1090,8 +1090,8 @@ void Agent::Stop() {
     stopping_ = true;
   }
   stop_cv_.notify_all();
-  const bool was_running = tiers_thread_.joinable();
-  if (tiers_thread_.joinable()) tiers_thread_.join();
+  const bool was_running = tiers_.running();
+  tiers_.Stop();
   alerts_.Stop();
   if (events_thread_.joinable()) events_thread_.join();
   if (listener_) listener_->Stop();
@@ -1124,55 +1124,30 @@ void Agent::Record(int64_t t_ms, std::string line) {
   recorder_.Add(t_ms, std::move(line));
 }
 
-void Agent::RunTiers() {
-  // sleep_until on the steady clock: a 1 Hz tier stays at 1 Hz however long a tick took, and
-  // a tick that overran is not replayed in a burst.
-  struct Tier {
-    const char* name;
-    std::chrono::milliseconds interval;
-    void (Agent::*tick)();
-    Clock::time_point next;
-  };
-  const auto now = Clock::now();
+void Agent::StartTiers() {
+  using std::chrono::milliseconds;
   // The topology check first: the first node record of the trace then carries the wiring.
-  std::vector<Tier> tiers;
-  if (!options_.hub)
-    tiers = {{"topology", options_.topology_interval, &Agent::TickTopology, now},
-             {"gpu", options_.gpu_interval, &Agent::TickGpu, now},
-             {"host", options_.host_interval, &Agent::TickHost, now},
-             {"processes", options_.process_interval, &Agent::TickProcesses, now},
-             {"jobs", options_.job_interval, &Agent::TickJobs, now + options_.job_interval},
-             {"drain", std::chrono::milliseconds(1000), &Agent::DrainJobs, now}};
-  // A hub only judges what its agents send.
-  tiers.push_back({"diagnosis", std::chrono::milliseconds(5000), &Agent::TickDiagnosis, now});
-  tiers.push_back({"accounting", std::chrono::milliseconds(60000), &Agent::TickAccounting,
-                   now + std::chrono::milliseconds(60000)});
-  // What each tier costs in CPU (this thread's clock, so waits and other threads do not count):
-  // the agent's own overhead, by tier (gpuwatch_agent_tier_cpu_seconds_total).
-  auto thread_cpu_s = [] {
-    timespec ts{};
-    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-    return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
+  std::vector<TierScheduler::Tier> tiers;
+  auto tier = [this](const char* name, milliseconds interval, void (Agent::*tick)(),
+                     milliseconds first_after = milliseconds(0)) {
+    return TierScheduler::Tier{name, interval, [this, tick] { (this->*tick)(); }, first_after};
   };
-  while (true) {
-    for (auto& t : tiers) {
-      if (Clock::now() >= t.next) {
-        const double cpu0 = thread_cpu_s();
-        (this->*t.tick)();
-        const double cpu_s = thread_cpu_s() - cpu0;
-        {
-          std::lock_guard<std::mutex> lock(mu_);
-          state_.tier_cpu_seconds[t.name] += cpu_s;
-        }
-        t.next += t.interval;
-        if (t.next < Clock::now()) t.next = Clock::now() + t.interval;
-      }
-    }
-    Clock::time_point wake = tiers[0].next;
-    for (const auto& t : tiers) wake = std::min(wake, t.next);
-    std::unique_lock<std::mutex> lock(stop_mu_);
-    if (stop_cv_.wait_until(lock, wake, [this] { return stopping_; })) return;
-  }
+  if (!options_.hub)
+    tiers = {tier("topology", options_.topology_interval, &Agent::TickTopology),
+             tier("gpu", options_.gpu_interval, &Agent::TickGpu),
+             tier("host", options_.host_interval, &Agent::TickHost),
+             tier("processes", options_.process_interval, &Agent::TickProcesses),
+             tier("jobs", options_.job_interval, &Agent::TickJobs, options_.job_interval),
+             tier("drain", milliseconds(1000), &Agent::DrainJobs)};
+  // A hub only judges what its agents send.
+  tiers.push_back(tier("diagnosis", milliseconds(5000), &Agent::TickDiagnosis));
+  tiers.push_back(
+      tier("accounting", milliseconds(60000), &Agent::TickAccounting, milliseconds(60000)));
+  // The agent's own overhead, by tier (gpuwatch_agent_tier_cpu_seconds_total).
+  tiers_.Start(std::move(tiers), [this](const std::string& name, double cpu_s) {
+    std::lock_guard<std::mutex> lock(mu_);
+    state_.tier_cpu_seconds[name] += cpu_s;
+  });
 }
 
 void Agent::TickAccounting() {

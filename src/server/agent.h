@@ -40,6 +40,7 @@
 #include "server/live_diagnosis.h"
 #include "server/scrape_labels.h"
 #include "server/snapshots.h"
+#include "server/tier_scheduler.h"
 #include "server/user_rules.h"
 #include "store/event_store.h"
 #include "store/store.h"
@@ -231,7 +232,7 @@ class Agent {
   std::unique_ptr<HubPusher> pusher_;
   std::unique_ptr<HubPusher> forwarder_;
   uint64_t store_errors_ = 0;
-  void RunTiers();
+  void StartTiers();  // the tiers on tiers_
   void RunEvents();
 
   AgentOptions options_;
@@ -298,7 +299,8 @@ class Agent {
   std::mutex stop_mu_;
   std::condition_variable stop_cv_;
   bool stopping_ = false;
-  std::thread tiers_thread_, events_thread_;
+  std::thread events_thread_;
+  TierScheduler tiers_;  // last: stopped before anything its ticks use is destroyed
 };
 
 }  // namespace gpuwatch::server

@@ -148,34 +148,14 @@ Status Agent::Init() {
 }
 
 void Agent::RecordEvent(model::GpuEvent e) {
+  const NodeEventGate::Verdict verdict = event_gate_.Admit(&e);
+  if (verdict == NodeEventGate::Verdict::kDuplicate) return;
+  // A storm's XIDs are all counted; only one a second is kept and logged.
   if (e.kind == model::GpuEventKind::kXid) {
-    // The same XID from the other source (NVML's event set, the kernel log) is one error.
-    auto& last = last_xid_by_source_[{e.gpu_index, e.code}];
-    for (const auto& [source, t] : last) {
-      if (source != e.source && std::abs(t - e.time_ms) <= kXidDedupMs) {
-        ++xid_duplicates_;
-        return;
-      }
-    }
-    last[e.source] = e.time_ms;
-    if (last_xid_by_source_.size() > 4096) last_xid_by_source_.erase(last_xid_by_source_.begin());
     ++state_.xid_counts[{e.gpu_index, e.code}];
     state_.last_xid[e.gpu_index] = e.code;
   }
-  // Storm control: an XID that repeats many times a second (XID 13 storms are common) is still
-  // counted every time above, but kept and logged once per second per GPU, kind and code, the
-  // kept one saying how many were folded into it.
-  auto& storm = storms_[{e.gpu_index, static_cast<int>(e.kind), e.code}];
-  if (storm.last_kept_ms != 0 && e.time_ms - storm.last_kept_ms < kStormWindowMs) {
-    ++storm.suppressed;
-    return;
-  }
-  if (storm.suppressed > 0) {
-    e.text += fmt::format(" ({} more like it in the {} ms before)", storm.suppressed,
-                          e.time_ms - storm.last_kept_ms);
-    storm.suppressed = 0;
-  }
-  storm.last_kept_ms = e.time_ms;
+  if (verdict == NodeEventGate::Verdict::kFolded) return;
   {
     std::optional<trace::EventKind> kind;
     switch (e.kind) {

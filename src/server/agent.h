@@ -38,6 +38,7 @@
 #include "server/hub_push.h"
 #include "server/job_logs.h"
 #include "server/live_diagnosis.h"
+#include "server/node_events.h"
 #include "server/scrape_labels.h"
 #include "server/snapshots.h"
 #include "server/tier_scheduler.h"
@@ -248,12 +249,7 @@ class Agent {
   std::unique_ptr<jobs::JobListener> listener_;
   JobLogs job_logs_;                        // the job drain's (tier thread)
   std::unique_ptr<logs::KmsgReader> kmsg_;  // the job drain's (tier thread)
-  // XIDs of the last kXidDedupMs per (GPU, code) and source: NVML and the kernel log report
-  // the same error; it is counted once. Guarded by mu_.
-  static constexpr int64_t kXidDedupMs = 10000;
-  // (GPU, code) -> source -> time of the last XID from that source.
-  std::map<std::pair<unsigned, uint64_t>, std::map<std::string, int64_t>> last_xid_by_source_;
-  uint64_t xid_duplicates_ = 0;
+  NodeEventGate event_gate_;                // guarded by mu_: XIDs seen twice, storms
   trace::FlightRecorder recorder_;
   LiveDiagnosis diagnosis_;  // reads recorder_
   // Its own lock: the API adds silences through a const Agent, apart from what it collects.
@@ -286,12 +282,6 @@ class Agent {
 
   mutable std::mutex mu_;
   AgentState state_;
-  struct Storm {
-    int64_t last_kept_ms = 0;
-    uint64_t suppressed = 0;
-  };
-  static constexpr int64_t kStormWindowMs = 1000;
-  std::map<std::tuple<unsigned, int, uint64_t>, Storm> storms_;  // guarded by mu_
   store::EventStore* event_store_ = nullptr;
   std::vector<model::GpuEvent> unstored_events_;  // guarded by mu_; FlushEvents empties it
   std::mutex flush_mu_;                           // keeps event batches in order

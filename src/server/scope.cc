@@ -159,11 +159,13 @@ std::optional<std::vector<store::Matcher>> ScopedQuerier::WithGrants(
   // a training job's series on that GPU are not the grant's.
   auto no_job =
       store::Matcher::Make(store::MatchOp::kRegex, "job", "|" + std::string(kScrapeJobName));
-  if (!n.ok() || !g.ok() || !no_job.ok()) return std::nullopt;
+  // The GPU's own series, not a process's or a user's on it: those name who else used the GPU
+  // (a process with no job, another user's attribution) and are only seen through a job.
+  auto no_pid = store::Matcher::Make(store::MatchOp::kEqual, "pid", "");
+  auto no_user = store::Matcher::Make(store::MatchOp::kEqual, "user", "");
+  if (!n.ok() || !g.ok() || !no_job.ok() || !no_pid.ok() || !no_user.ok()) return std::nullopt;
   std::vector<store::Matcher> out = m;
-  out.push_back(std::move(n).value());
-  out.push_back(std::move(g).value());
-  out.push_back(std::move(no_job).value());
+  for (auto* x : {&n, &g, &no_job, &no_pid, &no_user}) out.push_back(std::move(*x).value());
   return out;
 }
 

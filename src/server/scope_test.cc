@@ -94,6 +94,18 @@ TEST(ScopedGpus, OnlyTheHeldGpusWhileHeld) {
            {"gpu", "0"},
            {"job", "theirs"}}),
         s);
+  // Who else was on a held GPU: a process with no job, a user's attribution; never granted.
+  q.Add(L({{"__name__", "gpuwatch_process_gpu_memory_bytes"},
+           {"Hostname", "n2"},
+           {"gpu", "1"},
+           {"pid", "4242"},
+           {"user", "mallory"}}),
+        s);
+  q.Add(L({{"__name__", "gpuwatch_gpu_attribution_info"},
+           {"Hostname", "n2"},
+           {"gpu", "1"},
+           {"user", "mallory"}}),
+        s);
   const std::vector<GpuGrant> grants = {
       {"n1", 0, 3000, 6000}, {"n2", 1, 0, INT64_MAX}, {"n1", 0, 5000, 5500}, {"n1", 0, 9000, 8000}};
   ScopedQuerier scoped(q, {}, grants);
@@ -122,6 +134,12 @@ TEST(ScopedGpus, OnlyTheHeldGpusWhileHeld) {
   EXPECT_EQ(*scoped.LabelValues("gpu", {}), (std::vector<std::string>{"0", "1"}));
   EXPECT_EQ(*scoped.LabelValues("Hostname", {}), (std::vector<std::string>{"n1", "n2"}));
   EXPECT_EQ(*scoped.LabelValues("job", {}), std::vector<std::string>{"gpuwatch"});
+  EXPECT_TRUE(
+      scoped.SelectRaw(*store::ParseSelector("gpuwatch_process_gpu_memory_bytes"), 0, 200'000)
+          ->empty());
+  EXPECT_TRUE(scoped.SelectRaw(*store::ParseSelector("gpuwatch_gpu_attribution_info"), 0, 200'000)
+                  ->empty());
+  EXPECT_EQ(*scoped.LabelValues("user", {}), std::vector<std::string>{});
   // No grant, no job: nothing.
   EXPECT_TRUE(ScopedQuerier(q, {}, {}).SelectRaw(all, 0, 200'000)->empty());
   // A training job named as the scrape job would select every node series: never in scope.

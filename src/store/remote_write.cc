@@ -297,30 +297,41 @@ Result<std::vector<RemoteSeries>> DecodeWriteRequest(std::string_view proto,
   return out;
 }
 
-Result<std::string> SnappyUncompress(std::string_view body, size_t max_bytes,
-                                     std::string_view what) {
+namespace {
+
+// The size a snappy body says it inflates to, checked against max_bytes before anything is
+// inflated.
+Result<size_t> InflatedSize(std::string_view body, size_t max_bytes, std::string_view what) {
   size_t n = 0;
   if (!snappy::GetUncompressedLength(body.data(), body.size(), &n))
     return Status::InvalidArgument(std::string(what) + ": body is not snappy (block format) data");
   if (n > max_bytes)
     return Status::ResourceExhausted(std::string(what) + ": body inflates to " + std::to_string(n) +
                                      " bytes (limit " + std::to_string(max_bytes) + ")");
+  return n;
+}
+
+Status CorruptSnappy(std::string_view what) {
+  return Status::InvalidArgument(std::string(what) + ": corrupt snappy data");
+}
+
+}  // namespace
+
+Result<std::string> SnappyUncompress(std::string_view body, size_t max_bytes,
+                                     std::string_view what) {
+  auto n = InflatedSize(body, max_bytes, what);
+  if (!n.ok()) return n.status();
   std::string out;
-  if (!snappy::Uncompress(body.data(), body.size(), &out))
-    return Status::InvalidArgument(std::string(what) + ": corrupt snappy data");
+  if (!snappy::Uncompress(body.data(), body.size(), &out)) return CorruptSnappy(what);
   return out;
 }
 
 Result<std::vector<RemoteSeries>> DecodeRemoteWrite(std::string_view body,
                                                     const RemoteWriteLimits& limits,
                                                     const DigestTable* known) {
-  size_t n = 0;
-  if (!snappy::GetUncompressedLength(body.data(), body.size(), &n))
-    return Status::InvalidArgument("remote-write: body is not snappy (block format) data");
-  if (n > limits.max_uncompressed_bytes)
-    return Status::ResourceExhausted("remote-write: body inflates to " + std::to_string(n) +
-                                     " bytes (limit " +
-                                     std::to_string(limits.max_uncompressed_bytes) + ")");
+  auto inflated = InflatedSize(body, limits.max_uncompressed_bytes, "remote-write");
+  if (!inflated.ok()) return inflated.status();
+  const size_t n = *inflated;
   // Inflated into a buffer each thread keeps (the decoded series hold no view into it): a new
   // one each request was a malloc, a zero fill and fresh pages a request. One over 1 MiB (an
   // agent's request is a few hundred KiB) is not kept.
@@ -335,8 +346,7 @@ Result<std::vector<RemoteSeries>> DecodeRemoteWrite(std::string_view body,
     once.reset(new char[n]);
     buf = once.get();
   }
-  if (!snappy::RawUncompress(body.data(), body.size(), buf))
-    return Status::InvalidArgument("remote-write: corrupt snappy data");
+  if (!snappy::RawUncompress(body.data(), body.size(), buf)) return CorruptSnappy("remote-write");
   return DecodeWriteRequest(std::string_view(buf, n), limits, known);
 }
 

@@ -26,8 +26,7 @@ TEST(RemoteWriteTest, RoundTrip) {
   EXPECT_EQ((*got)[0].labels[2].value, "n1");
   ASSERT_EQ((*got)[0].samples.size(), 3u);
   EXPECT_EQ((*got)[0].samples[1].value, 96.5);
-  EXPECT_EQ((*got)[0].samples[2].t_ms, -5)
-      << "int64 timestamps are two's complement varints";
+  EXPECT_EQ((*got)[0].samples[2].t_ms, -5) << "int64 timestamps are two's complement varints";
   EXPECT_TRUE(std::signbit((*got)[0].samples[2].value));
   EXPECT_TRUE(std::isnan((*got)[1].samples[0].value));
   EXPECT_TRUE(std::isinf((*got)[1].samples[1].value));

@@ -661,6 +661,18 @@ std::vector<std::string> Ledger::JobsOfProjects(const std::vector<std::string>& 
   return out;
 }
 
+std::vector<Segment> Ledger::SegmentsOf(const std::set<std::string>& jobs) const {
+  std::vector<Segment> out;
+  std::lock_guard<std::mutex> lock(mu_);
+  for (const std::string& id : jobs) {
+    auto it = jobs_.find(id);
+    if (it == jobs_.end()) continue;
+    for (const Attempt& a : it->second.attempts)
+      out.insert(out.end(), a.segments.begin(), a.segments.end());
+  }
+  return out;
+}
+
 LedgerStats Ledger::Stats() const {
   std::lock_guard<std::mutex> lock(mu_);
   LedgerStats s = stats_;

@@ -33,6 +33,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -173,6 +174,9 @@ class Ledger {
   std::optional<JobEntry> Job(const std::string& id) const;
   // The ids of the jobs whose project (the scheduler's, else the job's own) is one of these.
   std::vector<std::string> JobsOfProjects(const std::vector<std::string>& projects) const;
+  // Every node segment of these jobs' attempts (who held which GPUs when), without the rest
+  // of their entries.
+  std::vector<Segment> SegmentsOf(const std::set<std::string>& jobs) const;
   LedgerStats Stats() const;
   // The newest record time seen (ms), 0 before any: a replayed trace's "now".
   int64_t newest_ms() const;

@@ -108,6 +108,21 @@ TEST(LedgerTest, ReportByJobAndTemplate) {
   EXPECT_EQ(nlp, (std::vector<std::string>{"j1", "j3"}));
   EXPECT_EQ((*l)->JobsOfProjects({"vision", "none"}), std::vector<std::string>{"j2"});
   EXPECT_TRUE((*l)->JobsOfProjects({}).empty());
+  // Their segments: who held which GPUs when, as the job entries say.
+  size_t want = 0;
+  for (const char* id : {"j1", "j3"}) {
+    const auto entry = (*l)->Job(id);
+    ASSERT_TRUE(entry);
+    for (const Attempt& a : entry->attempts) want += a.segments.size();
+  }
+  const auto segs = (*l)->SegmentsOf({"j1", "j3", "unknown"});
+  EXPECT_EQ(segs.size(), want);
+  ASSERT_GT(want, 0u);
+  const Segment first = (*l)->Job("j1")->attempts[0].segments[0];
+  EXPECT_EQ(segs[0].node, first.node);
+  EXPECT_EQ(segs[0].gpus, first.gpus);
+  EXPECT_EQ(segs[0].start_ms, first.start_ms);
+  EXPECT_TRUE((*l)->SegmentsOf({}).empty());
 }
 
 TEST(LedgerTest, WindowClipsAllocationsAndTallies) {

@@ -63,14 +63,9 @@ void KeepJobsInScope(nlohmann::json& doc, const char* key, const std::set<std::s
 std::vector<GpuGrant> GpuGrantsOf(const accounting::Ledger& ledger,
                                   const std::set<std::string>& jobs) {
   std::vector<GpuGrant> out;
-  for (const std::string& id : jobs) {
-    const auto e = ledger.Job(id);
-    if (!e) continue;
-    for (const accounting::Attempt& a : e->attempts)
-      for (const accounting::Segment& seg : a.segments)
-        for (unsigned g : seg.gpus)
-          out.push_back({seg.node, g, seg.start_ms, seg.end_ms < 0 ? INT64_MAX : seg.end_ms});
-  }
+  for (const accounting::Segment& seg : ledger.SegmentsOf(jobs))
+    for (unsigned g : seg.gpus)
+      out.push_back({seg.node, g, seg.start_ms, seg.end_ms < 0 ? INT64_MAX : seg.end_ms});
   return out;
 }
 

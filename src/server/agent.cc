@@ -8,10 +8,8 @@
 
 #include <cerrno>
 #include <cstring>
-#include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
-#include <sstream>
 
 #include "collect/topology_probe.h"
 #include "common/file_io.h"
@@ -764,14 +762,12 @@ void Agent::ObserveNcclVersions(const std::vector<JobLogLine>& lines,
 
 void Agent::TrackMaintenance(int64_t now_ms) {
   std::map<std::string, analyze::Silence> active;
-  {
-    for (analyze::Silence& s : alerts_.Silences(now_ms)) {
-      // A window of this node or one of its GPUs; one narrowed to a job or a cause only holds
-      // back alerts (the silence), it does not put the node in maintenance.
-      if (s.maintenance && s.starts_ms <= now_ms && now_ms < s.ends_ms && s.job.empty() &&
-          s.cause.empty() && (s.node.empty() || s.node == options_.hostname))
-        active.emplace(s.id, std::move(s));
-    }
+  for (analyze::Silence& s : alerts_.Silences(now_ms)) {
+    // A window of this node or one of its GPUs; one narrowed to a job or a cause only holds
+    // back alerts (the silence), it does not put the node in maintenance.
+    if (s.maintenance && s.starts_ms <= now_ms && now_ms < s.ends_ms && s.job.empty() &&
+        s.cause.empty() && (s.node.empty() || s.node == options_.hostname))
+      active.emplace(s.id, std::move(s));
   }
   std::vector<ChangeEvent> events;
   auto event = [&](const char* kind, const analyze::Silence& s) {
@@ -1038,10 +1034,7 @@ void Agent::PollEvents(int timeout_ms) {
 }
 
 void Agent::Start() {
-  {
-    std::lock_guard<std::mutex> lock(stop_mu_);
-    stopping_ = false;
-  }
+  stopping_ = false;
   if (!options_.data_dir.empty() && !snapshots_) {
     SnapshotOptions so;
     so.dir = options_.data_dir + "/snapshots";
@@ -1065,11 +1058,7 @@ void Agent::Start() {
 }
 
 void Agent::Stop() {
-  {
-    std::lock_guard<std::mutex> lock(stop_mu_);
-    stopping_ = true;
-  }
-  stop_cv_.notify_all();
+  stopping_ = true;
   const bool was_running = tiers_.running();
   tiers_.Stop();
   alerts_.Stop();
@@ -1137,14 +1126,8 @@ void Agent::TickAccounting() {
 }
 
 void Agent::RunEvents() {
-  while (true) {
-    {
-      std::lock_guard<std::mutex> lock(stop_mu_);
-      if (stopping_) return;
-    }
-    // Short waits so Stop() is prompt; NVML returns at once when an event arrives.
-    PollEvents(250);
-  }
+  // Short waits so Stop() is prompt; NVML returns at once when an event arrives.
+  while (!stopping_) PollEvents(250);
 }
 
 }  // namespace gpuwatch::server

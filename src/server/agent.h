@@ -10,7 +10,6 @@
 
 #include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <cstdio>
 #include <deque>
 #include <map>
@@ -286,9 +285,7 @@ class Agent {
   std::vector<model::GpuEvent> unstored_events_;  // guarded by mu_; FlushEvents empties it
   std::mutex flush_mu_;                           // keeps event batches in order
 
-  std::mutex stop_mu_;
-  std::condition_variable stop_cv_;
-  bool stopping_ = false;
+  std::atomic<bool> stopping_{false};  // the event thread's stop
   std::thread events_thread_;
   TierScheduler tiers_;  // last: stopped before anything its ticks use is destroyed
 };

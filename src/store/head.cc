@@ -249,6 +249,10 @@ void Head::SeedLast(const Labels& labels, int64_t t_ms, double value) {
 }
 
 Head::MemSeries& Head::SeriesFor(SeriesRef ref) {
+  // series_ changes only under append_mu_, which the caller holds, so reading it here needs no
+  // series_mu_ (a lock a series on every append); growing it takes series_mu_ against the
+  // readers that do not hold append_mu_.
+  if (ref < series_.size()) return *series_[ref];
   std::lock_guard<std::mutex> lock(series_mu_);
   while (series_.size() <= ref) series_.push_back(std::make_unique<MemSeries>());
   return *series_[ref];
@@ -489,10 +493,9 @@ Result<AppendResult> Head::Append(const std::vector<Input>& batch, const AppendL
     MemSeries& s = SeriesFor(ref);
     auto [last_p, first_in_batch] = newest.TryEmplace(&s);
     Newest& last = *last_p;
-    if (first_in_batch) {
-      std::lock_guard<std::mutex> sl(s.mu);
-      last = {s.has_last, s.last_t_ms, s.last_value};
-    }
+    // A series' newest sample is written only under append_mu_ (ApplySample, SeedLast), which
+    // this holds: read without s.mu.
+    if (first_in_batch) last = {s.has_last, s.last_t_ms, s.last_value};
     // Defined in the record the first time the batch names it: a later mention in the same
     // record finds it defined, and one after a record was written finds it logged. (A linear
     // search of newly_logged here made a 100,000-series batch quadratic.)

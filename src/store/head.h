@@ -21,6 +21,7 @@
 #include "common/status.h"
 #include "store/chunkenc.h"
 #include "store/labels.h"
+#include "store/sample_list.h"
 #include "store/series_index.h"
 #include "store/wal.h"
 
@@ -115,7 +116,7 @@ class Head {
 
   struct Input {
     std::vector<Label> labels;  // unsorted is fine
-    std::vector<Sample> samples;
+    SampleList samples;
     // A series this head already holds (a ref from AppendResult::refs): `labels` are then
     // ignored. Refs are the head's own and stay valid while it is open (series are never
     // removed from a head); one it never gave is refused as invalid.
@@ -168,6 +169,8 @@ class Head {
     bool logged = false;  // its series record is in the WAL (append_mu_)
     std::vector<SealedChunk> sealed;
     ChunkEncoder open;
+    // The newest sample: written only under append_mu_ (and mu), so an appender reads it
+    // without mu.
     bool has_last = false;
     int64_t last_t_ms = 0;
     double last_value = 0;

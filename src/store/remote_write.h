@@ -18,6 +18,7 @@
 #include "common/status.h"
 #include "store/chunkenc.h"
 #include "store/labels.h"
+#include "store/sample_list.h"
 
 namespace gpuwatch::store {
 
@@ -25,13 +26,13 @@ namespace gpuwatch::store {
 // into the store's input as they are.
 using RemoteSample = Sample;
 
-// 128 bits over a series' label fields exactly as they were sent (their protobuf bytes, in
-// order). A sender repeats a series with the same bytes every time (remote-write 1.0 sends
-// every label set with every request), so a receiver that keeps digest → series can skip
-// decoding, sorting and looking up labels it has seen — what most of a hub's CPU went to
-// (bench/fleet/RESULTS.md). Two independently seeded 64-bit hashes: an accidental match of
-// both across the series of one sender is not a practical concern; a sender crafting one
-// could only write into a series it already writes to (receivers keep digests per sender).
+// 128 bits over a series' label fields exactly as they were sent (their protobuf encoding:
+// tags, lengths and bytes, in order). A sender repeats a series with the same bytes every time
+// (remote-write 1.0 sends every label set with every request), so a receiver that keeps
+// digest → series can skip decoding, sorting and looking up labels it has seen — what most of
+// a hub's CPU went to (bench/fleet/RESULTS.md). Two 64-bit lanes, seeded apart: an accidental
+// match of both across the series of one sender is not a practical concern; a sender crafting
+// one could only write into a series it already writes to (receivers keep digests per sender).
 struct LabelDigest {
   uint64_t lo = 0, hi = 0;
   bool operator==(const LabelDigest&) const = default;
@@ -39,7 +40,7 @@ struct LabelDigest {
 
 struct RemoteSeries {
   std::vector<Label> labels;  // as sent: not yet validated or sorted (MakeLabels does that)
-  std::vector<RemoteSample> samples;
+  SampleList samples;
   LabelDigest digest;
   // What the receiver's DigestTable held: it knows this series as this ref, and `labels` is
   // left empty.

@@ -8,7 +8,7 @@
 namespace gpuwatch::store {
 namespace {
 
-std::vector<RemoteSeries> Sample() {
+std::vector<RemoteSeries> SomeSeries() {
   RemoteSeries a;
   a.labels = {{"__name__", "DCGM_FI_DEV_GPU_UTIL"}, {"gpu", "0"}, {"Hostname", "n1"}};
   a.samples = {{1704067200000, 97}, {1704067201000, 96.5}, {-5, -0.0}};
@@ -20,7 +20,7 @@ std::vector<RemoteSeries> Sample() {
 }
 
 TEST(RemoteWriteTest, RoundTrip) {
-  auto got = DecodeRemoteWrite(EncodeRemoteWrite(Sample()));
+  auto got = DecodeRemoteWrite(EncodeRemoteWrite(SomeSeries()));
   ASSERT_TRUE(got.ok()) << got.status().ToString();
   ASSERT_EQ(got->size(), 2u);
   EXPECT_EQ((*got)[0].labels[2].value, "n1");
@@ -36,16 +36,16 @@ TEST(RemoteWriteTest, RoundTrip) {
 // another series (or the same labels in another order: other bytes) another; samples do not
 // enter it. A series the receiver says it knows is not decoded (labels left empty).
 TEST(RemoteWriteTest, DigestRecognisesARepeatedSeriesWithoutDecodingIt) {
-  auto first = DecodeRemoteWrite(EncodeRemoteWrite(Sample()));
+  auto first = DecodeRemoteWrite(EncodeRemoteWrite(SomeSeries()));
   ASSERT_TRUE(first.ok());
-  auto later = Sample();
+  auto later = SomeSeries();
   later[0].samples = {{1704067260000, 12}};
   auto again = DecodeRemoteWrite(EncodeRemoteWrite(later));
   ASSERT_TRUE(again.ok());
   EXPECT_EQ((*first)[0].digest, (*again)[0].digest);
   EXPECT_EQ((*first)[1].digest, (*again)[1].digest);
   EXPECT_FALSE((*first)[0].digest == (*first)[1].digest);
-  auto reordered = Sample();
+  auto reordered = SomeSeries();
   std::swap(reordered[0].labels[0], reordered[0].labels[1]);
   EXPECT_FALSE((*DecodeRemoteWrite(EncodeRemoteWrite(reordered)))[0].digest == (*first)[0].digest);
   // One label's value moved into its neighbour's: the same concatenated bytes, other fields.
@@ -65,6 +65,29 @@ TEST(RemoteWriteTest, DigestRecognisesARepeatedSeriesWithoutDecodingIt) {
   EXPECT_EQ((*got)[0].samples[0].value, 12);
   EXPECT_FALSE((*got)[1].known);
   EXPECT_EQ((*got)[1].labels.size(), 1u);
+}
+
+// A sender may interleave a series' label fields with its samples (protobuf allows any field
+// order): the digest is of the label fields' bytes alone, so it is the one of the usual order.
+TEST(RemoteWriteTest, DigestIgnoresWhereTheSamplesSit) {
+  RemoteSeries one;
+  one.labels = {{"__name__", "up"}, {"job", "x"}};
+  one.samples = {{1000, 1}};
+  const std::string usual = EncodeWriteRequest({one});
+  // Re-encode the one TimeSeries as label, sample, label.
+  const std::string ts = usual.substr(2);  // 0x0a, one length byte (the message is short)
+  ASSERT_EQ(static_cast<size_t>(usual[1]), ts.size());
+  const size_t l1 = 2 + static_cast<size_t>(ts[1]);
+  const size_t l2 = l1 + 2 + static_cast<size_t>(ts[l1 + 1]);
+  const std::string moved = ts.substr(0, l1) + ts.substr(l2) + ts.substr(l1, l2 - l1);
+  const std::string interleaved = std::string(1, '\x0a') + static_cast<char>(moved.size()) + moved;
+  auto a = DecodeWriteRequest(usual);
+  auto b = DecodeWriteRequest(interleaved);
+  ASSERT_TRUE(a.ok() && b.ok());
+  ASSERT_EQ((*b)[0].labels.size(), 2u);
+  EXPECT_EQ((*b)[0].labels[1].name, "job");
+  ASSERT_EQ((*b)[0].samples.size(), 1u);
+  EXPECT_EQ((*a)[0].digest, (*b)[0].digest);
 }
 
 // The table keeps every digest through its growth; digests that share a slot (equal `lo`) are
@@ -105,13 +128,13 @@ TEST(RemoteWriteTest, ABodyOverTheKeptBufferDecodes) {
   ASSERT_EQ(got->size(), many.size());
   EXPECT_EQ((*got)[19'999].labels[1].value, "19999");
   // Then a small one again, through the kept buffer.
-  auto small = DecodeRemoteWrite(EncodeRemoteWrite(Sample()));
+  auto small = DecodeRemoteWrite(EncodeRemoteWrite(SomeSeries()));
   ASSERT_TRUE(small.ok());
-  EXPECT_EQ(small->size(), Sample().size());
+  EXPECT_EQ(small->size(), SomeSeries().size());
 }
 
 TEST(RemoteWriteTest, UnknownFieldsAreSkipped) {
-  std::string proto = EncodeWriteRequest(Sample());
+  std::string proto = EncodeWriteRequest(SomeSeries());
   // Field 3 (metadata) as a LEN, field 15 as a varint, field 14 as fixed32: all skipped.
   proto += std::string("\x1a\x02\x08\x01", 4) + std::string("\x78\x05", 2) +
            std::string("\x75\x01\x02\x03\x04", 5);
@@ -125,7 +148,7 @@ TEST(RemoteWriteTest, BadInputNamesTheProblem) {
   ASSERT_FALSE(not_snappy.ok());
   EXPECT_NE(not_snappy.status().message().find("not snappy"), std::string::npos);
 
-  const std::string proto = EncodeWriteRequest(Sample());
+  const std::string proto = EncodeWriteRequest(SomeSeries());
   for (size_t cut = 1; cut < proto.size(); ++cut) {
     auto r = DecodeWriteRequest(proto.substr(0, cut));
     if (!r.ok()) {
@@ -138,12 +161,12 @@ TEST(RemoteWriteTest, BadInputNamesTheProblem) {
 
   RemoteWriteLimits tight;
   tight.max_series = 1;
-  auto many = DecodeRemoteWrite(EncodeRemoteWrite(Sample()), tight);
+  auto many = DecodeRemoteWrite(EncodeRemoteWrite(SomeSeries()), tight);
   ASSERT_FALSE(many.ok());
   EXPECT_NE(many.status().message().find("more than 1 series"), std::string::npos);
   tight = {};
   tight.max_uncompressed_bytes = 10;
-  EXPECT_FALSE(DecodeRemoteWrite(EncodeRemoteWrite(Sample()), tight).ok());
+  EXPECT_FALSE(DecodeRemoteWrite(EncodeRemoteWrite(SomeSeries()), tight).ok());
 }
 
 }  // namespace

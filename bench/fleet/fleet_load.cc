@@ -2,25 +2,38 @@
 //
 //   fleet_load --url URL [--token-file F] --nodes N [--gpus 8] [--series-per-gpu 166]
 //              [--host-series 30] [--seconds 60] [--interval-ms 1000] [--connections 4]
-//              [--records on|off] [--down-from S --down-for S]
+//              [--records on|off] [--pregenerate on|off] [--warmup S] [--hub-pid PID]
+//              [--down-from S --down-for S]
 //
 // Each simulated node sends what `gpuwatch up --hub` sends (server/hub_push.h), at the real
 // agent's counts (docs/deploy.md: 166 series a GPU and 30 host series at 1 s): every interval
 // one remote-write request with that interval's samples of all its series, and one record entry
 // (trace lines: a gpu record per GPU per second, a host record every 5 s, and the steps of the
 // job it runs with the next node, 8 ranks a node, one step a second; a node record first),
-// snappy-compressed with its spool id and sequence number. Label sets are encoded once; each
-// request only adds its samples, so the generator's own CPU stays small beside the hub's.
+// snappy-compressed with its spool id and sequence number.
 //
-// Ingest lag of a request: from its oldest sample's timestamp to the hub's 2xx. A request the
+// The generator shares the machine with the hub. Rendering and compressing a node's second
+// (~1,400 series) costs about as much as the hub's storing it, so at 300 nodes it held a whole
+// core (bench/fleet/RESULTS.md, run 4). With --pregenerate on (the default) every request of
+// the run is rendered before the clock starts, on all cores, with the timestamps it will carry
+// (the run starts when they are due); during the run the generator only sends. It takes memory:
+// about 50 KiB a node-second (printed).
+//
+// Ingest lag of a request: from its oldest sample's timestamp to the hub's 2xx. The first
+// --warmup seconds' requests (a hub meeting a fleet's series for the first time creates them
+// all then) are counted apart: lag_p50/p99 are of the rest, warmup_lag_* of those. A request the
 // hub did not take (429, 5xx, no connection) is kept and resent oldest first, as the agent's
 // spool does; so is everything sent while the hub is made unreachable with --down-from/--down-for
 // (the script stops the hub then): after it, the backlog drains and the run reports how long
 // that took.
 //
+// --hub-pid: the hub's CPU time over the run itself (not while rendering) is reported as
+// hub_cpu_s, from /proc/PID/stat.
+//
 // The last line on stdout is `key=value ...` for the script; the rest goes to stderr.
 #include <fmt/format.h>
 #include <httplib.h>
+#include <unistd.h>
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
@@ -30,7 +43,9 @@
 #include <cstring>
 #include <deque>
 #include <fstream>
+#include <iterator>
 #include <mutex>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -82,11 +97,27 @@ struct Node {
   uint64_t seq = 0;
   std::deque<Request> pending;  // not yet taken by the hub, oldest first
   bool sent_node_record = false;
+  // --pregenerate: each tick's bodies (remote-write, records), sent and then freed.
+  std::vector<std::string> writes, record_entries;
 };
+
+// utime + stime of a process, in seconds; 0 when it cannot be read.
+double ProcessCpuSeconds(int pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+  std::string stat((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const size_t paren = stat.rfind(')');  // the command name may hold spaces
+  if (pid <= 0 || paren == std::string::npos) return 0;
+  std::istringstream fields(stat.substr(paren + 2));
+  std::string f;
+  double ticks = 0;
+  for (int i = 3; fields >> f; ++i)  // field 3 is the state; 14 and 15 are utime and stime
+    if (i == 14 || i == 15) ticks += std::stod(f);
+  return ticks / static_cast<double>(sysconf(_SC_CLK_TCK));
+}
 
 struct Stats {
   std::mutex mu;
-  std::vector<double> lag_ms;
+  std::vector<double> lag_ms, warmup_lag_ms;
   uint64_t requests = 0, refused = 0, samples = 0, records = 0;
   int64_t last_pending_ms = 0;  // when the last backlog drained
 };
@@ -95,9 +126,9 @@ struct Stats {
 
 int main(int argc, char** argv) {
   CLI::App app{"Simulated gpuwatch agents pushing to a hub"};
-  std::string url, token_file, records = "on";
+  std::string url, token_file, records = "on", pregenerate = "on";
   int nodes = 10, gpus = 8, series_per_gpu = 166, host_series = 30, seconds = 60,
-      interval_ms = 1000, connections = 4, down_from = -1, down_for = 0;
+      interval_ms = 1000, connections = 4, down_from = -1, down_for = 0, warmup = 0, hub_pid = 0;
   app.add_option("--url", url)->required();
   app.add_option("--token-file", token_file);
   app.add_option("--nodes", nodes);
@@ -108,6 +139,9 @@ int main(int argc, char** argv) {
   app.add_option("--interval-ms", interval_ms);
   app.add_option("--connections", connections);
   app.add_option("--records", records);
+  app.add_option("--pregenerate", pregenerate, "render every request before the run (on|off)");
+  app.add_option("--warmup", warmup, "seconds whose requests' lag is reported apart");
+  app.add_option("--hub-pid", hub_pid, "the hub's process, for its CPU time over the run");
   app.add_option("--down-from", down_from, "seconds into the run the hub goes down (script)");
   app.add_option("--down-for", down_for);
   CLI11_PARSE(app, argc, argv);
@@ -145,9 +179,10 @@ int main(int argc, char** argv) {
   Stats stats;
   std::atomic<bool> stop{false};
   std::atomic<int64_t> node0_seconds{0};  // node 0's seconds of samples the hub took
-  const auto start = Clock::now();
-  const int64_t start_ms = NowMs();
+  auto start = Clock::now();
+  int64_t start_ms = NowMs();
   const int per_request_s = std::max(1, interval_ms / 1000);
+  const int64_t ticks = (static_cast<int64_t>(seconds) * 1000 + interval_ms - 1) / interval_ms;
 
   auto make_write = [&](const Node& n, int64_t t0_ms) {
     std::string proto, ts;
@@ -165,7 +200,9 @@ int main(int argc, char** argv) {
       }
       PutField(&proto, 1, ts);
     }
-    return gpuwatch::store::SnappyCompress(proto);
+    std::string body = gpuwatch::store::SnappyCompress(proto);
+    body.shrink_to_fit();  // snappy sized it for the worst case: ~7x what --pregenerate keeps
+    return body;
   };
   auto make_records = [&](Node& n, int node_index, int64_t t0_ms) {
     std::string lines;
@@ -202,8 +239,52 @@ int main(int argc, char** argv) {
             "\n",
             t + 0.5, n.name, node_index / 2, (node_index % 2) * gpus + g, g, step);
     }
-    return gpuwatch::store::SnappyCompress(lines);
+    std::string body = gpuwatch::store::SnappyCompress(lines);
+    body.shrink_to_fit();
+    return body;
   };
+
+  if (pregenerate == "on") {
+    // How long rendering takes, from one node's first tick (then rendered again for real):
+    // the run starts that long from now, twice over, when the first bodies' timestamps are due.
+    const auto t0 = Clock::now();
+    {
+      Node probe = fleet.empty() ? Node{} : fleet[0];
+      make_write(probe, start_ms);
+      if (with_records) make_records(probe, 0, start_ms);
+    }
+    const double one_s = std::chrono::duration<double>(Clock::now() - t0).count();
+    const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
+    const double est_s = one_s * static_cast<double>(nodes) * static_cast<double>(ticks) / cores;
+    start_ms = NowMs() + static_cast<int64_t>(2 * est_s * 1000) + 1000;
+    std::atomic<size_t> next{0}, bytes{0};
+    std::vector<std::thread> renderers;
+    for (unsigned c = 0; c < cores; ++c)
+      renderers.emplace_back([&] {
+        for (size_t i; (i = next.fetch_add(1)) < fleet.size();) {
+          Node& n = fleet[i];
+          for (int64_t k = 0; k < ticks; ++k) {
+            const int64_t t0_ms = start_ms + k * interval_ms;
+            n.writes.push_back(make_write(n, t0_ms));
+            bytes += n.writes.back().size();
+            if (with_records) {
+              n.record_entries.push_back(make_records(n, static_cast<int>(i), t0_ms));
+              bytes += n.record_entries.back().size();
+            }
+          }
+        }
+      });
+    for (auto& t : renderers) t.join();
+    const int64_t late_ms = NowMs() - start_ms;
+    fmt::print(stderr, "rendered {} nodes x {} ticks: {:.0f} MiB in {:.1f} s{}\n", nodes, ticks,
+               static_cast<double>(bytes) / (1 << 20),
+               std::chrono::duration<double>(Clock::now() - t0).count(),
+               late_ms > 0
+                   ? fmt::format(" ({} ms late: the first requests' lag includes it)", late_ms)
+                   : "");
+    std::this_thread::sleep_for(std::chrono::milliseconds(std::max<int64_t>(0, -late_ms)));
+    start = Clock::now() - std::chrono::milliseconds(std::max<int64_t>(0, late_ms));
+  }
 
   auto worker = [&](int w) {
     httplib::Client c(url);
@@ -216,7 +297,7 @@ int main(int argc, char** argv) {
     if (!tokens.empty())
       auth.emplace("Authorization", "Bearer " + tokens[static_cast<size_t>(w) % tokens.size()]);
     int64_t tick = 0;
-    std::vector<double> lags;
+    std::vector<double> lags, warmup_lags;
     uint64_t requests = 0, refused = 0, samples = 0, sent_records = 0;
     int64_t drained_ms = 0;
     bool saw_backlog = false;
@@ -224,11 +305,17 @@ int main(int argc, char** argv) {
       const auto due = start + std::chrono::milliseconds((tick + 1) * interval_ms);
       const int64_t t0_ms = start_ms + tick * interval_ms;
       ++tick;
-      const bool generating = (Clock::now() - start) < std::chrono::seconds(seconds);
+      const bool generating =
+          tick <= ticks && (Clock::now() - start) < std::chrono::seconds(seconds);
       bool backlog = false;
       for (int i = w; i < nodes; i += connections) {
         Node& n = fleet[static_cast<size_t>(i)];
-        if (generating) {
+        if (generating && !n.writes.empty()) {
+          const auto k = static_cast<size_t>(tick - 1);
+          n.pending.push_back({t0_ms, std::move(n.writes[k]), false, 0});
+          if (with_records)
+            n.pending.push_back({t0_ms, std::move(n.record_entries[k]), true, ++n.seq});
+        } else if (generating) {
           n.pending.push_back({t0_ms, make_write(n, t0_ms), false, 0});
           if (with_records) n.pending.push_back({t0_ms, make_records(n, i, t0_ms), true, ++n.seq});
         }
@@ -255,7 +342,8 @@ int main(int argc, char** argv) {
             }
             break;
           }
-          lags.push_back(static_cast<double>(NowMs() - r.oldest_ms));
+          (r.oldest_ms < start_ms + warmup * 1000 ? warmup_lags : lags)
+              .push_back(static_cast<double>(NowMs() - r.oldest_ms));
           if (r.records) {
             ++sent_records;
           } else {
@@ -278,23 +366,26 @@ int main(int argc, char** argv) {
     }
     std::lock_guard<std::mutex> lock(stats.mu);
     stats.lag_ms.insert(stats.lag_ms.end(), lags.begin(), lags.end());
+    stats.warmup_lag_ms.insert(stats.warmup_lag_ms.end(), warmup_lags.begin(), warmup_lags.end());
     stats.requests += requests;
     stats.refused += refused;
     stats.samples += samples;
     stats.records += sent_records;
     stats.last_pending_ms = std::max(stats.last_pending_ms, drained_ms);
   };
+  const double hub_cpu0 = ProcessCpuSeconds(hub_pid);
   std::vector<std::thread> threads;
   for (int w = 0; w < connections; ++w) threads.emplace_back(worker, w);
   for (auto& t : threads) t.join();
+  const double hub_cpu_s = ProcessCpuSeconds(hub_pid) - hub_cpu0;
   const double wall_s = std::chrono::duration<double>(Clock::now() - start).count();
-  auto q = [&](double p) {
-    if (stats.lag_ms.empty()) return 0.0;
-    std::sort(stats.lag_ms.begin(), stats.lag_ms.end());
-    const size_t i =
-        static_cast<size_t>(std::ceil(p * static_cast<double>(stats.lag_ms.size()))) - 1;
-    return stats.lag_ms[std::min(i, stats.lag_ms.size() - 1)];
+  auto quantile = [](std::vector<double>& v, double p) {
+    if (v.empty()) return 0.0;
+    std::sort(v.begin(), v.end());
+    const size_t i = static_cast<size_t>(std::ceil(p * static_cast<double>(v.size()))) - 1;
+    return v[std::min(i, v.size() - 1)];
   };
+  auto q = [&](double p) { return quantile(stats.lag_ms, p); };
   // -1: the backlog never drained within the run.
   const double drain_s =
       down_from < 0 ? 0
@@ -307,9 +398,11 @@ int main(int argc, char** argv) {
   fmt::print(
       "nodes={} series_per_node={} seconds={:.1f} samples={} samples_per_s={:.0f} "
       "record_entries={} requests={} refused={} lag_p50_ms={:.0f} lag_p99_ms={:.0f} "
-      "lag_max_ms={:.0f} drain_s={:.1f}\n",
+      "lag_max_ms={:.0f} warmup_lag_p99_ms={:.0f} warmup_lag_max_ms={:.0f} drain_s={:.1f} "
+      "hub_cpu_s={:.2f} node0_seconds={}\n",
       nodes, fleet.empty() ? 0 : fleet[0].labels.size(), wall_s, stats.samples,
       static_cast<double>(stats.samples) / std::min<double>(wall_s, seconds), stats.records,
-      stats.requests, stats.refused, q(0.5), q(0.99), q(1.0), drain_s);
+      stats.requests, stats.refused, q(0.5), q(0.99), q(1.0), quantile(stats.warmup_lag_ms, 0.99),
+      quantile(stats.warmup_lag_ms, 1.0), drain_s, hub_cpu_s, node0_seconds.load());
   return 0;
 }

@@ -42,7 +42,6 @@ for _ in 1 2 3 4 5 6; do
 done
 chmod 600 "$WORK/tokens" "$WORK/w.token"
 
-cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 # The simulated nodes come from 127.0.0.1 with six tokens: six senders to the hub, whose
 # per-sender series limit (200,000, about 147 nodes of 1,358 series) is for one real node.
 # Raised here, and the limit for all (1,000,000: 736 nodes) with it. HUB_FLAGS adds more.
@@ -56,27 +55,29 @@ start_hub() {  # start_hub DIR: sets HUB_PID
   echo "hub did not start" >&2; exit 1
 }
 kv() { sed -n "s/.*\b$1=\([^ ]*\).*/\1/p" <<<"$2"; }
-HZ=$(getconf CLK_TCK)
 
-echo "| nodes (GPUs) | samples/s offered | ingest lag p50 / p99 | hub CPU (cores) | samples per hub CPU-s | hub peak RSS | diagnosis behind at stop |"
-echo "|---|---|---|---|---|---|---|"
+# Lag after the first WARMUP_S seconds (the hub creates the fleet's series then), and the
+# first seconds' worst apart.
+WARMUP_S=15
+echo "| nodes (GPUs) | samples/s offered | ingest lag p50 / p99 | first ${WARMUP_S} s: lag max | hub CPU (cores) | samples per hub CPU-s | hub peak RSS | diagnosis behind at stop |"
+echo "|---|---|---|---|---|---|---|---|"
 for n in $NODES; do
   rm -rf "$WORK/hub-$n"
   start_hub "$WORK/hub-$n"
-  c0=$(cpu_ticks "$HUB_PID")
   out=$("$LOAD" --url "http://127.0.0.1:$PORT" --token-file "$WORK/w.token" --nodes "$n" \
-    --seconds "$SECONDS_RUN" --connections 6 2>>"$WORK/load.log" | tail -1)
-  c1=$(cpu_ticks "$HUB_PID")
+    --seconds "$SECONDS_RUN" --connections 6 --warmup "$WARMUP_S" --hub-pid "$HUB_PID" \
+    2>>"$WORK/load.log" | tail -1)
+  grep -h "^rendered" "$WORK/load.log" | tail -1 >&2 || true
   stop_s=$(date +%s)
   sleep 6
   behind=$(curl -fsS -H "Authorization: Bearer $R" "http://127.0.0.1:$PORT/api/v1/findings" |
     python3 -c "import json,sys; a=json.load(sys.stdin)['stats'].get('analysed_until',0); print(f'{max(0, $stop_s - a):.0f} s')")
   rss=$(awk '/VmHWM/ {printf "%.0f MiB", $2/1024}' "/proc/$HUB_PID/status")
   kill "$HUB_PID"; wait "$HUB_PID" 2>/dev/null || true
-  secs=$(kv seconds "$out") samples=$(kv samples "$out")
-  cores=$(python3 -c "print(f'{($c1 - $c0) / $HZ / $secs:.2f}')")
-  per_cpu=$(python3 -c "print(f'{$samples / max(1e-9, ($c1 - $c0) / $HZ):,.0f}')")
-  echo "| $n ($((n * 8))) | $(kv samples_per_s "$out") | $(kv lag_p50_ms "$out") / $(kv lag_p99_ms "$out") ms | $cores | $per_cpu | $rss | $behind |"
+  secs=$(kv seconds "$out") samples=$(kv samples "$out") cpu=$(kv hub_cpu_s "$out")
+  cores=$(python3 -c "print(f'{$cpu / $secs:.2f}')")
+  per_cpu=$(python3 -c "print(f'{$samples / max(1e-9, $cpu):,.0f}')")
+  echo "| $n ($((n * 8))) | $(kv samples_per_s "$out") | $(kv lag_p50_ms "$out") / $(kv lag_p99_ms "$out") ms | $(kv warmup_lag_max_ms "$out") ms | $cores | $per_cpu | $rss | $behind |"
   echo "$out" >>"$WORK/runs.txt"
 done
 
@@ -87,15 +88,13 @@ if [ "$VM" = 1 ] && command -v victoria-metrics >/dev/null; then
   VM_PID=$!
   PIDS+=("$VM_PID")
   for _ in $(seq 100); do curl -fs "http://127.0.0.1:$((PORT + 1))/health" >/dev/null && break; sleep 0.1; done
-  c0=$(cpu_ticks "$VM_PID")
   out=$("$LOAD" --url "http://127.0.0.1:$((PORT + 1))" --nodes "$n" --seconds "$SECONDS_RUN" \
-    --connections 6 --records off 2>>"$WORK/load.log" | tail -1)
-  c1=$(cpu_ticks "$VM_PID")
+    --connections 6 --records off --hub-pid "$VM_PID" 2>>"$WORK/load.log" | tail -1)
   rss=$(awk '/VmHWM/ {printf "%.0f MiB", $2/1024}' "/proc/$VM_PID/status")
   kill "$VM_PID"
-  samples=$(kv samples "$out") secs=$(kv seconds "$out")
+  samples=$(kv samples "$out") secs=$(kv seconds "$out") cpu=$(kv hub_cpu_s "$out")
   echo
-  echo "VictoriaMetrics $(dpkg-query -W -f='${Version}' victoria-metrics 2>/dev/null), the same $n nodes' series (no records): $(kv samples_per_s "$out") samples/s, lag p99 $(kv lag_p99_ms "$out") ms, $(python3 -c "print(f'{($c1 - $c0) / $HZ / $secs:.2f}')") cores, $(python3 -c "print(f'{$samples / max(1e-9, ($c1 - $c0) / $HZ):,.0f}')") samples per CPU-s, peak RSS $rss"
+  echo "VictoriaMetrics $(dpkg-query -W -f='${Version}' victoria-metrics 2>/dev/null), the same $n nodes' series (no records): $(kv samples_per_s "$out") samples/s, lag p99 $(kv lag_p99_ms "$out") ms, $(python3 -c "print(f'{$cpu / $secs:.2f}')") cores, $(python3 -c "print(f'{$samples / max(1e-9, $cpu):,.0f}')") samples per CPU-s, peak RSS $rss"
 fi
 
 [ "$OUTAGE" = 1 ] || exit 0
@@ -106,6 +105,7 @@ rm -rf "$WORK/hub-outage"
 start_hub "$WORK/hub-outage"
 "$LOAD" --url "http://127.0.0.1:$PORT" --token-file "$WORK/w.token" --nodes "$OUTAGE_NODES" \
   --seconds $((OUTAGE_S + 40)) --connections 6 --down-from 20 --down-for "$OUTAGE_S" \
+  --pregenerate off \
   >"$WORK/outage.txt" 2>>"$WORK/load.log" &
 LOAD_PID=$!
 sleep 20

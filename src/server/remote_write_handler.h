@@ -52,11 +52,11 @@ struct RemoteWriteOptions {
   uint64_t max_series = 1'000'000;
   // Requests decoded and stored at once (each holds its decoded form: ~40 MiB at most); the
   // store serializes the appends themselves; one sender's requests decode one at a time (its
-  // digest table's lock). One by default: run 2 (bench/fleet/RESULTS.md) found two worse while
-  // decoding was mostly malloc on gpuwatch's one malloc arena (cli/main.cc), and on the 2-core
-  // bench machine two gave nothing in run 4 (the load generator holds the other core). A hub
-  // with cores to spare may raise it (--limit write.max_concurrency=N), unmeasured there.
-  size_t max_concurrent = 1;
+  // digest table's lock). Two: with the generator's requests rendered ahead (run 5 of
+  // bench/fleet/RESULTS.md) two took 871 k samples/s at 700 nodes against one's 622 k on the
+  // 2-core machine. (Run 2 found two worse while decoding was mostly malloc on gpuwatch's one
+  // malloc arena, cli/main.cc; a request now allocates a few vectors, not one per series.)
+  size_t max_concurrent = 2;
 };
 
 // Counts the series each sender created, and what is refused.

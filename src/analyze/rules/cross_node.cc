@@ -108,15 +108,28 @@ void CrossNodeRule::Versions(Context& ctx) {
       }
       return false;
     };
+    // The job's version is the largest group's, or among the largest, the one rank 0 runs
+    // on. Without either there is none: naming a node then would name the wrong one half the
+    // time (whichever node a hub happened to hear from first).
     const std::vector<std::string>* major = nullptr;
     std::string major_value;
+    bool tie = false;
     for (const auto& [v, members] : groups) {
-      if (!major || members.size() > major->size() ||
-          (members.size() == major->size() && has_rank0(members) && !has_rank0(*major))) {
+      if (!major || members.size() > major->size()) {
         major = &members;
         major_value = v;
+        tie = false;
+      } else if (members.size() == major->size()) {
+        if (has_rank0(members) && !has_rank0(*major)) {
+          major = &members;
+          major_value = v;
+          tie = false;
+        } else if (has_rank0(members) == has_rank0(*major)) {
+          tie = true;
+        }
       }
     }
+    if (tie) continue;
     for (const auto& [v, members] : groups) {
       if (&members == major) continue;
       for (const std::string& name : members) {

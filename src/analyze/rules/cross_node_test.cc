@@ -35,5 +35,25 @@ TEST(CrossNodeRuleTest, TheNodeThatDiffersAcrossNodes) {
   EXPECT_DOUBLE_EQ(f[1].first_seen, 200);
 }
 
+// Two nodes on two drivers, and nothing yet says which is the job's own (no majority, no
+// rank 0 seen): no node is named until a third one breaks the tie. Naming one of the two by
+// the versions' sort order named the wrong node half the time, depending on which node's
+// records reached a hub first.
+TEST(CrossNodeRuleTest, ATieNamesNoNode) {
+  auto on = [](const std::string& node, double t, const std::string& driver) {
+    std::string n = Node(node, t);
+    const std::string from = "550.90.07";
+    n.replace(n.find(from), from.size(), driver);
+    return n;
+  };
+  std::vector<Finding> f = Diagnose(on("n1", 100, "550.90.07") + on("n2", 100, "535.54.03"));
+  EXPECT_TRUE(f.empty()) << f[0].summary;
+  f = Diagnose(on("n1", 100, "550.90.07") + on("n2", 100, "535.54.03") +
+               on("n3", 400, "550.90.07"));
+  ASSERT_EQ(f.size(), 1u);
+  EXPECT_EQ(f[0].cause, Cause::kVersionMismatch);
+  EXPECT_EQ(f[0].node, "n2");
+}
+
 }  // namespace
 }  // namespace gpuwatch::analyze

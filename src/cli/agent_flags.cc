@@ -62,6 +62,9 @@ Result<store::StoreOptions> MakeStoreOptions(const AgentFlags& f) {
       return Status::InvalidArgument("bad --out-of-order-window '" + f.out_of_order_window +
                                      "': a duration up to 24h, such as 1h");
     o.head.out_of_order_window_ms = *window;
+    // 128-sample blocks: each of a hub's series keeps 2 KiB of raw samples buffered, not 8 KiB
+    // (11 GB at 1,000 nodes), for 2 % more bytes a sample (bench/fleet/RESULTS.md, run 5).
+    o.head.block_shift = 7;
   }
   const std::pair<const std::string*, int64_t*> retentions[] = {
       {&f.retention_raw, &o.raw_retention_ms},

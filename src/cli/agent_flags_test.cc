@@ -108,6 +108,23 @@ TEST(AgentFlagsTest, DefaultDiskBudgetFitsTheFileSystem) {
   EXPECT_EQ(o->disk_budget_bytes, 100ull << 20);
 }
 
+// A hub's store takes agents' resends out of order and buffers 128 raw samples a series, not
+// 512: a million series' buffers are its memory (bench/fleet/RESULTS.md, run 5). An agent keeps
+// the store's defaults.
+TEST(AgentFlagsTest, AHubsStoreIsShapedForManySeries) {
+  AgentFlags f;
+  f.data_dir = ::testing::TempDir();
+  auto agent = MakeStoreOptions(f);
+  ASSERT_TRUE(agent.ok());
+  EXPECT_EQ(agent->head.block_shift, store::kDefaultBlockShift);
+  EXPECT_EQ(agent->head.out_of_order_window_ms, 0);
+  f.is_hub = true;
+  auto hub = MakeStoreOptions(f);
+  ASSERT_TRUE(hub.ok()) << hub.status().ToString();
+  EXPECT_EQ(hub->head.block_shift, 7);
+  EXPECT_EQ(hub->head.out_of_order_window_ms, 3600 * 1000);
+}
+
 }  // namespace
 }  // namespace gpuwatch::cli
 

@@ -165,7 +165,7 @@ void Head::Seal(MemSeries& s) {
   c.min_t_ms = s.open.first_t_ms();
   c.max_t_ms = s.open.last_t_ms();
   c.num_samples = static_cast<uint32_t>(s.open.num_samples());
-  c.bytes = s.open.Finish();
+  c.bytes = std::make_shared<const std::string>(s.open.Finish());
   s.sealed.push_back(std::move(c));
 }
 
@@ -207,8 +207,8 @@ Result<HeadFlush> Head::CutForFlush() {
       const size_t n = std::min(options_.chunk_max_samples, s.ooo_flushing.size() - i);
       for (size_t k = i; k < i + n; ++k)
         enc.Append(s.ooo_flushing[k].t_ms, s.ooo_flushing[k].value).IgnoreError();  // sorted
-      fs.chunks.push_back(
-          {enc.first_t_ms(), enc.last_t_ms(), static_cast<uint32_t>(n), enc.Finish()});
+      fs.chunks.push_back({enc.first_t_ms(), enc.last_t_ms(), static_cast<uint32_t>(n),
+                           std::make_shared<const std::string>(enc.Finish())});
       flush.samples += n;
     }
     flush.series.push_back(std::move(fs));
@@ -254,14 +254,15 @@ Head::MemSeries& Head::SeriesFor(SeriesRef ref) {
   // readers that do not hold append_mu_.
   if (ref < series_.size()) return *series_[ref];
   std::lock_guard<std::mutex> lock(series_mu_);
-  while (series_.size() <= ref) series_.push_back(std::make_unique<MemSeries>());
+  while (series_.size() <= ref)
+    series_.push_back(std::make_unique<MemSeries>(options_.block_shift));
   return *series_[ref];
 }
 
 std::vector<Sample> Head::MemSeries::Held(int64_t lo, int64_t hi) const {
   std::vector<Sample> out;
   for (const auto& c : sealed)
-    if (c.max_t_ms >= lo && c.min_t_ms <= hi) DecodeRange(c.bytes, lo, hi, &out);
+    if (c.max_t_ms >= lo && c.min_t_ms <= hi) DecodeRange(*c.bytes, lo, hi, &out);
   if (!open.empty() && open.last_t_ms() >= lo && open.first_t_ms() <= hi)
     DecodeRange(open.Snapshot(), lo, hi, &out);
   if (!ooo.empty() || !ooo_flushing.empty()) {
@@ -673,7 +674,7 @@ uint64_t Head::chunk_bytes() const {
   uint64_t n = 0;
   for (const auto& s : series_) {
     std::lock_guard<std::mutex> sl(s->mu);
-    for (const auto& c : s->sealed) n += c.bytes.size();
+    for (const auto& c : s->sealed) n += c.bytes->size();
     n += s->open.encoded_bytes();
     n += (s->ooo.size() + s->ooo_flushing.size()) * sizeof(Sample);
   }

@@ -45,6 +45,10 @@ struct HeadOptions {
   // the next block as one chunk of their own; a timestamp the head already holds is a
   // duplicate (same value) or refused (another value), never stored twice.
   int64_t out_of_order_window_ms = 0;
+  // Samples an open chunk buffers raw (16 bytes each) before encoding them as one block:
+  // 2^block_shift. Every open series holds that buffer at its full size once it filled it, so
+  // on a hub with a million series it is most of the head's memory (bench/fleet/RESULTS.md).
+  int block_shift = kDefaultBlockShift;
 };
 
 // What happened to the samples of one batch; rejected samples are counted with the reason of
@@ -88,7 +92,9 @@ struct SeriesSamples {
 struct HeadFlushChunk {
   int64_t min_t_ms = 0, max_t_ms = 0;
   uint32_t num_samples = 0;
-  std::string bytes;
+  // Shared with the head, which keeps the chunk queryable until DropFlushed: a copy doubled
+  // the head's chunk memory during every flush (bench/fleet/RESULTS.md, run 5).
+  std::shared_ptr<const std::string> bytes;
 };
 struct HeadFlushSeries {
   Labels labels;
@@ -162,9 +168,10 @@ class Head {
   struct SealedChunk {
     int64_t min_t_ms = 0, max_t_ms = 0;
     uint32_t num_samples = 0;
-    std::string bytes;
+    std::shared_ptr<const std::string> bytes;  // never null; shared with a flush's cut
   };
   struct MemSeries {
+    explicit MemSeries(int block_shift) : open(block_shift) {}
     mutable std::mutex mu;
     bool logged = false;  // its series record is in the WAL (append_mu_)
     std::vector<SealedChunk> sealed;

@@ -165,6 +165,43 @@ TEST_F(HeadTest, OutOfOrderWindowAcceptsOnceAndRefusesConflicts) {
   EXPECT_EQ(head->num_samples(), 0u);
 }
 
+// A head may buffer fewer raw samples a series (a hub's many series): its chunks say their
+// block size and read back whole, through queries and through a flush's cut, which shares the
+// sealed chunk with the head instead of copying it.
+TEST_F(HeadTest, SmallerBlocksReadBackWhole) {
+  HeadOptions o;
+  o.block_shift = 4;  // 16 samples a block
+  o.chunk_max_samples = 50;
+  auto head = OpenHead(o);
+  std::vector<Sample> want;
+  for (int64_t t = 1; t <= 70; ++t) want.push_back({t * 1000, static_cast<double>(t % 7)});
+  for (const Sample& x : want) ASSERT_TRUE(head->Append({In("0", {x})}).ok());
+  auto got = head->Query(Sel("{gpu=\"0\"}"), 0, 100'000);
+  ASSERT_EQ(got.size(), 1u);
+  ASSERT_EQ(got[0].samples.size(), want.size());
+  for (size_t i = 0; i < want.size(); ++i) EXPECT_EQ(got[0].samples[i].value, want[i].value);
+  auto cut = head->CutForFlush();
+  ASSERT_TRUE(cut.ok());
+  ASSERT_EQ(cut->series.size(), 1u);
+  ASSERT_EQ(cut->series[0].chunks.size(), 2u);  // 50 sealed at the limit, 20 sealed by the cut
+  EXPECT_EQ(cut->series[0].chunks[0].num_samples, 50u);
+  size_t n = 0;
+  for (const auto& c : cut->series[0].chunks) {
+    ASSERT_NE(c.bytes, nullptr);
+    EXPECT_EQ(static_cast<int>((*c.bytes)[1]), 4) << "the block shift, in the chunk's header";
+    auto dec = ChunkDecoder::Open(*c.bytes);
+    ASSERT_TRUE(dec.ok());
+    int64_t t;
+    double v;
+    while (dec->Next(&t, &v)) EXPECT_EQ(v, want[n++].value);
+  }
+  EXPECT_EQ(n, want.size());
+  EXPECT_EQ(head->Query(Sel("{gpu=\"0\"}"), 0, 100'000)[0].samples.size(), want.size())
+      << "queryable until DropFlushed";
+  head->DropFlushed(*cut);
+  EXPECT_EQ(head->num_samples(), 0u);
+}
+
 TEST_F(HeadTest, WithoutAWindowOlderSamplesAreOutOfOrder) {
   auto head = OpenHead();
   ASSERT_TRUE(head->Append({In("0", {{2000, 2}})}).ok());

@@ -331,7 +331,6 @@ Status Block::ParseIndex(std::string_view index, uint64_t index_offset) {
   const uint64_t nseries = c.Varint();
   if (!c.ok || nseries > index.size()) return bad("bad series count");
   series_.reserve(nseries);
-  index_labels_.reserve(nseries);
   for (uint64_t i = 0; i < nseries; ++i) {
     const uint64_t nlabels = c.Varint();
     if (!c.ok || nlabels > kMaxLabels) return bad("bad label count");
@@ -373,10 +372,12 @@ Status Block::ParseIndex(std::string_view index, uint64_t index_offset) {
       t.chunks++;
       t.chunk_bytes += m.length;
     }
-    index_labels_.push_back(std::move(*made));
     series_.push_back(std::move(chunks));
   }
   if (!c.done()) return bad("trailing bytes");
+  // Each block held its series' labels three times (a list, the index's copy, the index's
+  // key): now once, the index's; 2.6 KiB a series a block became 1.7 (bench/fleet/RESULTS.md).
+  index_.DropKeyLookup();
   return Status::Ok();
 }
 

@@ -133,7 +133,8 @@ class Block {
   const TierStats& tier_stats(Tier tier) const { return tiers_[static_cast<int>(tier)]; }
 
   size_t num_series() const { return series_.size(); }
-  const Labels& labels(uint32_t i) const { return index_labels_[i]; }
+  // The index's own copy: a block's index is written only while it is parsed.
+  const Labels& labels(uint32_t i) const { return index_.LabelsAt(i); }
   const std::vector<ChunkMeta>& chunks(uint32_t i) const { return series_[i]; }
   // Positions of the series the matchers select, ascending.
   std::vector<SeriesRef> Select(const std::vector<Matcher>& matchers) const {
@@ -151,7 +152,6 @@ class Block {
   int fd_ = -1;
   uint64_t file_bytes_ = 0;
   BlockMeta meta_;
-  std::vector<Labels> index_labels_;
   std::vector<std::vector<ChunkMeta>> series_;
   SeriesIndex index_;
   TierStats tiers_[kNumTiers];

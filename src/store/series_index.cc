@@ -34,22 +34,28 @@ std::string SeriesIndex::Key(const Labels& labels) {
 }
 
 SeriesRef SeriesIndex::GetOrCreate(const Labels& labels, bool* created) {
-  std::string key = Key(labels);
+  std::string key;
+  auto find = [&]() -> std::optional<SeriesRef> {  // REQUIRES: mu_ held
+    if (!key_lookup_) return FindByPostings(labels);
+    if (key.empty()) key = Key(labels);
+    if (auto it = by_key_.find(key); it != by_key_.end()) return it->second;
+    return std::nullopt;
+  };
   {
     std::shared_lock lock(mu_);
-    if (auto it = by_key_.find(key); it != by_key_.end()) {
+    if (auto ref = find()) {
       if (created) *created = false;
-      return it->second;
+      return *ref;
     }
   }
   std::unique_lock lock(mu_);
-  if (auto it = by_key_.find(key); it != by_key_.end()) {  // raced with another writer
+  if (auto ref = find()) {  // raced with another writer
     if (created) *created = false;
-    return it->second;
+    return *ref;
   }
   const auto ref = static_cast<SeriesRef>(labels_.size());
   labels_.push_back(labels);
-  by_key_.emplace(std::move(key), ref);
+  if (key_lookup_) by_key_.emplace(std::move(key), ref);
   for (const auto& l : labels) postings_[l.name][l.value].push_back(ref);
   if (created) *created = true;
   return ref;
@@ -60,7 +66,7 @@ void SeriesIndex::RemoveFrom(SeriesRef first) {
   while (labels_.size() > first) {
     const SeriesRef ref = static_cast<SeriesRef>(labels_.size() - 1);
     const Labels& labels = labels_.back();
-    by_key_.erase(Key(labels));
+    if (key_lookup_) by_key_.erase(Key(labels));
     for (const auto& l : labels) {
       auto name = postings_.find(l.name);
       if (name == postings_.end()) continue;
@@ -77,9 +83,32 @@ void SeriesIndex::RemoveFrom(SeriesRef first) {
 
 std::optional<SeriesRef> SeriesIndex::Find(const Labels& labels) const {
   std::shared_lock lock(mu_);
+  if (!key_lookup_) return FindByPostings(labels);
   auto it = by_key_.find(Key(labels));
   if (it == by_key_.end()) return std::nullopt;
   return it->second;
+}
+
+std::optional<SeriesRef> SeriesIndex::FindByPostings(const Labels& labels) const {
+  // The shortest postings list of the set's labels, then each candidate's labels compared.
+  const std::vector<SeriesRef>* shortest = nullptr;
+  for (const auto& l : labels) {
+    auto name = postings_.find(l.name);
+    if (name == postings_.end()) return std::nullopt;
+    auto value = name->second.find(l.value);
+    if (value == name->second.end()) return std::nullopt;
+    if (!shortest || value->second.size() < shortest->size()) shortest = &value->second;
+  }
+  if (!shortest) return std::nullopt;  // the empty label set is never a series
+  for (SeriesRef ref : *shortest)
+    if (labels_[ref] == labels) return ref;
+  return std::nullopt;
+}
+
+void SeriesIndex::DropKeyLookup() {
+  std::unique_lock lock(mu_);
+  key_lookup_ = false;
+  std::unordered_map<std::string, SeriesRef>().swap(by_key_);
 }
 
 Labels SeriesIndex::LabelsOf(SeriesRef ref) const {

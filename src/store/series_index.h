@@ -32,6 +32,16 @@ class SeriesIndex {
   void RemoveFrom(SeriesRef first);
   // REQUIRES: ref < size().
   Labels LabelsOf(SeriesRef ref) const;
+  // The same, by reference: for an index no longer written (a block's, once parsed), whose
+  // label sets then never move. REQUIRES: ref < size(), and no GetOrCreate or RemoveFrom while
+  // the reference is used.
+  const Labels& LabelsAt(SeriesRef ref) const { return labels_[ref]; }
+
+  // For an index that takes few or no new series (a block's): drops the lookup by whole label
+  // set, a key of all the labels' bytes a series (with a block's own copy of its labels, gone
+  // too, a block's memory went from 2.6 to 1.7 KiB a series, bench/fleet/RESULTS.md). Find and
+  // GetOrCreate still answer, through the postings.
+  void DropKeyLookup();
   size_t size() const;
 
   // Refs of every series all `matchers` select, ascending. No matchers selects nothing.
@@ -43,12 +53,15 @@ class SeriesIndex {
 
  private:
   static std::string Key(const Labels& labels);
+  // REQUIRES: mu_ held (shared). Find through the postings (after DropKeyLookup).
+  std::optional<SeriesRef> FindByPostings(const Labels& labels) const;
   // REQUIRES: mu_ held (shared). Union of the postings of the values of `m.name()` that m accepts.
   std::vector<SeriesRef> PostingsMatching(const Matcher& m) const;
 
   mutable std::shared_mutex mu_;
   std::vector<Labels> labels_;                         // by ref
   std::unordered_map<std::string, SeriesRef> by_key_;  // canonical key -> ref
+  bool key_lookup_ = true;                             // false after DropKeyLookup
   std::map<std::string, std::map<std::string, std::vector<SeriesRef>>> postings_;
 };
 

@@ -32,6 +32,34 @@ class SeriesIndexTest : public ::testing::Test {
   SeriesIndex idx_;
 };
 
+// Without the lookup by whole label set (a block's index), Find and GetOrCreate answer the
+// same through the postings: a subset or superset of a series' labels is not that series.
+TEST_F(SeriesIndexTest, AnswersTheSameWithoutTheKeyLookup) {
+  std::vector<Labels> all;
+  for (SeriesRef r = 0; r < idx_.size(); ++r) all.push_back(idx_.LabelsOf(r));
+  idx_.DropKeyLookup();
+  for (SeriesRef r = 0; r < all.size(); ++r) {
+    EXPECT_EQ(idx_.Find(all[r]), std::optional<SeriesRef>(r));
+    EXPECT_EQ(idx_.LabelsAt(r), all[r]);
+    bool created = true;
+    EXPECT_EQ(idx_.GetOrCreate(all[r], &created), r);
+    EXPECT_FALSE(created);
+  }
+  // Node b GPU 1 has no job: with one, or without its gpu, it is no series here.
+  EXPECT_FALSE(idx_.Find(L({{"__name__", "DCGM_FI_DEV_GPU_UTIL"},
+                            {"Hostname", "b"},
+                            {"gpu", "1"},
+                            {"job", "train-b"}})));
+  EXPECT_FALSE(idx_.Find(L({{"__name__", "DCGM_FI_DEV_GPU_UTIL"}, {"Hostname", "b"}})));
+  EXPECT_FALSE(idx_.Find(L({{"__name__", "nope"}})));
+  bool created = false;
+  const SeriesRef fresh = idx_.GetOrCreate(L({{"__name__", "new"}}), &created);
+  EXPECT_TRUE(created);
+  EXPECT_EQ(fresh, all.size());
+  EXPECT_EQ(idx_.Find(L({{"__name__", "new"}})), std::optional<SeriesRef>(fresh));
+  EXPECT_EQ(idx_.Select(Sel("{Hostname=\"b\"}")).size(), 4u);
+}
+
 TEST_F(SeriesIndexTest, InternsOnce) {
   EXPECT_EQ(idx_.size(), 8u);
   bool created = true;

@@ -702,10 +702,10 @@ Status Store::FlushLocked() {
     head_->DropFlushed(*cut);
     bl.unlock();
     std::vector<HeadFlushSeries>().swap(cut->series);
-    // The flushed chunks and their copies were freed all over the heap, between live series'
-    // buffers: glibc keeps such pages (only the heap's top is trimmed), so a hub's RSS stayed
-    // at its peak after every flush (2.5x the head's steady size, bench/fleet/RESULTS.md run
-    // 5). Hand them back; once per flush, a walk over the heap.
+    // The flushed chunks were freed all over the heap, between live series' buffers: glibc
+    // keeps such pages (only the heap's top is trimmed), so a hub's RSS stayed at its peak
+    // after every flush (2.5x the head's steady size, bench/fleet/RESULTS.md "Memory over
+    // time"). Hand them back; once per flush, a walk over the heap.
     ReleaseFreedMemory();
   }
   if (Status st = head_->TruncateWal(cut->wal_first_kept); !st.ok()) {

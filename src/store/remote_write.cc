@@ -158,13 +158,12 @@ LabelDigest DigestOf(std::string_view d) {
     lo = (lo ^ k) * m;
     hi = (hi ^ k) * m;
   }
-  lo ^= lo >> r;
-  lo *= m;
-  lo ^= lo >> r;
-  hi ^= hi >> r;
-  hi *= m;
-  hi ^= hi >> r;
-  return {lo, hi};
+  auto finish = [&](uint64_t h) {
+    h ^= h >> r;
+    h *= m;
+    return h ^ (h >> r);
+  };
+  return {finish(lo), finish(hi)};
 }
 
 using internal::PutVarint;
@@ -256,8 +255,9 @@ Result<std::vector<RemoteSeries>> DecodeWriteRequest(std::string_view proto,
                                        " series in one request; send smaller batches");
     RemoteSeries& s = out.emplace_back();
     size_t mine = 0;
-    // The label fields' encoded bytes, [lbegin, lend) of `ts` while they are contiguous, as
-    // every encoder writes them (labels, then samples).
+    // The label fields' encoded bytes: [lbegin, lend) of `ts` while they are contiguous, as
+    // every encoder writes them (labels, then samples); gathered into `scratch` from the first
+    // field that is not (the same bytes, so the same digest).
     size_t lbegin = 0, lend = 0;
     bool contiguous = true;
     Reader tr(ts, "TimeSeries");
@@ -276,11 +276,14 @@ Result<std::vector<RemoteSeries>> DecodeWriteRequest(std::string_view proto,
                                            std::to_string(limits.max_labels) +
                                            " labels in one request; send smaller batches");
         label_fields.push_back(sub);
-        if (mine == 1)
+        if (mine == 1) {
           lbegin = at;
-        else if (at != lend)
+        } else if (contiguous && at != lend) {
           contiguous = false;
+          scratch.assign(ts.substr(lbegin, lend - lbegin));
+        }
         lend = tr.pos();
+        if (!contiguous) scratch.append(ts.substr(at, lend - at));
       } else if (f == 2 && w == kLen) {
         GW_RETURN_IF_ERROR(tr.Bytes(&sub));
         if (++samples > limits.max_samples)
@@ -292,22 +295,7 @@ Result<std::vector<RemoteSeries>> DecodeWriteRequest(std::string_view proto,
         GW_RETURN_IF_ERROR(tr.Skip(w));  // exemplars (3), native histograms (4)
       }
     }
-    if (contiguous) {
-      s.digest = DigestOf(ts.substr(lbegin, lend - lbegin));
-    } else {
-      // Interleaved with other fields: the same bytes, gathered (the same digest as had they
-      // been contiguous).
-      scratch.clear();
-      Reader again(ts, "TimeSeries");
-      while (!again.done()) {
-        const size_t at = again.pos();
-        uint32_t f, w;
-        GW_RETURN_IF_ERROR(again.Tag(&f, &w));
-        GW_RETURN_IF_ERROR(again.Skip(w));
-        if (f == 1 && w == kLen) scratch.append(ts.substr(at, again.pos() - at));
-      }
-      s.digest = DigestOf(scratch);
-    }
+    s.digest = DigestOf(contiguous ? ts.substr(lbegin, lend - lbegin) : std::string_view(scratch));
     fields_end.push_back(static_cast<uint32_t>(label_fields.size()));
     if (known) known->Prefetch(s.digest);
   }

@@ -35,21 +35,15 @@ std::string SeriesIndex::Key(const Labels& labels) {
 
 SeriesRef SeriesIndex::GetOrCreate(const Labels& labels, bool* created) {
   std::string key;
-  auto find = [&]() -> std::optional<SeriesRef> {  // REQUIRES: mu_ held
-    if (!key_lookup_) return FindByPostings(labels);
-    if (key.empty()) key = Key(labels);
-    if (auto it = by_key_.find(key); it != by_key_.end()) return it->second;
-    return std::nullopt;
-  };
   {
     std::shared_lock lock(mu_);
-    if (auto ref = find()) {
+    if (auto ref = FindLocked(labels, &key)) {
       if (created) *created = false;
       return *ref;
     }
   }
   std::unique_lock lock(mu_);
-  if (auto ref = find()) {  // raced with another writer
+  if (auto ref = FindLocked(labels, &key)) {  // raced with another writer
     if (created) *created = false;
     return *ref;
   }
@@ -83,14 +77,18 @@ void SeriesIndex::RemoveFrom(SeriesRef first) {
 
 std::optional<SeriesRef> SeriesIndex::Find(const Labels& labels) const {
   std::shared_lock lock(mu_);
-  if (!key_lookup_) return FindByPostings(labels);
-  auto it = by_key_.find(Key(labels));
-  if (it == by_key_.end()) return std::nullopt;
-  return it->second;
+  std::string key;
+  return FindLocked(labels, &key);
 }
 
-std::optional<SeriesRef> SeriesIndex::FindByPostings(const Labels& labels) const {
-  // The shortest postings list of the set's labels, then each candidate's labels compared.
+std::optional<SeriesRef> SeriesIndex::FindLocked(const Labels& labels, std::string* key) const {
+  if (key_lookup_) {
+    if (key->empty()) *key = Key(labels);
+    auto it = by_key_.find(*key);
+    if (it == by_key_.end()) return std::nullopt;
+    return it->second;
+  }
+  // Without it: the shortest postings list of the set's labels, then each candidate compared.
   const std::vector<SeriesRef>* shortest = nullptr;
   for (const auto& l : labels) {
     auto name = postings_.find(l.name);

@@ -53,8 +53,9 @@ class SeriesIndex {
 
  private:
   static std::string Key(const Labels& labels);
-  // REQUIRES: mu_ held (shared). Find through the postings (after DropKeyLookup).
-  std::optional<SeriesRef> FindByPostings(const Labels& labels) const;
+  // REQUIRES: mu_ held (shared). By the label set's key (made into *key once, kept for a
+  // second look), or after DropKeyLookup through the postings.
+  std::optional<SeriesRef> FindLocked(const Labels& labels, std::string* key) const;
   // REQUIRES: mu_ held (shared). Union of the postings of the values of `m.name()` that m accepts.
   std::vector<SeriesRef> PostingsMatching(const Matcher& m) const;
 

@@ -39,10 +39,15 @@ for f in sorted(json.load(sys.stdin)["findings"], key=lambda f: f["cause"]):
   [ "$got" = "$want" ] && break
   sleep 0.2
 done
+# On failure, what the hub knew of the nodes and how far its diagnosis read (a missing
+# version_mismatch was seen under load: issue 19's note).
 [ "$got" = "$want" ] || fail "hub findings:
 $got
 want:
-$want"
+$want
+nodes: $(curl -fsS -H "Authorization: Bearer $READ" "$HUB/api/v1/nodes" | head -c 2000)
+stats: $(curl -fsS -H "Authorization: Bearer $READ" "$HUB/api/v1/findings" |
+  python3 -c 'import json,sys; print(json.load(sys.stdin)["stats"])')"
 curl -fsS -H "Authorization: Bearer $READ" "$HUB/api/v1/nodes" >"$TMP/nodes.json"
 python3 - "$TMP/nodes.json" <<'PY' || fail "nodes: $(cat "$TMP/nodes.json")"
 import json, sys

@@ -8,6 +8,11 @@ per wall second. Used by the fleet diagnosis test (a simulated multi-node job wh
 cross-node faults only the hub can see whole). Standard library only.
 
 usage: fleet_push.py HUB_URL TOKEN_FILE TRACE [--speed N] [--entry-seconds S]
+                     [--late NODE --late-seconds W]
+
+--late holds NODE's entries back for W wall seconds, then sends them in a burst and goes on in
+step: an agent that starts pushing after the hub has diagnosed the others past its first
+records (they must still be read).
 """
 import argparse
 import gzip
@@ -54,6 +59,8 @@ def main():
     ap.add_argument("trace")
     ap.add_argument("--speed", type=float, default=30)
     ap.add_argument("--entry-seconds", type=float, default=5)
+    ap.add_argument("--late", default="")
+    ap.add_argument("--late-seconds", type=float, default=0)
     a = ap.parse_args()
     token = open(a.token_file).read().strip()
     # (bucket, node) -> lines, in the trace's order.
@@ -77,13 +84,27 @@ def main():
             entries.append((cur, node, lines))
     entries.sort(key=lambda e: (e[0], e[1]))
     seqs = {n: 0 for n in buckets}
+    if a.late and a.late not in buckets:
+        sys.exit(f"--late {a.late}: no such node in the trace")
     start = time.monotonic()
+    held = []  # the late node's entries, until its time comes
     for b, node, lines in entries:
         due = start + (b + 1) * a.entry_seconds / a.speed
         if due > time.monotonic():
             time.sleep(due - time.monotonic())
+        if node == a.late and time.monotonic() < start + a.late_seconds:
+            held.append(lines)
+            continue
+        if node == a.late:
+            for h in held:
+                seqs[node] += 1
+                post(a.hub, token, node, spools[node], seqs[node], "\n".join(h) + "\n")
+            held = []
         seqs[node] += 1
         post(a.hub, token, node, spools[node], seqs[node], "\n".join(lines) + "\n")
+    for h in held:
+        seqs[a.late] += 1
+        post(a.hub, token, a.late, spools[a.late], seqs[a.late], "\n".join(h) + "\n")
     print(f"pushed {sum(seqs.values())} entries of {len(buckets)} nodes")
 
 

@@ -59,8 +59,12 @@ Agent::Agent(AgentOptions options, std::unique_ptr<collect::GpuSource> gpu)
       job_logs_(JobLogPolicyOf(options_), options_.job_log_policy.max_files,
                 options_.job_log_policy.max_files_per_uid),
       recorder_(trace::FlightRecorderOptions{options_.recorder_bytes, options_.snapshot_window}),
-      diagnosis_([this](int64_t from_ms, int64_t to_ms) { return TraceWindow(from_ms, to_ms); },
-                 options_.diagnosis),
+      diagnosis_(
+          [this](int64_t from_ms, int64_t to_ms) {
+            // A hub keeps each node's place itself (HubIngest::DiagnosisWindow).
+            return hub_ ? hub_->DiagnosisWindow(to_ms) : recorder_.Window(from_ms, to_ms);
+          },
+          options_.diagnosis),
       alerts_(AlertOptionsOf(options_), options_.data_dir) {
   if (!options_.user_rules.empty())
     user_rules_ = std::make_unique<UserRuleEvaluator>(options_.user_rules, options_.hostname);

@@ -103,8 +103,8 @@ Status HubIngest::Load() {
       json r = json::parse(text, nullptr, false);
       if (r.is_object() && r.contains("t") && r["t"].is_number()) {
         NoteNodeRecord(r, &(*node)->status);
-        (*node)->recorder->Add(static_cast<int64_t>(std::llround(r["t"].get<double>() * 1000)),
-                               text);
+        (*node)->recorder->AddNodeRecord(
+            static_cast<int64_t>(std::llround(r["t"].get<double>() * 1000)), text, name);
       }
     }
     // The newest entry logged is the stream's position.
@@ -161,6 +161,7 @@ HttpReply HubIngest::HandleRecords(std::string_view body, std::string_view node,
   struct Parsed {
     int64_t t_ms;
     std::string_view line;
+    bool node_record;
   };
   std::vector<Parsed> lines;
   NodeStatus node_info;
@@ -201,6 +202,7 @@ HttpReply HubIngest::HandleRecords(std::string_view body, std::string_view node,
                                  line_no, n->dump(), node)};
     }
     const std::string& type_name = type->get_ref<const std::string&>();
+    const bool node_record = type_name == "node";  // read before r may be moved below
     if (options_.accounting_sink &&
         (type_name == "job" || type_name == "gpu" || type_name == "proc" || type_name == "node")) {
       accounting_lines.append(line);
@@ -208,11 +210,11 @@ HttpReply HubIngest::HandleRecords(std::string_view body, std::string_view node,
     }
     if (type_name == "job" || type_name == "step")
       job_records.emplace_back(std::move(r), static_cast<int64_t>(std::llround(t_s * 1000)));
-    else if (type_name == "node") {
+    else if (node_record) {
       NoteNodeRecord(r, &node_info);
       node_line = line;
     }
-    lines.push_back({static_cast<int64_t>(std::llround(t_s * 1000)), line});
+    lines.push_back({static_cast<int64_t>(std::llround(t_s * 1000)), line, node_record});
   }
 
   Node* n;
@@ -269,7 +271,12 @@ HttpReply HubIngest::HandleRecords(std::string_view body, std::string_view node,
       s.gpus = node_info.gpus;
     }
   }
-  for (const auto& p : lines) n->recorder->Add(p.t_ms, std::string(p.line));
+  for (const auto& p : lines) {
+    if (p.node_record)
+      n->recorder->AddNodeRecord(p.t_ms, std::string(p.line), std::string(node));
+    else
+      n->recorder->Add(p.t_ms, std::string(p.line));
+  }
   const std::string node_name(node);
   for (const auto& [r, t_ms] : job_records) jobs_.Add(node_name, r, t_ms);
   if (!accounting_lines.empty()) options_.accounting_sink(accounting_lines);
@@ -287,31 +294,59 @@ int64_t HubIngest::DiagnosisTimeMs(int64_t now_ms) const {
   return t;
 }
 
+namespace {
+
+// Each node's window is in time order (its node record in force first, stamped at or before
+// the window's start); merged by time, stable, so a node's order is kept.
+std::vector<std::string> MergeByTime(std::vector<trace::FlightRecorder::TimedLine> all) {
+  std::stable_sort(all.begin(), all.end(),
+                   [](const auto& a, const auto& b) { return a.t_ms < b.t_ms; });
+  std::vector<std::string> out;
+  out.reserve(all.size());
+  for (auto& l : all) out.push_back(std::move(l.line));
+  return out;
+}
+
+}  // namespace
+
 std::vector<std::string> HubIngest::Window(int64_t from_ms, int64_t to_ms) const {
   std::vector<const trace::FlightRecorder*> recorders;
   {
     std::lock_guard<std::mutex> lock(mu_);
     for (const auto& [name, n] : nodes_) recorders.push_back(n.recorder.get());
   }
-  // Each node's window is in time order (its node record in force first, stamped at or before
-  // from_ms); merged by the records' own "t", stable, so a node's order is kept.
-  struct Line {
-    double t;
-    std::string text;
-  };
-  std::vector<Line> all;
+  std::vector<trace::FlightRecorder::TimedLine> all;
   for (const trace::FlightRecorder* r : recorders)
-    for (std::string& line : r->Window(from_ms, to_ms)) {
-      double t = 0;
-      if (const size_t at = line.find("\"t\":"); at != std::string::npos)
-        t = std::strtod(line.c_str() + at + 4, nullptr);
-      all.push_back({t, std::move(line)});
+    for (auto& l : r->TimedWindow(from_ms, to_ms)) all.push_back(std::move(l));
+  return MergeByTime(std::move(all));
+}
+
+std::vector<std::string> HubIngest::DiagnosisWindow(int64_t to_ms) {
+  struct Source {
+    Node* node;  // nodes are never erased: the pointer outlives the lock
+    int64_t from_ms;
+  };
+  std::vector<Source> sources;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto& [name, n] : nodes_)
+      if (n.diagnosed_ms < to_ms) sources.push_back({&n, n.diagnosed_ms + 1});
+  }
+  std::vector<trace::FlightRecorder::TimedLine> all;
+  std::vector<int64_t> newest(sources.size(), -1);
+  for (size_t i = 0; i < sources.size(); ++i)
+    for (auto& l : sources[i].node->recorder->TimedWindow(sources[i].from_ms, to_ms)) {
+      newest[i] = std::max(newest[i], l.t_ms);
+      all.push_back(std::move(l));
     }
-  std::stable_sort(all.begin(), all.end(), [](const Line& a, const Line& b) { return a.t < b.t; });
-  std::vector<std::string> out;
-  out.reserve(all.size());
-  for (Line& l : all) out.push_back(std::move(l.text));
-  return out;
+  {
+    // Up to the newest record read, not to to_ms: a record stamped before to_ms that the
+    // recorder did not hold yet (its entry still being taken) is read next time.
+    std::lock_guard<std::mutex> lock(mu_);
+    for (size_t i = 0; i < sources.size(); ++i)
+      sources[i].node->diagnosed_ms = std::max(sources[i].node->diagnosed_ms, newest[i]);
+  }
+  return MergeByTime(std::move(all));
 }
 
 size_t HubIngest::RecordedLines() const {

@@ -24,7 +24,8 @@
 // The diagnosis must not pass records still on their way: DiagnosisTimeMs gives the time up to
 // which every live node has delivered (the oldest of their newest records), so a node catching
 // up after an outage is diagnosed as it arrives, not skipped. A node silent for stale_after_ms
-// no longer holds the others back.
+// no longer holds the others back. A node heard for the first time after the diagnosis passed
+// its records' times is not skipped either: DiagnosisWindow keeps each node's place.
 //
 // Thread-safe.
 #pragma once
@@ -99,8 +100,16 @@ class HubIngest {
   int64_t DiagnosisTimeMs(int64_t now_ms) const;
 
   // Every node's records with from_ms <= t <= to_ms, merged in time order, each node's node
-  // record in force first (trace::FlightRecorder::Window per node): what the diagnosis reads.
+  // record in force first (trace::FlightRecorder::Window per node): the trace API's.
   std::vector<std::string> Window(int64_t from_ms, int64_t to_ms) const;
+  // What the diagnosis reads next: each node's records up to to_ms that it has not read yet,
+  // merged in time order, each node's node record in force first. Kept per node, not one cursor
+  // for all: a node whose first entry (or a late one) lands after the diagnosis read past its
+  // records' times still has them read, its node record first — with one cursor, a node that
+  // pushed a moment after the others lost its first records and its versions (the
+  // version_mismatch the fleet test missed). A node's records arrive in time order (the spool
+  // sends them so), so "not read yet" is "newer than the newest read". Diagnosis thread only.
+  std::vector<std::string> DiagnosisWindow(int64_t to_ms);
   // Records held for the diagnosis, all nodes together.
   size_t RecordedLines() const;
 
@@ -117,6 +126,7 @@ class HubIngest {
     NodeStatus status;
     std::unique_ptr<Spool> log;  // null without a data dir
     std::unique_ptr<trace::FlightRecorder> recorder;
+    int64_t diagnosed_ms = -1;  // the newest record the diagnosis read (DiagnosisWindow)
   };
   explicit HubIngest(HubIngestOptions options) : options_(std::move(options)) {}
   Status Load();

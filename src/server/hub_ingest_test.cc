@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <nlohmann/json.hpp>
 
 #include "store/testing/scratch_dir.h"
 
@@ -94,6 +95,44 @@ TEST_F(HubIngestTest, TheWindowMergesNodesInTimeOrder) {
               std::string::npos)
         << i << ": " << w[i];
   EXPECT_EQ(hub->Window(static_cast<int64_t>((t0 + 4) * 1000), kNowMs).size(), 2u);
+}
+
+// The diagnosis keeps each node's place: a node whose first entry lands after the diagnosis
+// read past its records' times (its agent pushed a moment after the others) still has them
+// read, its node record first; and what was read is not read again. Node records come in any
+// key order (here sorted, as `gpuwatch sim` writes them).
+TEST_F(HubIngestTest, TheDiagnosisReadsANodeThatPushedLate) {
+  auto hub = Open();
+  const double t0 = kNowMs / 1000 - 600;
+  const std::string a_node = nlohmann::json::parse(NodeLine("a", t0, "550.90.07")).dump();
+  const std::string b_node = nlohmann::json::parse(NodeLine("b", t0, "535.104.05")).dump();
+  ASSERT_EQ(
+      hub->HandleRecords(a_node + "\n" + GpuLine("a", t0 + 4), "a", kSpool, "1", kNowMs).status,
+      200);
+  const int64_t t4 = static_cast<int64_t>((t0 + 4) * 1000);
+  auto first = hub->DiagnosisWindow(t4);
+  ASSERT_EQ(first.size(), 2u);
+  EXPECT_EQ(first[0], a_node);
+  // b's first entry, stamped before what was read already.
+  ASSERT_EQ(
+      hub->HandleRecords(b_node + "\n" + GpuLine("b", t0 + 3), "b", kSpool, "1", kNowMs).status,
+      200);
+  hub->HandleRecords(GpuLine("a", t0 + 8), "a", kSpool, "2", kNowMs);
+  auto next = hub->DiagnosisWindow(static_cast<int64_t>((t0 + 8) * 1000));
+  // a's node record in force, b's node record and record, a's new record; in time order.
+  ASSERT_EQ(next.size(), 4u) << nlohmann::json(next).dump();
+  EXPECT_EQ(next[0], a_node);
+  EXPECT_EQ(next[1], b_node);
+  EXPECT_NE(next[2].find(R"("node":"b")"), std::string::npos) << next[2];
+  EXPECT_NE(next[3].find(R"("node":"a")"), std::string::npos) << next[3];
+  // Nothing new: each node's node record in force alone (the diagnosis takes it as the same
+  // node seen again).
+  auto again = hub->DiagnosisWindow(static_cast<int64_t>((t0 + 8) * 1000) + 500);
+  EXPECT_EQ(again, (std::vector<std::string>{a_node, b_node}));
+  // The trace API's window is unchanged by it.
+  EXPECT_EQ(
+      hub->Window(static_cast<int64_t>(t0 * 1000), static_cast<int64_t>((t0 + 8) * 1000)).size(),
+      5u);
 }
 
 TEST_F(HubIngestTest, EveryRefusalSaysWhyAndKeepsNothing) {

@@ -1,6 +1,7 @@
 #include "trace/flight_recorder.h"
 
 #include <algorithm>
+#include <nlohmann/json.hpp>
 #include <string_view>
 #include <utility>
 
@@ -27,6 +28,20 @@ std::string NodeOfNodeRecord(std::string_view line) {
 
 size_t Charge(const std::string& line) { return line.size() + FlightRecorder::kLineOverheadBytes; }
 
+// `line` with its "t" set to t_ms: a splice for the writer's canonical form, else (a node
+// record a hub took in another key order) a parse and a dump. The line as it was when it is
+// not a JSON object (it was checked as one when it came in).
+std::string Restamp(const std::string& line, int64_t t_ms) {
+  constexpr std::string_view kPrefix = "{\"t\":";
+  const size_t comma = line.find(',');
+  if (line.starts_with(kPrefix) && comma != std::string::npos)
+    return std::string(kPrefix) + FormatTraceTime(t_ms) + line.substr(comma);
+  nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
+  if (!j.is_object()) return line;
+  j["t"] = static_cast<double>(t_ms) / 1000;
+  return j.dump();
+}
+
 }  // namespace
 
 FlightRecorder::FlightRecorder(FlightRecorderOptions options) : options_(options) {}
@@ -34,6 +49,15 @@ FlightRecorder::FlightRecorder(FlightRecorderOptions options) : options_(options
 void FlightRecorder::Add(int64_t t_ms, std::string line) {
   Entry e{t_ms, std::make_shared<const std::string>(std::move(line)), {}};
   e.node = NodeOfNodeRecord(*e.line);
+  AddEntry(std::move(e));
+}
+
+void FlightRecorder::AddNodeRecord(int64_t t_ms, std::string line, std::string node) {
+  AddEntry({t_ms, std::make_shared<const std::string>(std::move(line)), std::move(node)});
+}
+
+void FlightRecorder::AddEntry(Entry e) {
+  const int64_t t_ms = e.t_ms;
   const size_t charge = Charge(*e.line);
 
   std::lock_guard<std::mutex> lock(mu_);
@@ -83,7 +107,22 @@ void FlightRecorder::EvictLocked() {
 }
 
 std::vector<std::string> FlightRecorder::Window(int64_t from_ms, int64_t to_ms) const {
-  std::vector<std::shared_ptr<const std::string>> refs;
+  std::vector<std::string> out;
+  std::vector<TimedLine> timed = TimedWindow(from_ms, to_ms);
+  out.reserve(timed.size());
+  for (TimedLine& l : timed) out.push_back(std::move(l.line));
+  return out;
+}
+
+std::vector<FlightRecorder::TimedLine> FlightRecorder::TimedWindow(int64_t from_ms,
+                                                                   int64_t to_ms) const {
+  // (t, the line), and the time a hoisted node record is restamped to (-1: kept as it is).
+  struct Ref {
+    int64_t t_ms;
+    std::shared_ptr<const std::string> line;
+    int64_t restamp_ms = -1;
+  };
+  std::vector<Ref> refs;
   if (from_ms > to_ms) return {};
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -117,28 +156,23 @@ std::vector<std::string> FlightRecorder::Window(int64_t from_ms, int64_t to_ms) 
       }
 
     refs.reserve(header.size() + static_cast<size_t>(last - first));
-    for (const Entry* e : header) refs.push_back(e->line);
+    for (const Entry* e : header) refs.push_back({e->t_ms, e->line});
     for (const Entry* e : hoisted) {
       const int64_t t0 = first < last ? first->t_ms : e->t_ms;
-      const std::string& line = *e->line;
-      const std::string_view prefix = "{\"t\":";
-      const size_t comma = line.find(',');
-      if (t0 < e->t_ms && line.compare(0, prefix.size(), prefix) == 0 && comma != std::string::npos)
-        refs.push_back(std::make_shared<const std::string>(
-            std::string(prefix) + FormatTraceTime(t0) + line.substr(comma)));
-      else
-        refs.push_back(e->line);
+      refs.push_back({std::min(t0, e->t_ms), e->line, t0 < e->t_ms ? t0 : -1});
     }
     for (auto it = first; it < last; ++it) {
       if (!it->node.empty() && (std::find(header.begin(), header.end(), &*it) != header.end() ||
                                 std::find(hoisted.begin(), hoisted.end(), &*it) != hoisted.end()))
         continue;  // a node record already first
-      refs.push_back(it->line);
+      refs.push_back({it->t_ms, it->line});
     }
   }
-  std::vector<std::string> out;
+  // Copied (and restamped) after the lock is released.
+  std::vector<TimedLine> out;
   out.reserve(refs.size());
-  for (const auto& r : refs) out.push_back(*r);
+  for (const Ref& r : refs)
+    out.push_back({r.t_ms, r.restamp_ms < 0 ? *r.line : Restamp(*r.line, r.restamp_ms)});
   return out;
 }
 

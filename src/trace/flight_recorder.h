@@ -13,11 +13,12 @@
 //
 // Node records: a trace must start with the node record of each node. The recorder
 // recognises a node record by the writer's canonical prefix ({"t":..,"type":"node",
-// "node":"<name>"...}, see trace_writer.h) and, per node, keeps the latest node record that
-// has left the ring (pinned: outside the byte bound, one per node). Window(from, to) starts
-// with, for every node known, the node record in force at `from` — the latest one with
-// t <= from, from the ring or the pinned copy — even when it is older than the window; node
-// records inside the window follow at their place.
+// "node":"<name>"...}, see trace_writer.h), or by the caller's word (AddNodeRecord: a hub
+// takes records in any key order, as trace-format.md allows), and, per node, keeps the latest node
+// record that has left the ring (pinned: outside the byte bound, one per node). Window(from, to)
+// starts with, for every node known, the node record in force at `from` — the latest one with t <=
+// from, from the ring or the pinned copy — even when it is older than the window; node records
+// inside the window follow at their place.
 //
 // Thread-safe: all methods may be called concurrently. One mutex; lines are immutable and
 // shared, so Window holds it only to collect references (a few ms for a full 64 MiB ring)
@@ -62,10 +63,19 @@ class FlightRecorder {
   // Adds one rendered record (one JSON line without newline) stamped t_ms. A line older than
   // the age bound, or larger than the byte bound on its own, is dropped (and counted) at once.
   void Add(int64_t t_ms, std::string line);
+  // Adds a node record of `node` in any form (its keys in any order).
+  void AddNodeRecord(int64_t t_ms, std::string line, std::string node);
+
+  struct TimedLine {
+    int64_t t_ms;  // the line's own "t" (a hoisted node record's: the window's first line's)
+    std::string line;
+  };
 
   // The lines with from_ms <= t <= to_ms in non-decreasing t, preceded by the node record in
   // force at from_ms for each node (see above). Empty when from_ms > to_ms.
   std::vector<std::string> Window(int64_t from_ms, int64_t to_ms) const;
+  // The same lines with their times (for a merge with other recorders' windows).
+  std::vector<TimedLine> TimedWindow(int64_t from_ms, int64_t to_ms) const;
 
   FlightRecorderStats Stats() const;
 
@@ -76,6 +86,7 @@ class FlightRecorder {
     std::string node;  // the node's name for a node record, "" for any other record
   };
 
+  void AddEntry(Entry e);
   void EvictLocked();
   void DropFrontLocked();
 

@@ -908,6 +908,36 @@ TEST(FlightRecorder, ANodeDescribedLateStillLeadsItsWindow) {
   ValidateRecord(w.front());
 }
 
+// A node record with its keys in another order (trace-format.md allows any; `gpuwatch sim`
+// writes them sorted, "clock_offset_ms" first) is a node record when the caller says so: pinned
+// past the ring, in force at later windows, and restamped when hoisted.
+TEST(FlightRecorder, ANodeRecordInAnyKeyOrderIsOneWhenTheCallerSaysSo) {
+  json node = Parse(NodeLine(kT0 + 500, "gpu-a01", "535"));
+  const std::string sorted = node.dump();  // nlohmann's object keeps its keys sorted
+  ASSERT_FALSE(sorted.starts_with("{\"t\":")) << sorted;
+  FlightRecorder r({.max_bytes = 1 << 20, .max_age = std::chrono::seconds(10)});
+  r.Add(kT0 + 100, Line(kT0 + 100, 1, "gpu-a01"));
+  r.AddNodeRecord(kT0 + 500, sorted, "gpu-a01");
+  r.Add(kT0 + 600, Line(kT0 + 600, 2, "gpu-a01"));
+  auto w = r.TimedWindow(kT0, kT0 + 1000);
+  ASSERT_EQ(w.size(), 3u);
+  EXPECT_EQ(TextOf(w[0].line), "node:gpu-a01:535");
+  EXPECT_EQ(w[0].t_ms, kT0 + 100);
+  EXPECT_EQ(TOf(w[0].line), kT0 + 100);  // restamped through a parse
+  for (int i = 1; i <= 30; ++i) r.Add(kT0 + i * 1000, Line(kT0 + i * 1000, i, "gpu-a01"));
+  EXPECT_EQ(r.Stats().pinned_node_records, 1u);
+  const auto later = r.TimedWindow(kT0 + 29000, kT0 + 30000);
+  EXPECT_EQ(Texts({later[0].line, later[1].line, later[2].line}),
+            (std::vector<std::string>{"node:gpu-a01:535", "line 29", "line 30"}));
+  EXPECT_EQ(later[0].t_ms, kT0 + 500);
+  EXPECT_EQ(later[0].line, sorted);  // in force: as it came
+  // Without the caller's word it is an ordinary line: not in force later.
+  FlightRecorder plain({.max_bytes = 1 << 20, .max_age = std::chrono::seconds(10)});
+  plain.Add(kT0 + 500, sorted);
+  for (int i = 1; i <= 30; ++i) plain.Add(kT0 + i * 1000, Line(kT0 + i * 1000, i, "gpu-a01"));
+  EXPECT_EQ(plain.Window(kT0 + 29000, kT0 + 30000).size(), 2u);
+}
+
 TEST(FlightRecorder, NodeRecordSurvivesTheByteBound) {
   const size_t per_line = Line(kT0, 10).size() + FlightRecorder::kLineOverheadBytes;
   FlightRecorder r({.max_bytes = 5 * per_line, .max_age = std::chrono::hours(1)});

@@ -3,7 +3,8 @@
 # route but /healthz and the dashboard's files needs a token; each role does what it may and
 # gets 403 for the rest; an expired and a wrong token get 401; a token confined to project nlp
 # sees nlp's job and not vision's (its list, its page (403), its PromQL, its findings), and
-# none of the node's routes; wrong tokens from one address are cut off with 429 + Retry-After;
+# none of the node's routes; wrong tokens from one address are cut off with 429 + Retry-After,
+# behind a trusted proxy the client's address (X-Forwarded-For) and not the proxy's;
 # the CLI reads with GPUWATCH_TOKEN_FILE; and no token is ever written to the agent's log.
 GPUWATCH=$1 MOCK=$2
 . "$(dirname "$0")/lib.sh"
@@ -38,7 +39,7 @@ grep -q 'chmod 600' "$TMP/open.log" || { cat "$TMP/open.log"; fail "no chmod hin
 
 GPUWATCH_MOCK_NVML=2xL40S "$GPUWATCH" up --listen "127.0.0.1:$PORT" --nvml-lib "$MOCK" \
   --data-dir "$TMP/data" --tokens "$TMP/tokens" --job-socket "$SOCK" --job-interval 1s \
-  --gpu-interval 250ms --kmsg off >"$TMP/agent.log" 2>&1 &
+  --gpu-interval 250ms --kmsg off --trusted-proxy 127.0.0.1 >"$TMP/agent.log" 2>&1 &
 PIDS+=($!)
 wait_http "$URL/healthz" 20 || { cat "$TMP/agent.log"; fail "agent did not start"; }
 
@@ -134,6 +135,18 @@ grep -q train-nlp "$TMP/jobs.txt" || fail "gpuwatch jobs: $(cat "$TMP/jobs.txt")
 grep -q train-vision "$TMP/jobs.txt" && fail "gpuwatch jobs shows vision's job to the nlp token"
 HOME="$TMP/home" XDG_STATE_HOME="$TMP/home" "$GPUWATCH" jobs --agent "$URL" >"$TMP/jobs.txt" 2>&1 && fail "gpuwatch jobs without a token"
 grep -q 'GPUWATCH_TOKEN_FILE' "$TMP/jobs.txt" || fail "no hint on a 401: $(cat "$TMP/jobs.txt")"
+
+# Brute force behind a reverse proxy the agent trusts (--trusted-proxy 127.0.0.1, curl playing
+# nginx with $proxy_add_x_forwarded_for): the client named by X-Forwarded-For is cut off, not
+# the proxy, and a client cannot dodge the count by writing its own addresses further left.
+PROXIED=(-H "X-Forwarded-For: 198.51.100.23")
+for ((i = 0; i < 10; i++)); do
+  expect 401 "wrong-token-$i-0123456789abcdef" /metrics -H "X-Forwarded-For: 192.0.2.$i, 198.51.100.23"
+done
+expect 429 "$READ" /metrics "${PROXIED[@]}"
+grep -q 'from 198.51.100.23' "$TMP/body" || fail "429 names another client: $(cat "$TMP/body")"
+expect 200 "$READ" /metrics -H "X-Forwarded-For: 198.51.100.24"  # another client
+expect 200 "$READ" /metrics  # the proxy itself
 
 # Brute force: ten wrong tokens from one address, then 429 with Retry-After, even for the
 # right token.

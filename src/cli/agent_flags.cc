@@ -138,6 +138,10 @@ void AddServingFlags(CLI::App* app, AgentFlags* f) {
   app->add_option("--tokens", f->tokens_file,
                   "Tokens file: one `TOKEN ROLE [PROJECT,...]` a line, ROLE read, write or "
                   "admin (docs/limits.md, Tokens); every route but /healthz then needs a token");
+  app->add_option("--trusted-proxy", f->trusted_proxy,
+                  "Reverse proxies (CIDRs, comma-separated, e.g. 127.0.0.1) whose "
+                  "X-Forwarded-For names the client: the wrong-token limit and the series bound "
+                  "per sender then count clients, not the proxy (docs/deploy.md, TLS)");
   app->add_flag("--insecure-listen", f->insecure_listen,
                 "Serve reads beyond loopback with no token (open to the network; writes keep "
                 "their tokens); logged as a warning");
@@ -329,6 +333,7 @@ std::map<std::string, std::string*> FlagFields(AgentFlags* f) {
           {"admin-token-file", &f->admin_token_file},
           {"write-token-file", &f->write_token_file},
           {"tokens", &f->tokens_file},
+          {"trusted-proxy", &f->trusted_proxy},
           {"hub", &f->hub},
           {"hub-token-file", &f->hub_token_file},
           {"hub-ca-file", &f->hub_ca_file},
@@ -570,6 +575,13 @@ Result<server::HttpOptions> MakeHttpOptions(const AgentFlags& f) {
     auto tokens = server::TokensFile::Open(f.tokens_file);
     if (!tokens.ok()) return tokens.status();
     o.auth.tokens = std::move(tokens).value();
+  }
+  for (std::string_view text : SplitAny(f.trusted_proxy, ",")) {
+    text = TrimWhitespace(text);
+    if (text.empty()) continue;
+    auto block = http::ParseAddressBlock(text);
+    if (!block.ok()) return Status::InvalidArgument("--trusted-proxy: " + block.status().message());
+    o.trusted_proxies.push_back(*block);
   }
   auto addr = server::ParseListenAddress(f.listen);
   if (!addr.ok()) return addr.status();

@@ -69,6 +69,8 @@ struct AgentFlags {
   std::string write_token_file;
   std::string tokens_file;  // --tokens (server/tokens.h)
   bool insecure_listen = false;
+  // Reverse proxies whose X-Forwarded-For names the client (http/forwarded.h): CIDRs, commas.
+  std::string trusted_proxy;
   // Push to a hub (server/hub_push.h).
   std::string hub;        // URL; "" is off
   std::string hub_token;  // on the command line: visible in ps; --hub-token-file is better

@@ -411,7 +411,8 @@ void Server::Accept() {
       continue;
     }
     size_t& from_source = per_source_[source];
-    if (from_source >= limits_.max_connections_per_source) {
+    if (from_source >= limits_.max_connections_per_source &&
+        !InAnyBlock(trusted_proxies_, source)) {
       Count(Refusal::kTooManyPerSource);
       SendAndClose(fd, "503 Service Unavailable", "too many connections from " + source + "\n");
       continue;
@@ -600,6 +601,16 @@ bool Server::StartRequest(Conn& c, size_t head_end) {
   req->path = std::move(head->path);
   req->headers = std::move(head->headers);
   req->remote_address = c.source;
+  if (!trusted_proxies_.empty()) {
+    // Every X-Forwarded-For field, in order, is one list (RFC 9110 5.3).
+    std::string forwarded;
+    for (const auto& [name, value] : req->headers.fields()) {
+      if (!EqualsIgnoreCase(name, "X-Forwarded-For")) continue;
+      if (!forwarded.empty()) forwarded += ',';
+      forwarded += value;
+    }
+    req->remote_address = ForwardedClient(c.source, forwarded, trusted_proxies_);
+  }
   c.cancel = std::make_shared<std::atomic<bool>>(false);
   req->cancelled = c.cancel;
   c.head_only = req->method == "HEAD";

@@ -37,6 +37,7 @@
 #include <vector>
 
 #include "common/status.h"
+#include "http/forwarded.h"
 #include "http/request_parser.h"
 
 namespace gpuwatch::http {
@@ -90,7 +91,7 @@ struct Request {
   std::vector<std::pair<std::string, std::string>> params;
   std::string body;
   std::vector<std::string> matches;  // the route pattern's groups; [0] is the whole path
-  std::string remote_address;        // the peer's IP address
+  std::string remote_address;        // the client: the peer, or who a trusted proxy says it is
   std::string principal;             // who the authorizer said this is ("" for anonymous reads)
   // The projects the principal is confined to (server/scope.h); empty: not confined.
   std::vector<std::string> scope;
@@ -153,6 +154,12 @@ class Server {
   // when it contains one of "([\\". GET routes also answer HEAD.
   void Route(std::string method, std::string pattern, Handler handler, RouteOptions options = {});
   void SetAuthorizer(Authorizer authorizer) { authorizer_ = std::move(authorizer); }
+  // Reverse proxies whose X-Forwarded-For names the client (http/forwarded.h): a request from
+  // one gets that client as its remote_address, and their connections are not held to
+  // max_connections_per_source (every client behind them shares their address).
+  void SetTrustedProxies(std::vector<AddressBlock> proxies) {
+    trusted_proxies_ = std::move(proxies);
+  }
 
   // Binds host:port (port 0 picks a free one) exclusively: no SO_REUSEPORT, so a second server
   // on the same address fails with "address in use". Then serves on background threads.
@@ -207,6 +214,7 @@ class Server {
   ServerLimits limits_;
   std::vector<RouteEntry> routes_;
   Authorizer authorizer_;
+  std::vector<AddressBlock> trusted_proxies_;
   int listen_fd_ = -1;
   int epoll_fd_ = -1;
   int wake_fd_ = -1;  // eventfd: completions and stop

@@ -324,6 +324,33 @@ TEST_F(ServerTest, ConnectionsPerSourceAreBounded) {
   for (int fd : fds) ::close(fd);
 }
 
+// Behind a trusted reverse proxy the client is who X-Forwarded-For names (http/forwarded.h),
+// for the handlers and the authorizer; the proxy's connections are not held to the
+// per-source bound, since every client behind it shares its address.
+TEST_F(ServerTest, ATrustedProxyNamesTheClient) {
+  ServerLimits limits;
+  limits.max_connections_per_source = 2;
+  server_ = std::make_unique<Server>(limits);
+  server_->SetTrustedProxies({*ParseAddressBlock("127.0.0.0/8")});
+  server_->Route("GET", "/who",
+                 [](const Request& q, Response& r) { r.Set(q.remote_address, "text/plain"); });
+  ASSERT_TRUE(server_->Start("127.0.0.1", 0).ok());
+  port_ = server_->port();
+  auto body = [](const std::string& r) { return r.substr(r.find("\r\n\r\n") + 4); };
+  EXPECT_EQ(body(Exchange(port_, "GET /who HTTP/1.1\r\nHost: x\r\n\r\n")), "127.0.0.1");
+  EXPECT_EQ(body(Exchange(port_,
+                          "GET /who HTTP/1.1\r\nHost: x\r\n"
+                          "X-Forwarded-For: 203.0.113.9\r\n"
+                          "X-Forwarded-For: 198.51.100.23\r\n\r\n")),
+            "198.51.100.23");
+  std::vector<int> fds;
+  for (int i = 0; i < 4; ++i) fds.push_back(Connect(port_));
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  EXPECT_EQ(StatusOf(Exchange(port_, "GET /who HTTP/1.1\r\nHost: x\r\n\r\n")), 200);
+  EXPECT_EQ(Refused(Refusal::kTooManyPerSource), 0u);
+  for (int fd : fds) ::close(fd);
+}
+
 TEST_F(ServerTest, AuthorizerRefusesBeforeTheBodyIsRead) {
   server_ = std::make_unique<Server>();
   std::atomic<int> handled{0};

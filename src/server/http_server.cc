@@ -565,6 +565,7 @@ void HttpServer::AddQueryRoutes() {
 Status HttpServer::Start(const ListenAddress& addr) {
   AddRoutes();
   server_.SetAuthorizer(MakeAuthorizer(options_.auth));
+  server_.SetTrustedProxies(options_.trusted_proxies);
   return server_.Start(addr.host, addr.port);
 }
 

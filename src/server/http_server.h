@@ -37,6 +37,8 @@ struct HttpOptions {
   size_t max_concurrent_queries = 4;
   query::EngineOptions query;
   AuthConfig auth;  // who may change state (server/auth.h)
+  // Reverse proxies whose X-Forwarded-For names the client (http/forwarded.h).
+  std::vector<http::AddressBlock> trusted_proxies;
   RemoteWriteOptions remote_write;
   // Pushes (remote-write, records) being handled at once beyond which the next is told 429
   // with Retry-After: a hub that falls behind sheds load instead of queueing every worker.

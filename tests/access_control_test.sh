@@ -5,7 +5,8 @@
 # sees nlp's job and not vision's (its list, its page (403), its PromQL, its findings), and
 # none of the node's routes; wrong tokens from one address are cut off with 429 + Retry-After,
 # behind a trusted proxy the client's address (X-Forwarded-For) and not the proxy's;
-# the CLI reads with GPUWATCH_TOKEN_FILE; and no token is ever written to the agent's log.
+# admin tokens add, list (by id) and revoke tokens over the API; the CLI reads with
+# GPUWATCH_TOKEN_FILE; and no token is ever written to the agent's log.
 GPUWATCH=$1 MOCK=$2
 . "$(dirname "$0")/lib.sh"
 
@@ -136,6 +137,31 @@ grep -q train-vision "$TMP/jobs.txt" && fail "gpuwatch jobs shows vision's job t
 HOME="$TMP/home" XDG_STATE_HOME="$TMP/home" "$GPUWATCH" jobs --agent "$URL" >"$TMP/jobs.txt" 2>&1 && fail "gpuwatch jobs without a token"
 grep -q 'GPUWATCH_TOKEN_FILE' "$TMP/jobs.txt" || fail "no hint on a 401: $(cat "$TMP/jobs.txt")"
 
+# Tokens managed by an admin token (POST/GET/DELETE /api/v1/tokens): a new read token works at
+# once and is shown only in the reply that made it; the list names tokens by id, never by
+# token; a revoked token gets 401 at once; read and scoped tokens may not manage tokens.
+expect 403 "$READ" /api/v1/tokens
+expect 403 "$NLP" /api/v1/tokens
+expect 403 "$READ" /api/v1/tokens -X POST -d '{"role":"admin"}'
+expect 400 "$ADMIN" /api/v1/tokens -X POST -d '{"role":"root"}'
+grep -q 'read, write or admin' "$TMP/body" || fail "bad role: $(cat "$TMP/body")"
+expect 201 "$ADMIN" /api/v1/tokens -X POST -d '{"role":"read","projects":["nlp"],"expires":"2099-01-01T00:00:00Z"}'
+NEW=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["token"])' "$TMP/body")
+NEW_ID=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["id"])' "$TMP/body")
+[ ${#NEW} -ge 32 ] && [ ${#NEW_ID} = 16 ] || fail "new token: $(cat "$TMP/body")"
+expect 200 "$NEW" /api/v1/jobs
+grep -q train-nlp "$TMP/body" && ! grep -q train-vision "$TMP/body" || fail "new nlp token sees: $(cat "$TMP/body")"
+expect 200 "$ADMIN" /api/v1/tokens
+grep -q "\"$NEW_ID\"" "$TMP/body" || fail "the list lacks the new token's id"
+for t in "$NEW" "$READ" "$ADMIN" "$NLP"; do grep -qF "$t" "$TMP/body" && fail "the token list shows a token"; done
+grep -qF "$NEW" "$TMP/tokens" || fail "the new token is not in the tokens file"
+[ "$(stat -c %a "$TMP/tokens")" = 600 ] || fail "the tokens file is mode $(stat -c %a "$TMP/tokens") after a change"
+expect 200 "$ADMIN" "/api/v1/tokens/$NEW_ID" -X DELETE
+# (from another client behind the proxy: the brute-force count of 127.0.0.1 stays at 0)
+expect 401 "$NEW" /api/v1/jobs -H "X-Forwarded-For: 192.0.2.200"
+expect 404 "$ADMIN" "/api/v1/tokens/$NEW_ID" -X DELETE
+expect 200 "$READ" /metrics  # the other lines stay
+
 # Brute force behind a reverse proxy the agent trusts (--trusted-proxy 127.0.0.1, curl playing
 # nginx with $proxy_add_x_forwarded_for): the client named by X-Forwarded-For is cut off, not
 # the proxy, and a client cannot dodge the count by writing its own addresses further left.
@@ -156,7 +182,7 @@ grep -qi '^Retry-After: [0-9]' "$TMP/headers" || fail "429 without Retry-After"
 expect 200 "" /healthz  # public routes are never blocked
 
 # No token in the agent's log, ever.
-for t in "$READ" "$WRITE" "$ADMIN" "$NLP" "$OLD"; do
+for t in "$READ" "$WRITE" "$ADMIN" "$NLP" "$OLD" "$NEW"; do
   grep -qF "$t" "$TMP/agent.log" && fail "a token is in the agent's log"
 done
 echo "access_control_test: ok"

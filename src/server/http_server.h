@@ -96,6 +96,7 @@ class HttpServer {
   // Takes a push slot, or answers 429 and returns none.
   std::optional<PushSlot> AdmitPush(http::Response& res);
   void AddHubRoutes();
+  void AddTokenRoutes();
   // The storage reads go to: --read-from's querier, else the embedded store.
   const store::Querier& Reader() const {
     return options_.read_from ? *options_.read_from : *store_;

@@ -1,15 +1,20 @@
 #include "server/tokens.h"
 
+#include <fcntl.h>
 #include <fmt/format.h>
+#include <openssl/evp.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
 #include <set>
 
+#include "common/file_io.h"
 #include "common/log.h"
 #include "common/random.h"
 #include "common/strings.h"
+#include "common/time_base.h"
 #include "server/query_api.h"
 
 namespace gpuwatch::server {
@@ -238,6 +243,104 @@ std::shared_ptr<const TokenTable> TokensFile::Current() {
   table_ = std::make_shared<const TokenTable>(std::move(table).value());
   GW_LOG_INFO("tokens: re-read {}: {} tokens", path_, table_->entries.size());
   return table_;
+}
+
+std::string TokenId(std::string_view token) {
+  unsigned char digest[EVP_MAX_MD_SIZE];
+  unsigned int len = 0;
+  if (EVP_Digest(token.data(), token.size(), digest, &len, EVP_sha256(), nullptr) != 1 || len < 8)
+    return {};
+  std::string out;
+  for (unsigned i = 0; i < 8; ++i) out += fmt::format("{:02x}", digest[i]);
+  return out;
+}
+
+nlohmann::json TokenEntryJson(const TokenEntry& e, int64_t now_ms) {
+  nlohmann::json j = {{"id", TokenId(e.token)},
+                      {"role", RoleName(e.role)},
+                      {"projects", e.projects},
+                      {"line", e.line},
+                      {"principal", e.principal}};
+  if (e.expires_ms) {
+    j["expires"] = FormatUtc(*e.expires_ms);
+    j["expired"] = *e.expires_ms <= now_ms;
+  }
+  return j;
+}
+
+Status TokensFile::Replace(const std::string& text) {
+  // The same checks as a start: a change that would not load is not written.
+  const std::string base = path_.substr(path_.find_last_of('/') + 1);
+  auto table = ParseTokens(text, base);
+  if (!table.ok()) return table.status();
+  // Mode 0600 from the start: the secret is never readable by others, not even as .tmp.
+  const std::string tmp = path_ + ".tmp";
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
+  if (fd < 0) return ErrnoStatus("create " + tmp, errno);
+  Status st = ::fchmod(fd, 0600) == 0 ? Status::Ok() : ErrnoStatus("chmod " + tmp, errno);
+  if (st.ok()) st = WriteAll(fd, text, "write " + tmp);
+  if (st.ok() && ::fsync(fd) != 0) st = ErrnoStatus("fsync " + tmp, errno);
+  if (::close(fd) != 0 && st.ok()) st = ErrnoStatus("close " + tmp, errno);
+  if (st.ok() && ::rename(tmp.c_str(), path_.c_str()) != 0)
+    st = ErrnoStatus("rename " + tmp + " to " + path_, errno);
+  if (!st.ok()) {
+    ::unlink(tmp.c_str());
+    return st;
+  }
+  GW_RETURN_IF_ERROR(SyncDir(DirOf(path_)));
+  struct stat sb {};
+  std::lock_guard<std::mutex> lock(mu_);
+  if (::stat(path_.c_str(), &sb) == 0) {
+    mtime_ns_ = int64_t{sb.st_mtim.tv_sec} * 1'000'000'000 + sb.st_mtim.tv_nsec;
+    size_ = sb.st_size;
+  }
+  last_error_.clear();
+  table_ = std::make_shared<const TokenTable>(std::move(table).value());
+  return Status::Ok();
+}
+
+Result<TokenEntry> TokensFile::Add(Role role, const std::vector<std::string>& projects,
+                                   std::optional<int64_t> expires_ms, const std::string& by) {
+  auto line = NewTokenLine(role, projects);
+  if (!line.ok()) return line.status();
+  if (expires_ms) *line += " expires=" + FormatUtc(*expires_ms);
+  std::lock_guard<std::mutex> write_lock(write_mu_);
+  auto f = ReadSmallFile(path_, kMaxTokensFileBytes);
+  if (!f.ok) return Status::IoError("cannot read " + path_ + ": " + std::strerror(f.err));
+  std::string text = std::move(f.data);
+  if (!text.empty() && text.back() != '\n') text += '\n';
+  // Who added it and when, for the operator reading the file; never the asker's token.
+  text += *line + "  # added by " + by + " at " + FormatUtc(WallClockMs()) + "\n";
+  GW_RETURN_IF_ERROR(Replace(text));
+  const std::string token = line->substr(0, line->find(' '));
+  auto table = Current();
+  if (const TokenEntry* e = table->Find(token)) return *e;
+  return Status::Internal("the new token is not in " + path_ + " after writing it");
+}
+
+Result<TokenEntry> TokensFile::Revoke(std::string_view id) {
+  std::lock_guard<std::mutex> write_lock(write_mu_);
+  auto f = ReadSmallFile(path_, kMaxTokensFileBytes);
+  if (!f.ok) return Status::IoError("cannot read " + path_ + ": " + std::strerror(f.err));
+  const std::string base = path_.substr(path_.find_last_of('/') + 1);
+  auto table = ParseTokens(f.data, base);
+  if (!table.ok()) return table.status();
+  const TokenEntry* found = nullptr;
+  for (const TokenEntry& e : table->entries)
+    if (TokenId(e.token) == id) found = &e;
+  if (!found) return Status::NotFound("no token with id " + std::string(id.substr(0, 64)));
+  // Every other line as it was, comments included.
+  std::string text;
+  int line_no = 0;
+  for (size_t pos = 0; pos < f.data.size();) {
+    size_t nl = f.data.find('\n', pos);
+    const size_t end = nl == std::string::npos ? f.data.size() : nl + 1;
+    if (++line_no != found->line) text.append(f.data, pos, end - pos);
+    pos = end;
+  }
+  TokenEntry revoked = *found;
+  GW_RETURN_IF_ERROR(Replace(text));
+  return revoked;
 }
 
 }  // namespace gpuwatch::server

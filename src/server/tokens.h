@@ -20,6 +20,7 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -71,6 +72,13 @@ Result<TokenTable> LoadTokensFile(const std::string& path);
 // One line for a tokens file with a new random token (32 bytes as hex).
 Result<std::string> NewTokenLine(Role role, const std::vector<std::string>& projects);
 
+// A token's public name: the first 16 hex digits of its SHA-256. Lists and revocations use it,
+// so the token itself is never shown again once made, and the name says nothing of it.
+std::string TokenId(std::string_view token);
+
+// A token entry as the admin API lists it: id, role, projects, expires, line; never the token.
+nlohmann::json TokenEntryJson(const TokenEntry& e, int64_t now_ms);
+
 // A tokens file, re-read when its modification time or size changes (checked at most once per
 // `recheck`).
 class TokensFile {
@@ -82,11 +90,25 @@ class TokensFile {
   std::shared_ptr<const TokenTable> Current();
   const std::string& path() const { return path_; }
 
+  // The admin API's changes (issue 19: admin tokens manage tokens). Each reads the file as it
+  // is now (an operator's edits are kept), changes one line, writes it back atomically (mode
+  // 0600: a temporary file, fsync, rename) and takes the new table at once. `by` is the
+  // principal who asked, written in a comment beside an added line.
+  // Adds a line with a new random token; the entry (with its token, which the caller shows
+  // once) or InvalidArgument naming the project that is not valid.
+  Result<TokenEntry> Add(Role role, const std::vector<std::string>& projects,
+                         std::optional<int64_t> expires_ms, const std::string& by);
+  // Removes the line of the token named `id` (TokenId); NotFound when none has it.
+  Result<TokenEntry> Revoke(std::string_view id);
+
  private:
   TokensFile(std::string path, std::chrono::milliseconds recheck)
       : path_(std::move(path)), recheck_(recheck) {}
+  // Writes `text` as the file and makes it the table. REQUIRES: write_mu_ held.
+  Status Replace(const std::string& text);
   std::string path_;
   std::chrono::milliseconds recheck_;
+  std::mutex write_mu_;  // one change of the file at a time (taken before mu_)
   std::mutex mu_;
   std::shared_ptr<const TokenTable> table_;
   std::chrono::steady_clock::time_point next_check_{};

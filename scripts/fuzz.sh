@@ -44,6 +44,9 @@ clang++ $FLAGS -o baseline_fuzz ../../src/analyze/baseline_fuzz.cc ../../src/ana
   ../../src/trace/trace_reader.cc ../../src/trace/trace_records.cc $COMMON -lfmt -lz -lzstd
 clang++ $FLAGS -o request_parser_fuzz ../../src/http/request_parser_fuzz.cc ../../src/http/request_parser.cc \
   $COMMON -lfmt
+clang++ $FLAGS -o sacct_fuzz ../../src/accounting/sacct_fuzz.cc ../../src/accounting/sacct.cc \
+  ../../src/accounting/ledger.cc ../../src/trace/trace_reader.cc ../../src/trace/trace_records.cc \
+  ../../src/store/wal.cc ../../src/store/internal/file_util.cc $COMMON -lfmt -lz -lzstd
 clang++ $FLAGS -o forwarded_fuzz ../../src/http/forwarded_fuzz.cc ../../src/http/forwarded.cc \
   $COMMON -lfmt
 STORE="../../src/store/chunkenc.cc ../../src/store/labels.cc ../../src/store/remote_write.cc"
@@ -82,4 +85,5 @@ mkdir -p corpus/alerts && ./alerts_fuzz -max_total_time="$SECS" corpus/alerts ..
 mkdir -p corpus/baseline && ./baseline_fuzz -max_total_time="$SECS" corpus/baseline ../../tests/fixtures/baselines
 mkdir -p corpus/user_rules && ./user_rules_fuzz -max_total_time="$SECS" corpus/user_rules ../../tests/fixtures/user_rules
 mkdir -p corpus/request_parser && ./request_parser_fuzz -max_total_time="$SECS" corpus/request_parser ../../tests/fixtures/http_requests
+mkdir -p corpus/sacct && ./sacct_fuzz -max_total_time="$SECS" corpus/sacct ../../tests/fixtures/slurm/sacct
 mkdir -p corpus/forwarded && ./forwarded_fuzz -max_total_time="$SECS" corpus/forwarded ../../tests/fixtures/forwarded

@@ -9,6 +9,8 @@
 # - Only root may allocate: the same message from nobody is refused (not_permitted).
 # - The agent's and the hub's reports agree; the queue wait is scontrol's start - submit; the
 #   ledger survives the agent's restart; prices and quotas apply.
+# - A job whose prolog skipped scontrol gets its queue wait from sacct (a stand-in), asked by
+#   the agent after the fact.
 GPUWATCH=$1 MOCK=$2
 . "$(dirname "$0")/lib.sh"
 [ "$(id -u)" = 0 ] || { echo "SKIP: the Slurm prolog's messages are root's; run as root"; exit 0; }
@@ -50,13 +52,23 @@ start_hub() {
   PIDS+=("$HUB_PID")
   wait_http "$HUB/healthz" 20 || { cat "$TMP/hub.log"; fail "hub did not start"; }
 }
+# A stand-in sacct for the job whose prolog skips scontrol (below): it logs how it is asked and
+# answers from sacct.reply, in the form the agent asks for (-X -n -P, Unix seconds).
+cat >"$TMP/sacct" <<SH
+#!/bin/sh
+echo "\$SLURM_TIME_FORMAT \$*" >>"$TMP/sacct.calls"
+[ -f "$TMP/sacct.reply" ] && cat "$TMP/sacct.reply"
+exit 0
+SH
+chmod +x "$TMP/sacct"
 start_hub
 # The agent pushes with the hub's own state-change token (the hub writes DATA_DIR/admin.token).
 start_agent() {
   GPUWATCH_MOCK_NVML="$TMP/scenario.json" "$GPUWATCH" up --listen "127.0.0.1:$A_PORT" \
     --nvml-lib "$MOCK" --hostname node-a --data-dir "$TMP/a" --job-socket "$SOCK" --kmsg off \
     --gpu-interval 1s --process-interval 1s --job-interval 1s --gpu-prices 'H100=2.5' --hub "$HUB" \
-    --hub-token-file "$TMP/hub/admin.token" --hub-interval 1s >>"$TMP/a.log" 2>&1 &
+    --hub-token-file "$TMP/hub/admin.token" --hub-interval 1s --sacct "$TMP/sacct" \
+    --sacct-interval 1s >>"$TMP/a.log" 2>&1 &
   AGENT_PID=$!
   PIDS+=("$AGENT_PID")
   wait_http "$AGENT/healthz" 20 || { cat "$TMP/a.log"; fail "agent did not start"; }
@@ -193,5 +205,27 @@ assert float(series["3"]["values"][0][1]) == 100, series["3"]["values"][0]
 assert vision["data"]["result"] == [], vision["data"]["result"]
 PY
   fail "the nlp token's GPUs are wrong: $(head -c 2000 "$TMP/nlp.json")"
+
+# A job whose prolog skipped scontrol (GPUWATCH_SCONTROL="" on a busy cluster): its queue wait
+# comes from sacct, which the agent asks after the fact — submitted 120 s before it started.
+NOW2=$(date +%s)
+echo "4343|$((NOW2 - 120))|$NOW2" >"$TMP/sacct.reply"
+env SLURM_JOB_ID=4343 SLURM_JOB_USER=bob SLURM_JOB_ACCOUNT=vision SLURM_JOB_GPUS=2 \
+  "$GPUWATCH" slurm prolog --socket "$SOCK" --scontrol "" || fail "the second prolog failed"
+for ((i = 0; i < 100; i++)); do
+  "$GPUWATCH" report --agent "$AGENT" --by job --since 1h --json >"$TMP/sacct.json" 2>/dev/null &&
+    python3 -c 'import json,sys; r=[r for r in json.load(open(sys.argv[1]))["rows"] if r["key"]=="4343"]; sys.exit(0 if r and r[0].get("queue_wait_s_mean") else 1)' "$TMP/sacct.json" && break
+  sleep 0.2
+done
+python3 - "$TMP/sacct.json" <<'PY' || fail "job 4343's queue wait from sacct: $(cat "$TMP/sacct.json"; cat "$TMP/sacct.calls")"
+import json, sys
+row = [r for r in json.load(open(sys.argv[1]))["rows"] if r["key"] == "4343"][0]
+assert row["user"] == "bob" and row["project"] == "vision", row
+# The attempt starts at the allocation's record (the prolog's clock, a moment after NOW2).
+assert 120 <= row["queue_wait_s_mean"] <= 125, row["queue_wait_s_mean"]
+PY
+grep -q '^%s -X -n -P -j 4343 --format=JobIDRaw,Submit,Start$' "$TMP/sacct.calls" ||
+  fail "sacct was asked otherwise: $(cat "$TMP/sacct.calls")"
+grep -q -- '-j 4242' "$TMP/sacct.calls" && fail "sacct was asked about 4242, whose wait scontrol gave"
 
 echo "PASS"

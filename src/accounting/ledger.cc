@@ -3,7 +3,10 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
+#include <cstdlib>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <set>
 
@@ -671,6 +674,62 @@ std::vector<Segment> Ledger::SegmentsOf(const std::set<std::string>& jobs) const
       out.insert(out.end(), a.segments.begin(), a.segments.end());
   }
   return out;
+}
+
+namespace {
+
+// Slurm's JobIDRaw, or an array task (JobID "123_4"): what `sacct -j` takes.
+bool SlurmJobId(std::string_view id) {
+  if (id.empty() || id.size() > 32 || !std::isdigit(static_cast<unsigned char>(id.front())) ||
+      !std::isdigit(static_cast<unsigned char>(id.back())))
+    return false;
+  int underscores = 0;
+  for (char c : id) {
+    if (c == '_') {
+      ++underscores;
+      continue;
+    }
+    if (!std::isdigit(static_cast<unsigned char>(c))) return false;
+  }
+  return underscores <= 1;
+}
+
+}  // namespace
+
+std::vector<std::string> Ledger::JobsWithoutQueueWait(size_t max,
+                                                      const std::set<std::string>& skip) const {
+  std::vector<std::pair<int64_t, std::string>> found;  // (latest such start, job)
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const auto& [id, e] : jobs_) {
+      if (!SlurmJobId(id) || skip.count(id)) continue;
+      int64_t latest = -1;
+      for (const Attempt& a : e.attempts)
+        if (a.queued_ms < 0) latest = std::max(latest, a.start_ms);
+      if (latest >= 0) found.emplace_back(latest, id);
+    }
+  }
+  std::sort(found.begin(), found.end(), std::greater<>());
+  std::vector<std::string> out;
+  for (size_t i = 0; i < found.size() && i < max; ++i) out.push_back(std::move(found[i].second));
+  return out;
+}
+
+bool Ledger::SetSubmitTime(const std::string& job, int64_t submit_ms, int64_t start_ms) {
+  constexpr int64_t kMaxGapMs = 3600'000;
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = jobs_.find(job);
+  if (it == jobs_.end()) return false;
+  Attempt* best = nullptr;
+  for (Attempt& a : it->second.attempts) {
+    if (a.queued_ms >= 0 || std::llabs(a.start_ms - start_ms) > kMaxGapMs) continue;
+    if (!best || std::llabs(a.start_ms - start_ms) < std::llabs(best->start_ms - start_ms))
+      best = &a;
+  }
+  if (!best || submit_ms > best->start_ms) return false;
+  best->queued_ms = submit_ms;
+  PersistLocked(it->second);
+  return true;
 }
 
 LedgerStats Ledger::Stats() const {

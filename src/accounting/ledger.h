@@ -178,6 +178,18 @@ class Ledger {
   // of their entries.
   std::vector<Segment> SegmentsOf(const std::set<std::string>& jobs) const;
   LedgerStats Stats() const;
+
+  // The scheduler's word after the fact (accounting/sacct.h): jobs whose id is a Slurm job id
+  // (digits, or an array task "123_4") with an attempt that has no queue wait, the latest
+  // started first, at most `max`, those in `skip` left out.
+  std::vector<std::string> JobsWithoutQueueWait(size_t max,
+                                                const std::set<std::string>& skip = {}) const;
+  // Gives the job's attempt that the scheduler started at `start_ms` — the one without a queue
+  // wait whose start is nearest it, within an hour (the ranks start a little after the
+  // allocation) — its submit time, and writes the entry. False when none fits, or the submit
+  // time is after that start.
+  bool SetSubmitTime(const std::string& job, int64_t submit_ms, int64_t start_ms);
+
   // The newest record time seen (ms), 0 before any: a replayed trace's "now".
   int64_t newest_ms() const;
 

@@ -170,6 +170,11 @@ void AddServingFlags(CLI::App* app, AgentFlags* f) {
                   "80 % and past 100 %, nothing is stopped");
   app->add_option("--accounting-retention", f->accounting_retention,
                   "How long ended jobs stay in the accounting ledger (default 400d)");
+  app->add_option("--sacct", f->sacct,
+                  "Slurm's sacct, asked for the submit times (queue waits) of Slurm jobs the "
+                  "prolog gave none; used when it is there (default sacct, \"\" for never)");
+  app->add_option("--sacct-interval", f->sacct_interval,
+                  "How often sacct is asked, a batch of 100 jobs at a time (default 5m)");
   app->add_option("--write-max-body", f->write_max_body,
                   "Largest remote-write request body, compressed (default 32MiB)");
   app->add_option("--max-series", f->max_series,
@@ -346,6 +351,8 @@ std::map<std::string, std::string*> FlagFields(AgentFlags* f) {
           {"gpu-prices", &f->gpu_prices},
           {"quotas", &f->quotas},
           {"accounting-retention", &f->accounting_retention},
+          {"sacct", &f->sacct},
+          {"sacct-interval", &f->sacct_interval},
           {"log-level", &f->log_level}};
 }
 
@@ -418,6 +425,12 @@ Result<server::AgentOptions> MakeOptions(const AgentFlags& f, const std::string&
       return Status::InvalidArgument("bad --accounting-retention '" + f.accounting_retention +
                                      "': a duration such as 400d");
     o.accounting.retention_ms = *retention;
+    o.sacct.program = f.sacct == "off" ? "" : f.sacct;
+    auto every = ParseDurationMs(f.sacct_interval);
+    if (!every.ok() || *every < 1000)
+      return Status::InvalidArgument("bad --sacct-interval '" + f.sacct_interval +
+                                     "': a duration of at least 1s, such as 5m");
+    o.sacct.interval = std::chrono::milliseconds(*every);
   }
   o.version = version;
   o.root_dir = f.root_dir;

@@ -69,6 +69,9 @@ struct AgentFlags {
   std::string write_token_file;
   std::string tokens_file;  // --tokens (server/tokens.h)
   bool insecure_listen = false;
+  // Slurm queue waits from sacct (accounting/sacct.h): the program ("" off) and how often.
+  std::string sacct = "sacct";
+  std::string sacct_interval = "5m";
   // Reverse proxies whose X-Forwarded-For names the client (http/forwarded.h): CIDRs, commas.
   std::string trusted_proxy;
   // Push to a hub (server/hub_push.h).

@@ -164,5 +164,25 @@ TEST(AgentFlagsTest, PricesAndQuotasParseOrAreRefusedByEntry) {
   EXPECT_FALSE(MakeOptions(f, "test").ok());
 }
 
+TEST(AgentFlagsTest, SacctIsAskedEveryIntervalUnlessOff) {
+  AgentFlags f;  // the defaults: sacct from PATH, every 5 minutes
+  auto o = MakeOptions(f, "test");
+  ASSERT_TRUE(o.ok()) << o.status().ToString();
+  EXPECT_EQ(o->sacct.program, "sacct");
+  EXPECT_EQ(o->sacct.interval, std::chrono::minutes(5));
+  f.sacct = "off";
+  f.sacct_interval = "30s";
+  o = MakeOptions(f, "test");
+  ASSERT_TRUE(o.ok()) << o.status().ToString();
+  EXPECT_EQ(o->sacct.program, "");
+  EXPECT_EQ(o->sacct.interval, std::chrono::seconds(30));
+  for (const char* bad : {"0s", "500ms", "soon"}) {
+    f.sacct_interval = bad;
+    auto r = MakeOptions(f, "test");
+    ASSERT_FALSE(r.ok()) << bad;
+    EXPECT_NE(r.status().message().find("--sacct-interval"), std::string::npos);
+  }
+}
+
 }  // namespace
 }  // namespace gpuwatch::cli

@@ -1,8 +1,5 @@
 #include "cli/slurm_cmd.h"
 
-#include <fcntl.h>
-#include <signal.h>
-#include <spawn.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <sys/wait.h>
@@ -17,25 +14,13 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
+#include "accounting/sacct.h"
 #include "common/strings.h"
+#include "common/subprocess.h"
 #include "jobs/job_listener.h"
-
-extern char** environ;
 
 namespace gpuwatch::cli {
 namespace {
-
-// "2021-08-09T14:30:17", the local time Slurm prints, → Unix seconds.
-std::optional<double> LocalTime(std::string_view s) {
-  std::tm tm{};
-  const std::string text(s);
-  const char* end = strptime(text.c_str(), "%Y-%m-%dT%H:%M:%S", &tm);
-  if (!end || *end != '\0') return std::nullopt;
-  tm.tm_isdst = -1;
-  const time_t t = mktime(&tm);
-  if (t == static_cast<time_t>(-1)) return std::nullopt;
-  return static_cast<double>(t);
-}
 
 // "<exit>:<signal>" (SLURM_JOB_EXIT_CODE2, scontrol's ExitCode) → an exit status as a shell
 // says it: 128 + signal when a signal ended the job.
@@ -58,51 +43,19 @@ bool ValidJobId(const std::string& id) {
 // Runs `scontrol show job ID` for at most timeout_s; its stdout, or "" on any failure.
 std::string RunScontrol(const std::string& scontrol, const std::string& id, double timeout_s,
                         std::ostream& err) {
-  int pipefd[2];
-  if (pipe2(pipefd, O_CLOEXEC) != 0) return "";
-  posix_spawn_file_actions_t fa;
-  posix_spawn_file_actions_init(&fa);
-  posix_spawn_file_actions_adddup2(&fa, pipefd[1], 1);
-  posix_spawn_file_actions_addopen(&fa, 2, "/dev/null", O_WRONLY, 0);
   // Slurm's default time format, whatever the site set (parse_time.c honours it).
-  setenv("SLURM_TIME_FORMAT", "standard", 1);
-  std::string a0 = scontrol, a1 = "show", a2 = "job", a3 = id;
-  char* argv[] = {a0.data(), a1.data(), a2.data(), a3.data(), nullptr};
-  pid_t pid = 0;
-  const int rc = posix_spawnp(&pid, scontrol.c_str(), &fa, nullptr, argv, environ);
-  posix_spawn_file_actions_destroy(&fa);
-  close(pipefd[1]);
-  if (rc != 0) {
-    close(pipefd[0]);
-    err << "gpuwatch slurm: cannot run " << scontrol << ": " << std::strerror(rc) << "\n";
+  auto r = RunCommand({scontrol, "show", "job", id}, {{"SLURM_TIME_FORMAT", "standard"}},
+                      std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000)));
+  if (!r.ok()) {
+    err << "gpuwatch slurm: cannot run " << scontrol << ": " << r.status().message() << "\n";
     return "";
   }
-  std::string out;
-  const auto deadline = std::chrono::steady_clock::now() +
-                        std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000));
-  fcntl(pipefd[0], F_SETFL, O_NONBLOCK);
-  bool done = false;
-  while (!done && std::chrono::steady_clock::now() < deadline && out.size() < (1 << 20)) {
-    char buf[4096];
-    const ssize_t n = read(pipefd[0], buf, sizeof buf);
-    if (n > 0)
-      out.append(buf, static_cast<size_t>(n));
-    else if (n == 0)
-      done = true;
-    else
-      std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
-  close(pipefd[0]);
-  if (!done) {
-    kill(pid, SIGKILL);
+  if (r->timed_out) {
     err << "gpuwatch slurm: " << scontrol << " show job " << id << " took over " << timeout_s
         << " s; going on without what it would have said\n";
-    out.clear();
+    return "";
   }
-  int status = 0;
-  waitpid(pid, &status, 0);
-  if (done && !(WIFEXITED(status) && WEXITSTATUS(status) == 0)) out.clear();
-  return out;
+  return r->exit_code == 0 ? r->out : "";
 }
 
 }  // namespace
@@ -116,9 +69,9 @@ ScontrolJob ParseScontrolShowJob(const std::string& text) {
     if (eq == std::string_view::npos) continue;
     const std::string_view key = tok.substr(0, eq), value = tok.substr(eq + 1);
     if (key == "SubmitTime")
-      j.submit_s = LocalTime(value);
+      j.submit_s = accounting::ParseSlurmLocalTime(value);
     else if (key == "StartTime")
-      j.start_s = LocalTime(value);
+      j.start_s = accounting::ParseSlurmLocalTime(value);
     else if (key == "JobName" && j.name.empty())
       j.name = std::string(value);
     else if (key == "ExitCode")

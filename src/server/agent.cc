@@ -15,6 +15,7 @@
 #include "common/file_io.h"
 #include "common/log.h"
 #include "common/strings.h"
+#include "common/subprocess.h"
 #include "server/api.h"
 #include "server/event_api.h"
 #include "server/job_metrics.h"
@@ -95,6 +96,19 @@ Status Agent::Init() {
     auto l = accounting::Ledger::Open(lo);
     if (!l.ok()) return l.status();
     ledger_ = std::move(l).value();
+  }
+  if (!options_.sacct.program.empty()) {
+    if (ProgramExists(options_.sacct.program)) {
+      sacct_ = std::make_unique<accounting::SacctBackfill>(ledger_.get(), options_.sacct);
+      GW_LOG_INFO(
+          "accounting: Slurm jobs' queue waits from {} every {} s when the prolog gave none",
+          options_.sacct.program, options_.sacct.interval.count() / 1000);
+    } else if (options_.sacct.program != "sacct") {  // named, not the default
+      GW_LOG_WARN(
+          "accounting: --sacct {}: no such program; queue waits come from the Slurm "
+          "prolog and the SDK only",
+          options_.sacct.program);
+    }
   }
   if (options_.hub) {
     HubIngestOptions ho = options_.hub_ingest;
@@ -1057,6 +1071,7 @@ void Agent::Start() {
   alerts_.Start();
   if (pusher_) pusher_->Start();
   if (forwarder_) forwarder_->Start();
+  if (sacct_) sacct_->Start();
   StartTiers();
   if (gpu_ready_) events_thread_ = std::thread([this] { RunEvents(); });
 }
@@ -1073,6 +1088,7 @@ void Agent::Stop() {
     DrainJobs();             // what the last second of jobs reported
   }
   if (snapshots_) snapshots_->Stop();
+  if (sacct_) sacct_->Stop();
   if (was_running) TickAccounting();
   // After the last drain: its records reach the spool, sent at the next start.
   if (pusher_) pusher_->Stop();

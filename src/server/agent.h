@@ -20,6 +20,7 @@
 #include <tuple>
 
 #include "accounting/ledger.h"
+#include "accounting/sacct.h"
 #include "analyze/alerts.h"
 #include "collect/attribution.h"
 #include "collect/gpu_source.h"
@@ -102,6 +103,9 @@ struct AgentOptions {
   HubPushOptions push;
   // GPU accounting: prices, soft quotas, retention (its dir is set from data_dir).
   accounting::LedgerOptions accounting;
+  // Queue waits of Slurm jobs from sacct, when the program is there (accounting/sacct.h);
+  // program "" is off.
+  accounting::SacctOptions sacct;
   // --remote-write URL: the series (an agent's own, or what a hub takes in) also go to a
   // Prometheus-compatible cluster (VictoriaMetrics, Mimir, Thanos receive, Prometheus), through
   // a spool of their own under <data-dir>/forward. url "" is off.
@@ -227,7 +231,8 @@ class Agent {
   bool KeepsSeries() const { return store_ || pusher_ || forwarder_; }
   // One trace record: into the flight recorder and, with --hub, the push's spool.
   void Record(int64_t t_ms, std::string line);
-  std::unique_ptr<accounting::Ledger> ledger_;  // before hub_: the hub feeds it
+  std::unique_ptr<accounting::Ledger> ledger_;        // before hub_: the hub feeds it
+  std::unique_ptr<accounting::SacctBackfill> sacct_;  // null: no sacct
   std::unique_ptr<HubIngest> hub_;
   std::unique_ptr<HubPusher> pusher_;
   std::unique_ptr<HubPusher> forwarder_;

@@ -23,15 +23,8 @@ WORK=$(mktemp -d /tmp/gpuwatch-hub-profile.XXXXXX)
 PIDS=()
 trap 'for p in "${PIDS[@]:-}"; do kill "$p" 2>/dev/null || true; done; rm -rf "$WORK"' EXIT
 PORT=19890
-R=$("$G" token new read | cut -d' ' -f1)
-echo "$R read" >"$WORK/tokens"
-: >"$WORK/w.token"
-for _ in 1 2 3 4 5 6; do
-  W=$("$G" token new write | cut -d' ' -f1)
-  echo "$W write" >>"$WORK/tokens"
-  echo "$W" >>"$WORK/w.token"
-done
-chmod 600 "$WORK/tokens" "$WORK/w.token"
+. "$(dirname "$0")/lib.sh"
+R=$(fleet_tokens "$G" "$WORK")
 "$G" hub --listen "127.0.0.1:$PORT" --data-dir "$WORK/hub" --tokens "$WORK/tokens" \
   --wal-sync interval --log-level warning --max-series 3000000 --max-series-per-sender 3000000 \
   >"$WORK/hub.log" 2>&1 &

@@ -30,17 +30,9 @@ WORK=$(mktemp -d /tmp/gpuwatch-fleet-bench.XXXXXX)
 PIDS=()
 trap 'for p in "${PIDS[@]:-}"; do kill "$p" 2>/dev/null || true; done; rm -rf "$WORK"' EXIT
 PORT=19870
-# One write token per generator connection (6): six senders to the hub, as many as it may
-# decode at once with --limit write.max_concurrency (HUB_FLAGS).
-R=$("$G" token new read | cut -d' ' -f1)
-echo "$R read" >"$WORK/tokens"
-: >"$WORK/w.token"
-for _ in 1 2 3 4 5 6; do
-  W=$("$G" token new write | cut -d' ' -f1)
-  echo "$W write" >>"$WORK/tokens"
-  echo "$W" >>"$WORK/w.token"
-done
-chmod 600 "$WORK/tokens" "$WORK/w.token"
+# One write token per generator connection (6): six senders to the hub.
+. "$(dirname "$0")/lib.sh"
+R=$(fleet_tokens "$G" "$WORK")
 
 # The simulated nodes come from 127.0.0.1 with six tokens: six senders to the hub, whose
 # per-sender series limit (200,000, about 147 nodes of 1,358 series) is for one real node.

@@ -27,15 +27,6 @@ std::vector<std::string_view> SplitFields(std::string_view line) {
   return out;
 }
 
-bool SameName(std::string_view a, std::string_view b) {
-  if (a.size() != b.size()) return false;
-  for (size_t i = 0; i < a.size(); ++i)
-    if (std::tolower(static_cast<unsigned char>(a[i])) !=
-        std::tolower(static_cast<unsigned char>(b[i])))
-      return false;
-  return true;
-}
-
 struct Columns {
   std::optional<size_t> id_raw, id, submit, start;
   bool any() const { return id_raw || id || submit || start; }
@@ -48,10 +39,10 @@ Columns FindColumns(const std::vector<std::string_view>& names) {
   for (size_t i = 0; i < names.size(); ++i) {
     std::string_view f = TrimWhitespace(names[i]);
     f = f.substr(0, f.find('%'));
-    if (SameName(f, "JobIDRaw")) c.id_raw = i;
-    if (SameName(f, "JobID")) c.id = i;
-    if (SameName(f, "Submit")) c.submit = i;
-    if (SameName(f, "Start")) c.start = i;
+    if (EqualsIgnoreCase(f, "JobIDRaw")) c.id_raw = i;
+    if (EqualsIgnoreCase(f, "JobID")) c.id = i;
+    if (EqualsIgnoreCase(f, "Submit")) c.submit = i;
+    if (EqualsIgnoreCase(f, "Start")) c.start = i;
   }
   return c;
 }

@@ -1,6 +1,7 @@
 #include "common/file_io.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -44,11 +45,17 @@ Status SyncDir(const std::string& dir) {
   return Status::Ok();
 }
 
-Status WriteFileAtomically(const std::string& path, std::string_view data) {
+namespace {
+
+Status WriteAtomically(const std::string& path, std::string_view data, bool secret) {
   const std::string tmp = path + ".tmp";
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  const int fd =
+      ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | (secret ? O_NOFOLLOW : 0),
+             secret ? 0600 : 0644);
   if (fd < 0) return ErrnoStatus("create " + tmp, errno);
-  Status st = WriteAll(fd, data, "write " + tmp);
+  Status st = Status::Ok();
+  if (secret && ::fchmod(fd, 0600) != 0) st = ErrnoStatus("chmod " + tmp, errno);
+  if (st.ok()) st = WriteAll(fd, data, "write " + tmp);
   if (st.ok() && ::fsync(fd) != 0) st = ErrnoStatus("fsync " + tmp, errno);
   if (::close(fd) != 0 && st.ok()) st = ErrnoStatus("close " + tmp, errno);
   if (st.ok() && ::rename(tmp.c_str(), path.c_str()) != 0)
@@ -58,6 +65,16 @@ Status WriteFileAtomically(const std::string& path, std::string_view data) {
     return st;
   }
   return SyncDir(DirOf(path));
+}
+
+}  // namespace
+
+Status WriteFileAtomically(const std::string& path, std::string_view data) {
+  return WriteAtomically(path, data, /*secret=*/false);
+}
+
+Status WriteSecretFileAtomically(const std::string& path, std::string_view data) {
+  return WriteAtomically(path, data, /*secret=*/true);
 }
 
 }  // namespace gpuwatch

@@ -23,5 +23,8 @@ Status SyncDir(const std::string& dir);
 // <path>.tmp, fsync, rename onto `path`, fsync the directory: a crash leaves the old file or
 // the new one, never a part; a failure leaves the old file and no .tmp.
 Status WriteFileAtomically(const std::string& path, std::string_view data);
+// The same for a secret (a tokens file): mode 0600 from the moment the .tmp exists, whatever the
+// umask or a leftover .tmp's mode, and never through a symlink at <path>.tmp.
+Status WriteSecretFileAtomically(const std::string& path, std::string_view data);
 
 }  // namespace gpuwatch

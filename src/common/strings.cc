@@ -39,6 +39,15 @@ std::string ToLower(std::string_view s) {
   return out;
 }
 
+bool EqualsIgnoreCase(std::string_view a, std::string_view b) {
+  if (a.size() != b.size()) return false;
+  for (size_t i = 0; i < a.size(); ++i)
+    if (std::tolower(static_cast<unsigned char>(a[i])) !=
+        std::tolower(static_cast<unsigned char>(b[i])))
+      return false;
+  return true;
+}
+
 std::optional<double> ParseDouble(std::string_view s) {
   s = TrimWhitespace(s);
   if (s.empty()) return std::nullopt;

@@ -16,6 +16,8 @@ std::vector<std::string_view> SplitAny(std::string_view s, std::string_view deli
                                        bool skip_empty = true);
 bool StartsWith(std::string_view s, std::string_view prefix);
 std::string ToLower(std::string_view s);
+// ASCII letters compared without case (HTTP header names, PromQL keywords, sacct's fields).
+bool EqualsIgnoreCase(std::string_view a, std::string_view b);
 // FNV-1a, 64 bits: stable across builds and platforms (std::hash is not); not cryptographic,
 // it only tells two texts apart (configurations, embedded pages).
 uint64_t Fnv1a64(std::string_view data);

@@ -76,13 +76,6 @@ std::optional<RequestHead> Fail(ParseError* error, int status, std::string messa
 
 }  // namespace
 
-bool EqualsIgnoreCase(std::string_view a, std::string_view b) {
-  return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(), [](char x, char y) {
-           return std::tolower(static_cast<unsigned char>(x)) ==
-                  std::tolower(static_cast<unsigned char>(y));
-         });
-}
-
 std::optional<std::string_view> Headers::Get(std::string_view name) const {
   for (const auto& [k, v] : fields_)
     if (EqualsIgnoreCase(k, name)) return std::string_view(v);

@@ -18,6 +18,8 @@
 #include <utility>
 #include <vector>
 
+#include "common/strings.h"
+
 namespace gpuwatch::http {
 
 // Header fields in arrival order; names compare case-insensitively.
@@ -38,7 +40,7 @@ class Headers {
   std::vector<std::pair<std::string, std::string>> fields_;
 };
 
-bool EqualsIgnoreCase(std::string_view a, std::string_view b);
+using gpuwatch::EqualsIgnoreCase;  // common/strings.h
 
 // A request the parser refused: the status to answer with and why.
 struct ParseError {

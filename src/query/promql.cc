@@ -9,6 +9,8 @@
 #include <limits>
 #include <string>
 
+#include "common/strings.h"
+
 namespace gpuwatch::query {
 
 std::string_view ValueTypeName(ValueType type) {
@@ -194,15 +196,6 @@ bool IsIdentStart(char c) {
   return std::isalpha(static_cast<unsigned char>(c)) || c == '_' || c == ':';
 }
 bool IsIdentChar(char c) { return IsIdentStart(c) || std::isdigit(static_cast<unsigned char>(c)); }
-
-bool EqualsIgnoreCase(std::string_view a, std::string_view b) {
-  if (a.size() != b.size()) return false;
-  for (size_t i = 0; i < a.size(); ++i)
-    if (std::tolower(static_cast<unsigned char>(a[i])) !=
-        std::tolower(static_cast<unsigned char>(b[i])))
-      return false;
-  return true;
-}
 
 // Keywords cannot start an operand; Prometheus's lexer treats them case-insensitively.
 constexpr std::string_view kKeywords[] = {"and",         "or",     "unless",   "by",

@@ -1,10 +1,8 @@
 #include "server/tokens.h"
 
-#include <fcntl.h>
 #include <fmt/format.h>
 #include <openssl/evp.h>
 #include <sys/stat.h>
-#include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
@@ -273,21 +271,7 @@ Status TokensFile::Replace(const std::string& text) {
   const std::string base = path_.substr(path_.find_last_of('/') + 1);
   auto table = ParseTokens(text, base);
   if (!table.ok()) return table.status();
-  // Mode 0600 from the start: the secret is never readable by others, not even as .tmp.
-  const std::string tmp = path_ + ".tmp";
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
-  if (fd < 0) return ErrnoStatus("create " + tmp, errno);
-  Status st = ::fchmod(fd, 0600) == 0 ? Status::Ok() : ErrnoStatus("chmod " + tmp, errno);
-  if (st.ok()) st = WriteAll(fd, text, "write " + tmp);
-  if (st.ok() && ::fsync(fd) != 0) st = ErrnoStatus("fsync " + tmp, errno);
-  if (::close(fd) != 0 && st.ok()) st = ErrnoStatus("close " + tmp, errno);
-  if (st.ok() && ::rename(tmp.c_str(), path_.c_str()) != 0)
-    st = ErrnoStatus("rename " + tmp + " to " + path_, errno);
-  if (!st.ok()) {
-    ::unlink(tmp.c_str());
-    return st;
-  }
-  GW_RETURN_IF_ERROR(SyncDir(DirOf(path_)));
+  GW_RETURN_IF_ERROR(WriteSecretFileAtomically(path_, text));
   struct stat sb {};
   std::lock_guard<std::mutex> lock(mu_);
   if (::stat(path_.c_str(), &sb) == 0) {

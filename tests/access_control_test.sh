@@ -145,6 +145,9 @@ expect 403 "$NLP" /api/v1/tokens
 expect 403 "$READ" /api/v1/tokens -X POST -d '{"role":"admin"}'
 expect 400 "$ADMIN" /api/v1/tokens -X POST -d '{"role":"root"}'
 grep -q 'read, write or admin' "$TMP/body" || fail "bad role: $(cat "$TMP/body")"
+expect 400 "$ADMIN" /api/v1/tokens -X POST -d '{"role":"read","expires":1e300}'
+expect 400 "$ADMIN" /api/v1/tokens -X POST -d '{"role":"read","expires":"2020-01-01T00:00:00Z"}'
+grep -q 'in the past' "$TMP/body" || fail "past expiry: $(cat "$TMP/body")"
 expect 201 "$ADMIN" /api/v1/tokens -X POST -d '{"role":"read","projects":["nlp"],"expires":"2099-01-01T00:00:00Z"}'
 NEW=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["token"])' "$TMP/body")
 NEW_ID=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["id"])' "$TMP/body")

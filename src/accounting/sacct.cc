@@ -170,6 +170,10 @@ Result<size_t> SacctBackfill::RunOnce() {
 
 void SacctBackfill::Start() {
   if (thread_.joinable()) return;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stopping_ = false;  // after a Stop, runs again
+  }
   thread_ = std::thread([this] {
     std::unique_lock<std::mutex> lock(mu_);
     while (!stopping_) {

@@ -35,7 +35,7 @@ out=$(rw "print(rw.push($PORT, [([('__name__', 'c'), ('id', str(i))], [(n, 1)]) 
 grep -q "^(204" <<<"$out" || fail "D6: 1000 series under the limit answered $out"
 out=$(rw "print(rw.push($PORT, [([('__name__', 'c'), ('id', 'one-more')], [(n, 1)])], '$TOKEN'))")
 grep -q "400" <<<"$out" && grep -q "series limit" <<<"$out" || fail "D6: series 1001 answered $out"
-curl -fsS "http://127.0.0.1:$PORT/metrics" | grep -q '^gpuwatch_remote_write_refused_samples_total{.*reason="series_limit"} 1$' \
+url_has "http://127.0.0.1:$PORT/metrics" '^gpuwatch_remote_write_refused_samples_total{.*reason="series_limit"} 1$' \
   || fail "D6: the refusal is not counted in /metrics"
 kill -TERM "$AGENT"; wait "$AGENT" || true
 
@@ -68,7 +68,7 @@ kill -0 "$AGENT" 2>/dev/null || fail "D11: the agent died under ulimit -f (exit 
 grep -q "500" <<<"$out" || fail "D11: no write was refused under ulimit -f: $out"
 grep -q 'File too large' "$TMP/d11.log" || fail "D11: the refused write was not logged: $(tail -5 "$TMP/d11.log")"
 # D12: the store's health is in /metrics.
-curl -fsS "http://127.0.0.1:$PORT/metrics" | grep -q '^gpuwatch_store_errors_total{.*op="write"} [1-9]' \
+url_has "http://127.0.0.1:$PORT/metrics" '^gpuwatch_store_errors_total{.*op="write"} [1-9]' \
   || fail "D12: write errors not in /metrics"
 curl -fsS "http://127.0.0.1:$PORT/healthz" >/dev/null || fail "D11: agent stopped serving"
 kill -TERM "$AGENT"; wait "$AGENT" || true
@@ -150,10 +150,10 @@ PY
   # The counters are published at the job tier's tick (--job-interval 1s here).
   # Up to 20 s: on a loaded 2-core machine the listener may take seconds for 1100 messages.
   for ((i = 0; i < 200; i++)); do
-    curl -fsS "http://127.0.0.1:$PORT/metrics" | grep -q 'gpuwatch_job_messages_rejected_total{.*reason="quota"} 1036$' && break
+    url_has "http://127.0.0.1:$PORT/metrics" 'gpuwatch_job_messages_rejected_total{.*reason="quota"} 1036$' && break
     sleep 0.1
   done
-  curl -fsS "http://127.0.0.1:$PORT/metrics" | grep -q 'gpuwatch_job_messages_rejected_total{.*reason="quota"} 1036$' \
+  url_has "http://127.0.0.1:$PORT/metrics" 'gpuwatch_job_messages_rejected_total{.*reason="quota"} 1036$' \
     || fail "D9: not 1036 of 1100 starts refused by the quota of 64: $(curl -fsS "http://127.0.0.1:$PORT/metrics" | grep 'gpuwatch_job_messages_rejected_total')"
 else
   echo "hostile_test: D9 skipped (needs root and setpriv)" >&2

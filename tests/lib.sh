@@ -27,6 +27,15 @@ wait_http() {
   return 1
 }
 
+# url_has URL PATTERN: whether the body at URL has a line matching PATTERN (grep's regex).
+# Fetched whole first: `curl | grep -q` fails under pipefail whenever grep has matched and exited
+# before curl wrote the rest (curl: (23)), which a long /metrics makes likely.
+url_has() {
+  local body
+  body=$(curl -fsS "$1") || return 1
+  grep -q -- "$2" <<<"$body"
+}
+
 need_peer() {  # need_peer BINARY PACKAGE
   if ! command -v "$1" >/dev/null 2>&1; then
     if [ "${GPUWATCH_REQUIRE_PEERS:-0}" = 1 ]; then fail "$1 missing (apt-get install $2)"; fi

@@ -41,9 +41,9 @@ void RegisterToolCommands(CLI::App* app, Commands* out) {
   token_new->add_option("projects", t->projects, "Confine the token to these projects (a,b)")
       ->delimiter(',');
   out->push_back({token_new, [t] {
-                    const server::Role role = t->role == "admin"   ? server::Role::kAdmin
-                                              : t->role == "write" ? server::Role::kWrite
-                                                                   : server::Role::kRead;
+                    // CLI::IsMember above admits only the three roles.
+                    const server::Role role =
+                        server::ParseRole(t->role).value_or(server::Role::kRead);
                     auto line = server::NewTokenLine(role, t->projects);
                     if (!line.ok()) {
                       std::cerr << "gpuwatch token new: " << line.status().message() << "\n";

@@ -458,57 +458,53 @@ void HttpServer::AddTokenRoutes() {
         res.Set(DumpJson({{"file", tokens->path()}, {"tokens", list}}, 2), "application/json");
       },
       {.access = Access::kAdmin});
-  srv.Route("POST", "/api/v1/tokens",
-            [tokens, no_file, error](const Request& req, Response& res) {
-              if (!tokens) return no_file(res);
-              const nlohmann::json body = nlohmann::json::parse(req.body, nullptr, false);
-              if (!body.is_object())
-                return error(res, 400, R"(the body must be a JSON object: {"role": "read", ...})");
-              const auto role_it = body.find("role");
-              const std::string role_text =
-                  role_it != body.end() && role_it->is_string() ? role_it->get<std::string>() : "";
-              const Role role = role_text == "admin"   ? Role::kAdmin
-                                : role_text == "write" ? Role::kWrite
-                                                       : Role::kRead;
-              if (role_text != "read" && role_text != "write" && role_text != "admin")
-                return error(res, 400, "\"role\" must be read, write or admin");
-              std::vector<std::string> projects;
-              if (auto p = body.find("projects"); p != body.end()) {
-                if (!p->is_array()) return error(res, 400, "\"projects\" must be a list of names");
-                for (const auto& name : *p) {
-                  if (!name.is_string())
-                    return error(res, 400, "\"projects\" must be a list of names");
-                  projects.push_back(name.get<std::string>());
-                }
-              }
-              std::optional<int64_t> expires_ms;
-              if (auto e = body.find("expires"); e != body.end() && !e->is_null()) {
-                // A number goes through the same parser as a string: its range is checked there.
-                auto t = e->is_string()   ? ParseApiTimestampMs(e->get<std::string>())
-                         : e->is_number() ? ParseApiTimestampMs(e->dump())
-                                          : Result<int64_t>(Status::InvalidArgument("not a time"));
-                if (!t.ok())
-                  return error(
-                      res, 400,
-                      "\"expires\": " + t.status().message() + " (RFC 3339 or Unix seconds)");
-                if (*t <= WallClockMs()) return error(res, 400, "\"expires\" is in the past");
-                expires_ms = *t;
-              }
-              auto added = tokens->Add(role, projects, expires_ms, req.principal);
-              if (!added.ok())
-                return error(res, added.status().code() == StatusCode::kInvalidArgument ? 400 : 500,
-                             added.status().message());
-              std::string scope;
-              for (const std::string& p : projects) scope += (scope.empty() ? " for " : ",") + p;
-              GW_LOG_INFO("tokens: {} added {} token {}{}", req.principal, role_text,
-                          TokenId(added->token), scope);
-              nlohmann::json j = TokenEntryJson(*added, WallClockMs());
-              j["token"] = added->token;  // shown this once
-              res.status = 201;
-              res.SetHeader("Cache-Control", "no-store");
-              res.Set(DumpJson(j, 2), "application/json");
-            },
-            {.access = Access::kAdmin, .max_body_bytes = kSmallBodyBytes});
+  srv.Route(
+      "POST", "/api/v1/tokens",
+      [tokens, no_file, error](const Request& req, Response& res) {
+        if (!tokens) return no_file(res);
+        const nlohmann::json body = nlohmann::json::parse(req.body, nullptr, false);
+        if (!body.is_object())
+          return error(res, 400, R"(the body must be a JSON object: {"role": "read", ...})");
+        const auto role_it = body.find("role");
+        const std::optional<Role> role = role_it != body.end() && role_it->is_string()
+                                             ? ParseRole(role_it->get_ref<const std::string&>())
+                                             : std::nullopt;
+        if (!role) return error(res, 400, "\"role\" must be read, write or admin");
+        std::vector<std::string> projects;
+        if (auto p = body.find("projects"); p != body.end()) {
+          if (!p->is_array()) return error(res, 400, "\"projects\" must be a list of names");
+          for (const auto& name : *p) {
+            if (!name.is_string()) return error(res, 400, "\"projects\" must be a list of names");
+            projects.push_back(name.get<std::string>());
+          }
+        }
+        std::optional<int64_t> expires_ms;
+        if (auto e = body.find("expires"); e != body.end() && !e->is_null()) {
+          // A number goes through the same parser as a string: its range is checked there.
+          auto t = e->is_string()   ? ParseApiTimestampMs(e->get<std::string>())
+                   : e->is_number() ? ParseApiTimestampMs(e->dump())
+                                    : Result<int64_t>(Status::InvalidArgument("not a time"));
+          if (!t.ok())
+            return error(res, 400,
+                         "\"expires\": " + t.status().message() + " (RFC 3339 or Unix seconds)");
+          if (*t <= WallClockMs()) return error(res, 400, "\"expires\" is in the past");
+          expires_ms = *t;
+        }
+        auto added = tokens->Add(*role, projects, expires_ms, req.principal);
+        if (!added.ok())
+          return error(res, added.status().code() == StatusCode::kInvalidArgument ? 400 : 500,
+                       added.status().message());
+        std::string scope;
+        for (const std::string& p : projects) scope += (scope.empty() ? " for " : ",") + p;
+        GW_LOG_INFO("tokens: {} added {} token {}{}", req.principal, RoleName(*role),
+                    TokenId(added->token), scope);
+        nlohmann::json j = TokenEntryJson(*added, WallClockMs());
+        j["token"] = added->token;  // shown this once
+        res.status = 201;
+        res.SetHeader("Cache-Control", "no-store");
+        res.Set(DumpJson(j, 2), "application/json");
+      },
+      {.access = Access::kAdmin, .max_body_bytes = kSmallBodyBytes});
   srv.Route("DELETE", R"(/api/v1/tokens/([0-9a-f]{16}))",
             [tokens, no_file, error](const Request& req, Response& res) {
               if (!tokens) return no_file(res);

@@ -21,11 +21,17 @@ namespace {
 constexpr size_t kMaxTokensFileBytes = 4 << 20;
 constexpr size_t kMaxProjectChars = 128;
 
-std::optional<Role> ParseRole(std::string_view s) {
-  if (s == "read") return Role::kRead;
-  if (s == "write") return Role::kWrite;
-  if (s == "admin") return Role::kAdmin;
-  return std::nullopt;
+// What errors and principals call the file: its base name.
+std::string SourceName(const std::string& path) { return path.substr(path.find_last_of('/') + 1); }
+
+Result<std::string> ReadTokensText(const std::string& path) {
+  auto f = ReadSmallFile(path, kMaxTokensFileBytes);
+  if (!f.ok) return Status::IoError("cannot read " + path + ": " + std::strerror(f.err));
+  return std::move(f.data);
+}
+
+int64_t MtimeNs(const struct stat& sb) {
+  return int64_t{sb.st_mtim.tv_sec} * 1'000'000'000 + sb.st_mtim.tv_nsec;
 }
 
 // Project names are compared as sent by the scheduler or the SDK; these characters cover
@@ -60,6 +66,13 @@ bool TokensEqual(std::string_view a, std::string_view b) {
   unsigned char diff = 0;
   for (size_t i = 0; i < a.size(); ++i) diff |= static_cast<unsigned char>(a[i] ^ b[i]);
   return diff == 0;
+}
+
+std::optional<Role> ParseRole(std::string_view s) {
+  if (s == "read") return Role::kRead;
+  if (s == "write") return Role::kWrite;
+  if (s == "admin") return Role::kAdmin;
+  return std::nullopt;
 }
 
 std::string_view RoleName(Role role) {
@@ -180,10 +193,9 @@ Result<TokenTable> ParseTokens(std::string_view text, const std::string& source)
 
 Result<TokenTable> LoadTokensFile(const std::string& path) {
   GW_RETURN_IF_ERROR(CheckSecretFile(path));
-  auto f = ReadSmallFile(path, kMaxTokensFileBytes);
-  if (!f.ok) return Status::IoError("cannot read " + path + ": " + std::strerror(f.err));
-  const std::string base = path.substr(path.find_last_of('/') + 1);
-  return ParseTokens(f.data, base);
+  auto text = ReadTokensText(path);
+  if (!text.ok()) return text.status();
+  return ParseTokens(*text, SourceName(path));
 }
 
 Result<std::string> NewTokenLine(Role role, const std::vector<std::string>& projects) {
@@ -207,7 +219,7 @@ Result<std::shared_ptr<TokensFile>> TokensFile::Open(const std::string& path,
   auto table = LoadTokensFile(path);
   if (!table.ok()) return table.status();
   f->table_ = std::make_shared<const TokenTable>(std::move(table).value());
-  f->mtime_ns_ = int64_t{sb.st_mtim.tv_sec} * 1'000'000'000 + sb.st_mtim.tv_nsec;
+  f->mtime_ns_ = MtimeNs(sb);
   f->size_ = sb.st_size;
   f->next_check_ = std::chrono::steady_clock::now() + recheck;
   return f;
@@ -226,7 +238,7 @@ std::shared_ptr<const TokenTable> TokensFile::Current() {
     last_error_ = err;
     return table_;
   }
-  const int64_t mtime_ns = int64_t{sb.st_mtim.tv_sec} * 1'000'000'000 + sb.st_mtim.tv_nsec;
+  const int64_t mtime_ns = MtimeNs(sb);
   if (mtime_ns == mtime_ns_ && sb.st_size == size_) return table_;
   auto table = LoadTokensFile(path_);
   if (!table.ok()) {
@@ -268,14 +280,13 @@ nlohmann::json TokenEntryJson(const TokenEntry& e, int64_t now_ms) {
 
 Status TokensFile::Replace(const std::string& text) {
   // The same checks as a start: a change that would not load is not written.
-  const std::string base = path_.substr(path_.find_last_of('/') + 1);
-  auto table = ParseTokens(text, base);
+  auto table = ParseTokens(text, SourceName(path_));
   if (!table.ok()) return table.status();
   GW_RETURN_IF_ERROR(WriteSecretFileAtomically(path_, text));
   struct stat sb {};
   std::lock_guard<std::mutex> lock(mu_);
   if (::stat(path_.c_str(), &sb) == 0) {
-    mtime_ns_ = int64_t{sb.st_mtim.tv_sec} * 1'000'000'000 + sb.st_mtim.tv_nsec;
+    mtime_ns_ = MtimeNs(sb);
     size_ = sb.st_size;
   }
   last_error_.clear();
@@ -289,9 +300,9 @@ Result<TokenEntry> TokensFile::Add(Role role, const std::vector<std::string>& pr
   if (!line.ok()) return line.status();
   if (expires_ms) *line += " expires=" + FormatUtc(*expires_ms);
   std::lock_guard<std::mutex> write_lock(write_mu_);
-  auto f = ReadSmallFile(path_, kMaxTokensFileBytes);
-  if (!f.ok) return Status::IoError("cannot read " + path_ + ": " + std::strerror(f.err));
-  std::string text = std::move(f.data);
+  auto read = ReadTokensText(path_);
+  if (!read.ok()) return read.status();
+  std::string text = std::move(read).value();
   if (!text.empty() && text.back() != '\n') text += '\n';
   // Who added it and when, for the operator reading the file; never the asker's token.
   text += *line + "  # added by " + by + " at " + FormatUtc(WallClockMs()) + "\n";
@@ -304,10 +315,10 @@ Result<TokenEntry> TokensFile::Add(Role role, const std::vector<std::string>& pr
 
 Result<TokenEntry> TokensFile::Revoke(std::string_view id) {
   std::lock_guard<std::mutex> write_lock(write_mu_);
-  auto f = ReadSmallFile(path_, kMaxTokensFileBytes);
-  if (!f.ok) return Status::IoError("cannot read " + path_ + ": " + std::strerror(f.err));
-  const std::string base = path_.substr(path_.find_last_of('/') + 1);
-  auto table = ParseTokens(f.data, base);
+  auto read = ReadTokensText(path_);
+  if (!read.ok()) return read.status();
+  const std::string& old_text = *read;
+  auto table = ParseTokens(old_text, SourceName(path_));
   if (!table.ok()) return table.status();
   const TokenEntry* found = nullptr;
   for (const TokenEntry& e : table->entries)
@@ -316,10 +327,10 @@ Result<TokenEntry> TokensFile::Revoke(std::string_view id) {
   // Every other line as it was, comments included.
   std::string text;
   int line_no = 0;
-  for (size_t pos = 0; pos < f.data.size();) {
-    size_t nl = f.data.find('\n', pos);
-    const size_t end = nl == std::string::npos ? f.data.size() : nl + 1;
-    if (++line_no != found->line) text.append(f.data, pos, end - pos);
+  for (size_t pos = 0; pos < old_text.size();) {
+    const size_t nl = old_text.find('\n', pos);
+    const size_t end = nl == std::string::npos ? old_text.size() : nl + 1;
+    if (++line_no != found->line) text.append(old_text, pos, end - pos);
     pos = end;
   }
   TokenEntry revoked = *found;

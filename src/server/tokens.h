@@ -31,7 +31,8 @@
 namespace gpuwatch::server {
 
 enum class Role { kRead, kWrite, kAdmin };
-std::string_view RoleName(Role role);  // "read", "write", "admin"
+std::string_view RoleName(Role role);               // "read", "write", "admin"
+std::optional<Role> ParseRole(std::string_view s);  // RoleName's inverse; nullopt for others
 
 // Compares without an early exit, so the time taken says nothing about how much matched.
 bool TokensEqual(std::string_view a, std::string_view b);

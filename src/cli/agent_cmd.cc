@@ -162,10 +162,36 @@ int ServeAgent(const AgentFlags* flags, const server::AgentOptions& agent_opts,
       events->Append({r}).IgnoreError();
     }
   }
-  if (flags->keep_history == "on" && db) agent.SetStore(db.get());
-  if (!opts->user_rules.empty() && !(flags->keep_history == "on" && db))
+  // --read-from: the query API reads a Prometheus-API cluster (server/prom_querier.h).
+  std::unique_ptr<server::PromApiQuerier> remote_reader;
+  if (!flags->read_from.empty()) {
+    if (!flags->read_from.starts_with("http://"))
+      return Fail(Status::InvalidArgument("--read-from " + flags->read_from +
+                                          ": an http:// URL such as http://vm:8428"));
+    server::PromApiOptions po;
+    po.url = flags->read_from;
+    if (!flags->read_from_token_file.empty()) {
+      auto token = server::ReadTokenFile(flags->read_from_token_file);
+      if (!token.ok()) return Fail(token.status());
+      po.token = *token;
+    }
+    remote_reader = std::make_unique<server::PromApiQuerier>(po);
+    http_opts->read_from = remote_reader.get();
+    agent.SetRulesQuerier(remote_reader.get());
+    GW_LOG_INFO("queries read {} (--read-from), not the embedded store", flags->read_from);
+  }
+  // A hub that writes to a cluster and reads from it relays: the agents' series, and its own,
+  // go to --remote-write through its spool and are not kept here (nothing would read them).
+  const bool relay = opts->hub && remote_reader && agent.forwarder();
+  if (relay)
+    GW_LOG_INFO("relaying the agents' series to {} (--remote-write with --read-from): the "
+                "embedded store keeps none",
+                flags->remote_write);
+  if (flags->keep_history == "on" && db && !relay) agent.SetStore(db.get());
+  if (!opts->user_rules.empty() && !remote_reader && !(flags->keep_history == "on" && db))
     return Fail(Status::InvalidArgument(
-        "--rules needs --data-dir and --keep-history on: the rules query the agent's store"));
+        "--rules needs --data-dir and --keep-history on (the rules query the agent's store), "
+        "or --read-from"));
   if (opts->hub) {
     GW_LOG_INFO("hub: agents push to http://{}/api/v1/write and /api/v1/records", flags->listen);
   } else {
@@ -173,28 +199,6 @@ int ServeAgent(const AgentFlags* flags, const server::AgentOptions& agent_opts,
   }
   // The agent first: its snapshot manager exists before any HTTP thread can ask for it.
   agent.Start();
-  // --read-from: the query API reads a Prometheus-API cluster (server/prom_querier.h).
-  std::unique_ptr<server::PromApiQuerier> remote_reader;
-  if (!flags->read_from.empty()) {
-    if (!flags->read_from.starts_with("http://")) {
-      agent.Stop();
-      return Fail(Status::InvalidArgument("--read-from " + flags->read_from +
-                                          ": an http:// URL such as http://vm:8428"));
-    }
-    server::PromApiOptions po;
-    po.url = flags->read_from;
-    if (!flags->read_from_token_file.empty()) {
-      auto token = server::ReadTokenFile(flags->read_from_token_file);
-      if (!token.ok()) {
-        agent.Stop();
-        return Fail(token.status());
-      }
-      po.token = *token;
-    }
-    remote_reader = std::make_unique<server::PromApiQuerier>(po);
-    http_opts->read_from = remote_reader.get();
-    GW_LOG_INFO("queries read {} (--read-from), not the embedded store", flags->read_from);
-  }
   server::HttpServer http(&agent, db.get(), events.get(), *http_opts);
   if (Status st = http.Start(*addr); !st.ok()) {
     // The tier threads write into the store: stop them before `db` goes (declared after the

@@ -525,6 +525,10 @@ Result<server::AgentOptions> MakeOptions(const AgentFlags& f, const std::string&
         std::min<uint64_t>(o.forward.spool.segment_bytes, *spool_max / 4);
     // Samples only: several seconds a request keep a cluster's insert path efficient.
     o.forward.interval = std::chrono::seconds(5);
+    // A relaying hub (--read-from too, server/remote_write_handler.h) appends each agent's
+    // request to this spool before it answers: synced per append only with --wal-sync always,
+    // as the hub's record logs are.
+    if (f.is_hub && !f.read_from.empty()) o.forward.spool.sync = f.wal_sync == "always";
   }
   if (!f.hub.empty()) {
     if (f.is_hub) return Status::InvalidArgument("a hub does not push to another hub (--hub)");

@@ -886,8 +886,8 @@ void Agent::TickDiagnosis() {
       findings.push_back(std::move(f));
     }
   }
-  if (user_rules_ && store_) {
-    for (auto& f : user_rules_->Evaluate(*store_, now_ms)) findings.push_back(std::move(f));
+  if (const store::Querier* q = rules_querier_ ? rules_querier_ : store_; user_rules_ && q) {
+    for (auto& f : user_rules_->Evaluate(*q, now_ms)) findings.push_back(std::move(f));
     if (!user_rules_->last_error().empty())
       GW_LOG_WARN("user rules: {}", user_rules_->last_error());
   }

@@ -86,7 +86,7 @@ struct AgentOptions {
   analyze::AlertOptions alerts;
   NotifierOptions notify;
   // The operator's own rules (--rules FILE), evaluated on the store each diagnosis tick.
-  // REQUIRES: a store (SetStore) when not empty.
+  // REQUIRES: a store (SetStore) or a querier (SetRulesQuerier) when not empty.
   std::vector<UserRule> user_rules;
   // The diagnosis engine's settings (analyze/diagnoser_options.h). Its hang policy is the one
   // the job registry judges by too (Agent copies it into `jobs`): the --job-hang-* flags.
@@ -129,6 +129,9 @@ class Agent {
   // Keeps every hardware tick (and host tick) in `store` from now on. REQUIRES: before Start();
   // `store` outlives the agent's threads (Stop() before destroying it).
   void SetStore(store::Store* store) { store_ = store; }
+  // Where --rules query, when not the store: a hub's --read-from cluster. REQUIRES: before
+  // Start(); outlives the agent's threads.
+  void SetRulesQuerier(const store::Querier* q) { rules_querier_ = q; }
   // Keeps every recorded event (XID, ECC, GPU lost/recovered) in `events`, as SetStore.
   void SetEventStore(store::EventStore* events) { event_store_ = events; }
   // Listens for jobs (docs/job-protocol.md). An error names the socket or address that failed.
@@ -244,6 +247,7 @@ class Agent {
   std::unique_ptr<collect::GpuSource> gpu_;
   bool gpu_ready_ = false;
   store::Store* store_ = nullptr;
+  const store::Querier* rules_querier_ = nullptr;
   int64_t stored_host_ms_ = 0;  // newest host tick already in the store (tier thread only)
   std::vector<bool> gpu_lost_;  // per GPU, as of the last hardware tick (tier thread only)
   collect::HostCollector host_;

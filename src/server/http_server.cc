@@ -52,7 +52,9 @@ void HttpServer::EmplaceScoped(const Request& req, std::optional<ScopedQuerier>*
 }
 
 std::set<std::string> HttpServer::ScopeJobs(const Request& req) const {
-  std::set<std::string> jobs = JobsInScope(req.scope, agent_->JobList(), store_);
+  // The store the queries read: --read-from's cluster on a hub that reads one.
+  std::set<std::string> jobs = JobsInScope(req.scope, agent_->JobList(),
+                                           store_ || options_.read_from ? &Reader() : nullptr);
   // The ledger's too: ended jobs it still keeps, under the scheduler's project where one came.
   if (!req.scope.empty())
     if (const accounting::Ledger* l = agent_->ledger())
@@ -570,18 +572,44 @@ void HttpServer::AddHubRoutes() {
 
 void HttpServer::AddQueryRoutes() {
   auto& srv = server_;
-  // A hub with --remote-write passes on what it stored.
+  // A hub with --remote-write passes on what it stored; one that also reads from there
+  // (--read-from) relays instead: its queries read the cluster its series go to, so it keeps
+  // none of its own (RemoteWriteGate::Relay).
+  HubPusher* f = agent_->is_hub() ? agent_->forwarder() : nullptr;
   RemoteWriteGate::StoredFn forward;
-  if (HubPusher* f = agent_->is_hub() ? agent_->forwarder() : nullptr)
+  if (f && !options_.read_from)
     forward = [f](const std::vector<store::Head::Input>& batch) { f->AddSeries(batch); };
   srv.Route("POST", "/api/v1/write",
-            [this, forward](const Request& req, Response& res) {
+            [this, forward, relay = options_.read_from ? f : nullptr](const Request& req,
+                                                                      Response& res) {
               const auto slot = AdmitPush(res);
               if (!slot) return;
               // Series are counted per sender: the token's principal and the address it came from.
-              const HttpReply r =
-                  remote_write_.Handle(store_, req.body, req.Header("Content-Encoding"),
-                                       req.principal + "@" + req.remote_address, forward);
+              const std::string sender = req.principal + "@" + req.remote_address;
+              HttpReply r;
+              if (relay) {
+                // While the destination is behind, agents keep their data in their own
+                // spools: the forward spool is never filled to its bound, where it would
+                // drop its oldest entries (docs/limits.md).
+                const uint64_t held = relay->samples_spool_bytes();
+                if (held > relay->options().spool.max_bytes / 2) {
+                  res.status = 429;
+                  res.SetHeader("Retry-After", "10");
+                  res.Set(fmt::format("the hub's forward spool holds {} MiB that {} has not yet "
+                                      "taken; retry after the Retry-After seconds\n",
+                                      held >> 20, relay->options().url),
+                          "text/plain");
+                  return;
+                }
+                r = remote_write_.Relay(
+                    req.body, req.Header("Content-Encoding"), sender, WallClockMs(),
+                    [relay](std::string_view body, uint64_t samples) {
+                      return relay->SpoolSamples(body, samples);
+                    });
+              } else {
+                r = remote_write_.Handle(store_, req.body, req.Header("Content-Encoding"), sender,
+                                         forward);
+              }
               res.status = r.status;
               if (!r.body.empty()) res.Set(r.body, "text/plain");
               // A large request's peak (the decoded batch) is returned to the OS now, not held as

@@ -189,6 +189,16 @@ HubPusher::Outcome HubPusher::Post(const std::string& path, const std::string& b
                  fmt::format("HTTP {}: {}", status, reason));
 }
 
+Status HubPusher::SpoolSamples(std::string_view snappy_request, uint64_t samples) {
+  auto st = samples_->Append(snappy_request);
+  if (!st.ok()) return st.status();
+  std::lock_guard<std::mutex> lock(mu_);
+  counters_.samples_spooled += samples;
+  return Status::Ok();
+}
+
+uint64_t HubPusher::samples_spool_bytes() const { return samples_->Stats().bytes; }
+
 bool HubPusher::SendSamples() {
   const uint64_t from = samples_->Position(kDestination);
   auto entries = samples_->Read(from, options_.max_request_bytes);
@@ -197,24 +207,41 @@ bool HubPusher::SendSamples() {
     return false;
   }
   if (entries->empty()) return false;
-  std::string proto;
+  // Joined as spooled, without inflating them (store::SnappyJoin): inflating and compressing
+  // every entry again was the sender's whole cost, and a relaying hub sends every node's.
+  std::vector<std::string_view> blocks;
+  uint64_t inflated = 0;
+  size_t taken = 0;
   for (const auto& e : *entries) {
-    auto part = store::SnappyUncompress(e.payload, Spool::kMaxEntryBytes * 16, "spool entry");
-    if (part.ok())
-      proto += *part;
-    else
+    auto n = store::SnappyInflatedLength(e.payload);
+    if (!n.ok()) {
       GW_LOG_ERROR("{}: samples entry {} is damaged and skipped: {}", options_.label, e.seq,
-                   part.status().message());
+                   n.status().message());
+      ++taken;
+      continue;
+    }
+    if (!blocks.empty() && inflated + *n > options_.max_request_inflated_bytes) break;
+    blocks.push_back(e.payload);
+    inflated += *n;
+    ++taken;
   }
-  const Outcome o =
-      Post(write_path_, store::SnappyCompress(proto), "application/x-protobuf",
-           {{"Content-Encoding", "snappy"}, {"X-Prometheus-Remote-Write-Version", "0.1.0"}});
+  Outcome o = Outcome::kDropped;
+  if (!blocks.empty()) {
+    auto body = store::SnappyJoin(blocks);
+    if (body.ok()) {
+      o = Post(write_path_, *body, "application/x-protobuf",
+               {{"Content-Encoding", "snappy"}, {"X-Prometheus-Remote-Write-Version", "0.1.0"}});
+    } else {
+      GW_LOG_ERROR("{}: samples entries {}..{} are skipped: {}", options_.label,
+                   entries->front().seq, (*entries)[taken - 1].seq, body.status().message());
+    }
+  }
   if (o == Outcome::kRetryLater) return false;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    (o == Outcome::kSent ? counters_.entries_sent : counters_.entries_dropped) += entries->size();
+    (o == Outcome::kSent ? counters_.entries_sent : counters_.entries_dropped) += taken;
   }
-  if (Status st = samples_->Ack(kDestination, entries->back().seq + 1); !st.ok())
+  if (Status st = samples_->Ack(kDestination, (*entries)[taken - 1].seq + 1); !st.ok())
     GW_LOG_WARN("{}: {}", options_.label, st.message());
   return true;
 }

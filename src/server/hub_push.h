@@ -29,6 +29,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -57,7 +58,12 @@ struct HubPushOptions {
   std::chrono::milliseconds interval{1000};
   SpoolOptions spool;
   int max_requests_per_second = 20;
-  size_t max_request_bytes = size_t{4} << 20;  // of samples, before compression
+  // A request joins spooled sample entries up to this many bytes as spooled (compressed), and
+  // up to max_request_inflated_bytes once inflated (at least one entry): receivers bound what
+  // a request inflates to (VictoriaMetrics -maxInsertRequestSize, 32 MB by default; this
+  // project's hub, 32 MiB).
+  size_t max_request_bytes = size_t{4} << 20;
+  size_t max_request_inflated_bytes = size_t{16} << 20;
   std::chrono::seconds timeout{10};
 };
 
@@ -73,6 +79,12 @@ class HubPusher {
   // `interval`.
   void AddSeries(const std::vector<store::Head::Input>& inputs);
   void AddRecord(std::string line);
+  // A relaying hub's (--remote-write with --read-from, server/remote_write_handler.h) received
+  // request, as received (snappy-compressed, validated), into the samples spool now: when it
+  // returns OK the request is on disk (per the spool's sync), and the hub may answer 204.
+  Status SpoolSamples(std::string_view snappy_request, uint64_t samples);
+  // Bytes the samples spool holds (unsent, bar the part of a segment already sent).
+  uint64_t samples_spool_bytes() const;
   // Moves what is buffered into the spools now (the sender does it each interval; Stop too).
   Status Flush();
 

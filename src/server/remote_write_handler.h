@@ -27,6 +27,7 @@
 #include <string_view>
 #include <vector>
 
+#include "common/status.h"
 #include "store/remote_write.h"
 #include "store/store.h"
 
@@ -57,6 +58,9 @@ struct RemoteWriteOptions {
   // 2-core machine. (Run 2 found two worse while decoding was mostly malloc on gpuwatch's one
   // malloc arena, cli/main.cc; a request now allocates a few vectors, not one per series.)
   size_t max_concurrent = 2;
+  // A relaying hub (Relay) refuses samples this far ahead of its clock, as the embedded store
+  // does (store::StoreOptions::max_future_ms).
+  int64_t max_future_ms = 3600 * 1000;
 };
 
 // Counts the series each sender created, and what is refused.
@@ -68,6 +72,21 @@ class RemoteWriteGate {
   using StoredFn = std::function<void(const std::vector<store::Head::Input>&)>;
   HttpReply Handle(store::Store* store, std::string_view body, std::string_view content_encoding,
                    const std::string& sender, const StoredFn& on_stored = nullptr);
+
+  // A relaying hub (`--remote-write` with `--read-from`: its queries read the cluster its
+  // series go to) keeps no series of its own. A request is decoded and checked as Handle
+  // checks it: labels, timestamps (the store's bounds, at most max_future_ms past `now_ms`),
+  // and the series bounds, per sender and in all (series counted by digest as each sender was
+  // seen sending them since the hub started). What passes goes to `spool` as received,
+  // compressed, or re-encoded when part of it was refused; `spool` returns once it is on disk
+  // (the forwarder's spool), and only then is the answer 204 (a failure is a 500, which
+  // senders retry). Retries and resends are passed on as they come: the destination keeps one
+  // sample a series and timestamp (VictoriaMetrics with -dedup.minScrapeInterval, which
+  // docs/deploy.md requires; Prometheus and Mimir take an identical sample again as a no-op).
+  using SpoolFn = std::function<Status(std::string_view snappy_request, uint64_t samples)>;
+  HttpReply Relay(std::string_view body, std::string_view content_encoding,
+                  const std::string& sender, int64_t now_ms, const SpoolFn& spool);
+
   const RemoteWriteOptions& options() const { return options_; }
   struct Counts {
     uint64_t series_created = 0;
@@ -79,6 +98,24 @@ class RemoteWriteGate {
   Counts counts() const;
 
  private:
+  // Holds one of max_concurrent places while a request is decoded and stored or relayed.
+  class Slot {
+   public:
+    explicit Slot(RemoteWriteGate* g);
+    ~Slot();
+    Slot(const Slot&) = delete;
+    Slot& operator=(const Slot&) = delete;
+
+   private:
+    RemoteWriteGate* g_;
+  };
+  struct Known;
+  // The sender's digest table, made on first use; all tables are forgotten when `store`
+  // differs from the last caller's (a relaying hub passes null).
+  std::shared_ptr<Known> KnownFor(const std::string& sender, const store::Store* store);
+  // 413 for a request over the decode limits (counted), else 400, with the decoder's reason.
+  HttpReply DecodeRefused(const Status& st);
+
   RemoteWriteOptions options_;
   std::mutex slots_mu_;
   std::condition_variable slots_cv_;

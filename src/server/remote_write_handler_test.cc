@@ -44,6 +44,18 @@ TEST(RemoteWriteHandlerTest, StoresAndReplies) {
   head->reset();
   std::filesystem::remove_all(dir);
 }
+// `to - from` series named junk{id="i"}, one sample each at t.
+std::string JunkSeries(int from, int to, int64_t t) {
+  std::vector<store::RemoteSeries> v;
+  for (int i = from; i < to; ++i) {
+    store::RemoteSeries s;
+    s.labels = {{"__name__", "junk"}, {"id", std::to_string(i)}};
+    s.samples = {{t, 1}};
+    v.push_back(std::move(s));
+  }
+  return store::EncodeRemoteWrite(v);
+}
+
 class GateTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -59,16 +71,7 @@ class GateTest : public ::testing::Test {
     store_.reset();
     std::filesystem::remove_all(dir_);
   }
-  static std::string Series(int from, int to, int64_t t) {
-    std::vector<store::RemoteSeries> v;
-    for (int i = from; i < to; ++i) {
-      store::RemoteSeries s;
-      s.labels = {{"__name__", "junk"}, {"id", std::to_string(i)}};
-      s.samples = {{t, 1}};
-      v.push_back(std::move(s));
-    }
-    return store::EncodeRemoteWrite(v);
-  }
+  static std::string Series(int from, int to, int64_t t) { return JunkSeries(from, to, t); }
   std::string dir_;
   std::unique_ptr<store::Store> store_;
 };
@@ -232,6 +235,105 @@ TEST_F(GateTest, D3_DecompressionBombIsRefused413) {
   EXPECT_EQ(r.status, 413) << r.body;
   EXPECT_NE(r.body.find("labels in one request"), std::string::npos) << r.body;
   EXPECT_EQ(gate.counts().requests_refused_too_large, 1u);
+}
+
+// A relaying hub (--remote-write with --read-from) keeps nothing: what passes the checks goes to
+// the spool as received; part refused, the rest goes re-encoded with a 400 that says why; the
+// series bounds count what each sender was seen to send; a spool that fails is a 500 and
+// learns nothing.
+class RelayTest : public ::testing::Test {
+ protected:
+  HttpReply Relay(RemoteWriteGate& gate, const std::string& body, const std::string& sender,
+                  Status fail = Status::Ok()) {
+    return gate.Relay(body, "snappy", sender, kWriteNowMs,
+                      [&](std::string_view b, uint64_t samples) {
+                        if (!fail.ok()) return fail;
+                        spooled_.emplace_back(b);
+                        samples_ += samples;
+                        return Status::Ok();
+                      });
+  }
+  std::vector<std::string> spooled_;
+  uint64_t samples_ = 0;
+};
+
+TEST_F(RelayTest, WhatPassesIsSpooledAsReceived) {
+  RemoteWriteGate gate;
+  const std::string body = JunkSeries(0, 3, kWriteNowMs);
+  HttpReply r = Relay(gate, body, "a");
+  EXPECT_EQ(r.status, 204) << r.body;
+  ASSERT_EQ(spooled_.size(), 1u);
+  EXPECT_EQ(spooled_[0], body) << "spooled as received, not re-encoded";
+  EXPECT_EQ(samples_, 3u);
+  EXPECT_EQ(gate.counts().series_created, 3u);
+  // Known series (by digest) again, and a retry: passed on as they come.
+  EXPECT_EQ(Relay(gate, body, "a").status, 204);
+  EXPECT_EQ(spooled_.size(), 2u);
+  EXPECT_EQ(gate.counts().series_created, 3u);
+
+  // A sample too far ahead and one out of bounds: the rest goes, re-encoded; 400 says why.
+  store::RemoteSeries s;
+  s.labels = {{"__name__", "junk"}, {"id", "0"}};
+  s.samples = {{kWriteNowMs + 1000, 1}, {kWriteNowMs + 7200 * 1000, 2}, {-5, 3}};
+  store::RemoteSeries bad;
+  bad.labels = {{"__name__", "junk"}, {"0bad", "x"}};
+  bad.samples = {{kWriteNowMs, 1}};
+  r = Relay(gate, store::EncodeRemoteWrite({s, bad}), "a");
+  EXPECT_EQ(r.status, 400);
+  EXPECT_NE(r.body.find("1 samples taken, 1 with invalid labels, 1 too far ahead, 1 with "
+                        "timestamps out of bounds"),
+            std::string::npos)
+      << r.body;
+  ASSERT_EQ(spooled_.size(), 3u);
+  auto kept = store::DecodeRemoteWrite(spooled_[2]);
+  ASSERT_TRUE(kept.ok());
+  ASSERT_EQ(kept->size(), 1u);
+  ASSERT_EQ((*kept)[0].samples.size(), 1u);
+  EXPECT_EQ((*kept)[0].samples[0].t_ms, kWriteNowMs + 1000);
+  EXPECT_EQ(samples_, 7u);
+
+  // Nothing that passes: nothing is spooled.
+  r = Relay(gate, store::EncodeRemoteWrite({bad}), "a");
+  EXPECT_EQ(r.status, 400);
+  EXPECT_EQ(spooled_.size(), 3u);
+  EXPECT_EQ(Relay(gate, "garbage", "a").status, 400);
+  EXPECT_EQ(gate.Relay(body, "gzip", "a", kWriteNowMs, nullptr).status, 400);
+}
+
+TEST_F(RelayTest, SeriesBoundsPerSenderAndInAll) {
+  RemoteWriteOptions o;
+  o.max_series_per_sender = 3;
+  o.max_series = 5;
+  RemoteWriteGate gate(o);
+  EXPECT_EQ(Relay(gate, JunkSeries(0, 3, kWriteNowMs), "a").status, 204);
+  HttpReply r = Relay(gate, JunkSeries(3, 4, kWriteNowMs), "a");
+  EXPECT_EQ(r.status, 400);
+  EXPECT_NE(r.body.find("over the series limit (3 per sender, 5 in all)"), std::string::npos)
+      << r.body;
+  EXPECT_EQ(Relay(gate, JunkSeries(0, 3, kWriteNowMs + 1000), "a").status, 204);
+  // b may add two more (five in all); the same new series twice in one request counts once.
+  std::string twice = JunkSeries(10, 13, kWriteNowMs);
+  auto joined = store::SnappyJoin({twice, twice});
+  ASSERT_TRUE(joined.ok());
+  r = Relay(gate, *joined, "b");
+  EXPECT_EQ(r.status, 400);
+  EXPECT_NE(r.body.find("4 samples taken"), std::string::npos) << r.body;
+  EXPECT_EQ(gate.counts().series_created, 5u);
+  EXPECT_EQ(gate.counts().samples_refused_series_limit, 3u);
+}
+
+TEST_F(RelayTest, ASpoolThatFailsIsA500AndLearnsNothing) {
+  RemoteWriteOptions o;
+  o.max_series_per_sender = 3;
+  RemoteWriteGate gate(o);
+  const std::string body = JunkSeries(0, 3, kWriteNowMs);
+  HttpReply r = Relay(gate, body, "a", Status::IoError("disk full"));
+  EXPECT_EQ(r.status, 500);
+  EXPECT_NE(r.body.find("disk full"), std::string::npos) << r.body;
+  EXPECT_EQ(gate.counts().series_created, 0u);
+  // The retry is taken whole: the failed attempt used none of the sender's share.
+  EXPECT_EQ(Relay(gate, body, "a").status, 204);
+  EXPECT_EQ(gate.counts().series_created, 3u);
 }
 
 }  // namespace

@@ -343,6 +343,57 @@ Result<std::string> SnappyUncompress(std::string_view body, size_t max_bytes,
   return out;
 }
 
+namespace {
+
+// A snappy block's header: the inflated length as a little-endian base-128 varint of at most
+// five bytes (a uint32). Sets *header_bytes.
+Result<uint32_t> ParseSnappyHeader(std::string_view block, size_t* header_bytes) {
+  uint64_t n = 0;
+  for (size_t i = 0; i < 5 && i < block.size(); ++i) {
+    const auto b = static_cast<uint8_t>(block[i]);
+    n |= uint64_t{b & 0x7fu} << (7 * i);
+    if (b < 0x80) {
+      if (n > UINT32_MAX) break;
+      *header_bytes = i + 1;
+      return static_cast<uint32_t>(n);
+    }
+  }
+  return Status::InvalidArgument("not a snappy block: its length header does not parse");
+}
+
+}  // namespace
+
+Result<uint32_t> SnappyInflatedLength(std::string_view block) {
+  size_t header = 0;
+  return ParseSnappyHeader(block, &header);
+}
+
+Result<std::string> SnappyJoin(const std::vector<std::string_view>& blocks) {
+  uint64_t total = 0;
+  size_t bytes = 0;
+  std::vector<size_t> headers(blocks.size());
+  for (size_t i = 0; i < blocks.size(); ++i) {
+    auto n = ParseSnappyHeader(blocks[i], &headers[i]);
+    if (!n.ok()) return Status::InvalidArgument("block " + std::to_string(i) + ": " + n.status().message());
+    total += *n;
+    bytes += blocks[i].size() - headers[i];
+  }
+  if (total > UINT32_MAX)
+    return Status::InvalidArgument("joined snappy blocks would inflate to " + std::to_string(total) +
+                                   " bytes, past snappy's 2^32-1");
+  std::string out;
+  out.reserve(5 + bytes);
+  for (uint64_t v = total; ; v >>= 7) {
+    if (v < 0x80) {
+      out.push_back(static_cast<char>(v));
+      break;
+    }
+    out.push_back(static_cast<char>(0x80 | (v & 0x7f)));
+  }
+  for (size_t i = 0; i < blocks.size(); ++i) out.append(blocks[i].substr(headers[i]));
+  return out;
+}
+
 Result<std::vector<RemoteSeries>> DecodeRemoteWrite(std::string_view body,
                                                     const RemoteWriteLimits& limits,
                                                     const DigestTable* known) {

@@ -109,4 +109,18 @@ std::string SnappyCompress(std::string_view proto);
 Result<std::string> SnappyUncompress(std::string_view body, size_t max_bytes,
                                      std::string_view what);
 
+// The length a snappy block says it inflates to (its header alone; nothing is inflated);
+// InvalidArgument when the header is not a snappy length.
+Result<uint32_t> SnappyInflatedLength(std::string_view block);
+// Joins snappy blocks without inflating them: one header with the sum of their lengths, then
+// each block's elements in turn. Valid because a snappy element is a literal or a copy from up
+// to 2^32-1 bytes back in what was already produced (google/snappy format_description.txt),
+// and a block's copies reach back only into its own output, which stays in place behind the
+// blocks before it; decoders check offsets against everything produced so far (snappy's
+// SnappyArrayWriter, Go's snappy.Decode). With concatenable payloads (encoded WriteRequests)
+// the joined block inflates to their concatenation: a sender joins spooled requests into one
+// without inflating and compressing them again. InvalidArgument for a block whose header does
+// not parse or a sum past 2^32-1; the elements themselves are not checked (a receiver does).
+Result<std::string> SnappyJoin(const std::vector<std::string_view>& blocks);
+
 }  // namespace gpuwatch::store

@@ -169,5 +169,56 @@ TEST(RemoteWriteTest, BadInputNamesTheProblem) {
   EXPECT_FALSE(DecodeRemoteWrite(EncodeRemoteWrite(SomeSeries()), tight).ok());
 }
 
+// Joined without inflating, the blocks inflate to the concatenation of what each held: with
+// copies reaching far back (a repetitive block over snappy's 64 KiB fragments), an empty block,
+// and a second block whose copies refer to its own bytes, now behind the first block's output.
+TEST(SnappyJoinTest, InflatesToTheConcatenation) {
+  std::string repetitive;
+  for (int i = 0; repetitive.size() < 200'000; ++i)
+    repetitive += "DCGM_FI_DEV_GPU_UTIL{gpu=\"" + std::to_string(i % 8) + "\"} ";
+  const std::string proto = EncodeWriteRequest(SomeSeries());
+  const std::vector<std::string> parts = {repetitive, "", proto, "abcabcabcabcabc", proto};
+  std::vector<std::string> blocks;
+  std::string expected;
+  for (const auto& p : parts) {
+    blocks.push_back(SnappyCompress(p));
+    expected += p;
+  }
+  auto joined = SnappyJoin({blocks.begin(), blocks.end()});
+  ASSERT_TRUE(joined.ok()) << joined.status().ToString();
+  auto length = SnappyInflatedLength(*joined);
+  ASSERT_TRUE(length.ok());
+  EXPECT_EQ(*length, expected.size());
+  auto inflated = SnappyUncompress(*joined, expected.size(), "joined");
+  ASSERT_TRUE(inflated.ok()) << inflated.status().ToString();
+  EXPECT_TRUE(*inflated == expected);
+
+  // Two encoded requests joined this way decode as one request with both requests' series.
+  const std::string one = EncodeRemoteWrite(SomeSeries());
+  auto two = SnappyJoin({one, one});
+  ASSERT_TRUE(two.ok());
+  auto decoded = DecodeRemoteWrite(*two);
+  ASSERT_TRUE(decoded.ok()) << decoded.status().ToString();
+  EXPECT_EQ(decoded->size(), 4u);
+
+  auto one_block = SnappyJoin({one});
+  ASSERT_TRUE(one_block.ok());
+  EXPECT_EQ(*one_block, one);
+}
+
+TEST(SnappyJoinTest, RefusesWhatIsNoSnappyLength) {
+  // An empty block, a header that never ends, and a length past 2^32-1.
+  for (std::string bad : {std::string(), std::string("\x80\x80", 2),
+                          std::string("\xff\xff\xff\xff\x7f", 5)}) {
+    auto r = SnappyJoin({SnappyCompress("x"), bad});
+    ASSERT_FALSE(r.ok());
+    EXPECT_NE(r.status().message().find("block 1"), std::string::npos) << r.status().message();
+  }
+  const std::string big("\xff\xff\xff\xff\x0f", 5);  // 2^32-1, the largest length
+  auto sum = SnappyJoin({big, SnappyCompress("x")});
+  ASSERT_FALSE(sum.ok());
+  EXPECT_NE(sum.status().message().find("2^32-1"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace gpuwatch::store

@@ -5,7 +5,11 @@
 # in VictoriaMetrics holds the same samples (timestamps, and values to VictoriaMetrics' 12
 # significant digits, via its /api/v1/export), and a PromQL aggregate gives the same answer on
 # both. A second hub with --read-from VictoriaMetrics then answers the query API (instant and
-# range queries, label values, series) as the first does over its embedded store.
+# range queries, label values, series) as the first does over its embedded store. Last, a
+# relaying hub (--remote-write and --read-from: it keeps no series of its own) is SIGKILLed
+# for 8 s under a pushing agent: after the agent's backlog drains, the GPU series in
+# VictoriaMetrics, read through the relay's own query API, holds every sample the agent kept,
+# once, with no hole where the relay was down.
 GPUWATCH=$1 MOCK=$2
 . "$(dirname "$0")/lib.sh"
 need_peer victoria-metrics victoria-metrics
@@ -147,4 +151,79 @@ for i in range(n):
         assert a == b and a, (i, a, b)
 print(f"{n} queries: the same answers over the embedded store and over VictoriaMetrics")
 EOF
-echo "PASS hub remote-write into VictoriaMetrics and reads through it"
+# The relay: node-b pushes to it; it is SIGKILLed for 8 s and comes back.
+L_PORT=$(free_port) B_PORT=$(free_port)
+RELAY="http://127.0.0.1:$L_PORT"
+start_relay() {
+  "$GPUWATCH" hub --listen "127.0.0.1:$L_PORT" --data-dir "$TMP/relay" \
+    --remote-write "$VM/api/v1/write" --read-from "$VM" >>"$TMP/relay.log" 2>&1 &
+  RELAY_PID=$!
+  PIDS+=("$RELAY_PID")
+  wait_http "$RELAY/healthz" 20 || { cat "$TMP/relay.log"; fail "relay hub did not start"; }
+}
+start_relay
+grep -q "relaying the agents' series" "$TMP/relay.log" || fail "the hub does not say it relays"
+GPUWATCH_MOCK_NVML=2xL40S "$GPUWATCH" up --listen "127.0.0.1:$B_PORT" --nvml-lib "$MOCK" \
+  --hostname node-b --data-dir "$TMP/b" --job-socket off --kmsg off --gpu-interval 1s \
+  --hub "$RELAY" --hub-token-file "$TMP/relay/admin.token" --hub-interval 1s >"$TMP/b.log" 2>&1 &
+B_PID=$!
+PIDS+=("$B_PID")
+wait_http "http://127.0.0.1:$B_PORT/healthz" 20 || { cat "$TMP/b.log"; fail "agent node-b did not start"; }
+SEL='DCGM_FI_DEV_GPU_TEMP{Hostname="node-b",gpu="0"}'
+for ((i = 0; i < 100; i++)); do
+  [ "$(curl -fsSG "$VM/api/v1/export" --data-urlencode "match[]=$SEL" | wc -l)" -ge 1 ] && break
+  sleep 0.2
+done
+T0=$(date +%s)
+sleep 3
+kill -9 "$RELAY_PID"
+wait "$RELAY_PID" 2>/dev/null || true
+sleep 8
+start_relay
+metric() { curl -fsS "$1/metrics" | awk -v n="$2" '$1 ~ "^"n"[{ ]" || $1 == n {print $2}' | head -1; }
+for ((i = 0; i < 150; i++)); do
+  b=$(metric "http://127.0.0.1:$B_PORT" gpuwatch_hub_push_backlog_entries)
+  [ "${b%.*}" -le 1 ] && break
+  sleep 0.2
+done
+[ "${b%.*}" -le 1 ] || fail "node-b still has $b entries for the relay"
+sleep 2
+T1=$(($(date +%s) - 2))
+SPAN=$((T1 - T0))
+ADMIN=$(cat "$TMP/relay/admin.token")
+# The relay forwards every 5 s: wait for its spool to be taken.
+for ((i = 0; i < 100; i++)); do
+  f=$(curl -fsS -H "Authorization: Bearer $ADMIN" "$RELAY/metrics" |
+    awk '$1 ~ /^gpuwatch_remote_write_forward_backlog_entries/ {print $2}')
+  [ "${f%.*}" = 0 ] && break
+  sleep 0.2
+done
+[ "${f%.*}" = 0 ] || fail "the relay still holds '$f' entries for VictoriaMetrics"
+heads=$(curl -fsS -H "Authorization: Bearer $ADMIN" "$RELAY/metrics" |
+  awk '$1 ~ /^gpuwatch_store_head_series/ {print $2}')
+[ "$heads" = 0 ] || fail "the relay kept series of its own: '$heads'"
+curl -fsSG "http://127.0.0.1:$B_PORT/api/v1/query" --data-urlencode "query=$SEL[${SPAN}s]" \
+  --data-urlencode "time=$T1" >"$TMP/b.agent.json"
+# What VictoriaMetrics took becomes searchable within seconds (its in-memory parts).
+count() { python3 -c 'import json,sys; r=json.load(open(sys.argv[1]))["data"]["result"]; print(len(r[0]["values"]) if r else 0)' "$1"; }
+for ((i = 0; i < 75; i++)); do
+  curl -fsSG -H "Authorization: Bearer $ADMIN" "$RELAY/api/v1/query" \
+    --data-urlencode "query=$SEL[${SPAN}s]" --data-urlencode "time=$T1" >"$TMP/b.relay.json"
+  [ "$(count "$TMP/b.relay.json")" -ge "$(count "$TMP/b.agent.json")" ] && break
+  sleep 0.2
+done
+python3 - "$TMP/b.agent.json" "$TMP/b.relay.json" "$SPAN" <<'EOF' ||
+import json, sys
+def samples(path):
+    r = json.load(open(path))["data"]["result"]
+    assert len(r) == 1, f"{path}: {len(r)} series"
+    return [(float(t), float(v)) for t, v in r[0]["values"]]
+a, v = samples(sys.argv[1]), samples(sys.argv[2])
+span = int(sys.argv[3])
+assert a == v, f"agent kept {len(a)} samples, VictoriaMetrics has {len(v)}; missing {sorted(set(a) - set(v))[:5]}, extra {sorted(set(v) - set(a))[:5]}"
+gaps = [y[0] - x[0] for x, y in zip(v, v[1:])]
+assert len(v) >= span - 5 and max(gaps) <= 2.5, f"{len(v)} samples over {span}s, largest gap {max(gaps)}s"
+print(f"node-b: {len(v)} samples over {span}s, relayed across a SIGKILL, the same in VictoriaMetrics")
+EOF
+  fail "node-b's samples differ between the agent and VictoriaMetrics read through the relay"
+echo "PASS hub remote-write into VictoriaMetrics and reads through it; a relaying hub loses nothing"

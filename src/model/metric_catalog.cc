@@ -64,7 +64,7 @@ constexpr std::array<GpuMetricDesc, kNumGpuMetrics> kGpu = {{
 }};
 
 constexpr MetricType kI = MetricType::kInfo;
-constexpr std::array<OtherMetricDesc, 98> kOther = {{
+constexpr std::array<OtherMetricDesc, 103> kOther = {{
   // GPU, beyond scalars.
   {"gpuwatch_gpu_info", kI, "serial, vbios_version, minor_number, mig_mode", "Static facts of a GPU; value 1."},
   {"gpuwatch_gpu_up", kG, "", "1 while the GPU answers NVML, 0 after it was lost (XID 79, GPU_IS_LOST)."},
@@ -168,8 +168,14 @@ constexpr std::array<OtherMetricDesc, 98> kOther = {{
   {"gpuwatch_hub_push_backlog_entries", kG, "Hostname", "Spool entries (samples and records) the hub has not yet taken: after an outage, what is left to resend."},
   {"gpuwatch_hub_push_last_success_timestamp_seconds", kG, "Hostname", "When the hub last took a request from this agent."},
   {"gpuwatch_hub_push_auth_refused", kG, "Hostname", "1 while the hub answers 401 or 403 to this agent's token (an alert fires too; nothing is dropped)."},
+  // A hub's forward to a cluster (gpuwatch hub --remote-write).
+  {"gpuwatch_remote_write_forward_requests_total", kC, "Hostname, result", "Requests the hub sent to its --remote-write destination: sent (2xx) or failed (no connection, 4xx, 5xx)."},
+  {"gpuwatch_remote_write_forward_entries_total", kC, "Hostname, result", "Forward spool entries the destination took (sent) or refused for good with a 400, 409, 413 or 415 (dropped)."},
+  {"gpuwatch_remote_write_forward_backlog_entries", kG, "Hostname", "Forward spool entries the destination has not yet taken."},
+  {"gpuwatch_remote_write_forward_spool_bytes", kG, "Hostname", "Bytes of the forward spool on disk; a relaying hub (--read-from too) answers 429 to remote-write past half of --spool-max."},
+  {"gpuwatch_remote_write_forward_last_success_timestamp_seconds", kG, "Hostname", "When the destination last took a request from the hub."},
   {"gpuwatch_events_bytes", kG, "Hostname, partition", "Bytes of the event log on disk: events, and bulk (job log lines and annotations, with their own budget)."},
-  {"gpuwatch_remote_write_refused_requests_total", kC, "Hostname, reason", "Remote-write requests refused whole: too_large (inflated size, series, samples or labels over the per-request limits, 413)."},
+  {"gpuwatch_remote_write_refused_requests_total", kC, "Hostname, reason", "Remote-write requests refused whole: too_large (inflated size, series, samples or labels over the per-request limits, 413), forward_backlog (a relaying hub whose forward spool is over half of --spool-max, 429)."},
   {"gpuwatch_agent_tier_cpu_seconds_total", kC, "Hostname, tier", "CPU time each tier of the agent's collection thread used since start (topology, gpu, host, processes, jobs, drain, diagnosis): the agent's own cost."},
 }};
 // clang-format on

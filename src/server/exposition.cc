@@ -561,7 +561,8 @@ void RenderLimitCounters(std::string_view hostname, const LimitCounters& c, std:
             {{"series_limit", c.remote_write_refused_series_limit},
              {"out_of_bounds", c.remote_write_refused_out_of_bounds}});
   by_reason("gpuwatch_remote_write_refused_requests_total",
-            {{"too_large", c.remote_write_refused_too_large}});
+            {{"too_large", c.remote_write_refused_too_large},
+             {"forward_backlog", c.remote_write_refused_forward_backlog}});
   if (c.has_store) {
     one("gpuwatch_store_blocks", static_cast<double>(c.store_blocks));
     one("gpuwatch_store_block_bytes", static_cast<double>(c.store_block_bytes));
@@ -583,6 +584,16 @@ void RenderLimitCounters(std::string_view hostname, const LimitCounters& c, std:
     one("gpuwatch_hub_push_last_success_timestamp_seconds",
         static_cast<double>(p->last_success_ms) / 1000);
     one("gpuwatch_hub_push_auth_refused", p->auth_refused ? 1 : 0);
+  }
+  if (const auto& f = c.forward) {
+    by_label("gpuwatch_remote_write_forward_requests_total", "result",
+             {{"sent", f->requests_sent}, {"failed", f->requests_failed}});
+    by_label("gpuwatch_remote_write_forward_entries_total", "result",
+             {{"sent", f->entries_sent}, {"dropped", f->entries_dropped}});
+    one("gpuwatch_remote_write_forward_backlog_entries", static_cast<double>(f->backlog_entries));
+    one("gpuwatch_remote_write_forward_spool_bytes", static_cast<double>(f->spool_bytes));
+    one("gpuwatch_remote_write_forward_last_success_timestamp_seconds",
+        static_cast<double>(f->last_success_ms) / 1000);
   }
   if (c.has_events) {
     HeaderOther(b, "gpuwatch_events_bytes");

@@ -28,6 +28,7 @@ struct LimitCounters {
   uint64_t remote_write_refused_series_limit = 0;
   uint64_t remote_write_refused_out_of_bounds = 0;
   uint64_t remote_write_refused_too_large = 0;
+  uint64_t remote_write_refused_forward_backlog = 0;
   // The store's health; absent without a store.
   bool has_store = false;
   uint64_t store_blocks = 0, store_block_bytes = 0, store_wal_bytes = 0, store_head_series = 0;
@@ -36,6 +37,8 @@ struct LimitCounters {
   uint64_t pushes_shed = 0;
   // The push to a hub (server/hub_push.h); absent without --hub.
   std::optional<HubPusher::Counters> push;
+  // A hub's forward to --remote-write (the same sender, its own spool); absent without it.
+  std::optional<HubPusher::Counters> forward;
   bool has_events = false;
   uint64_t events_bytes = 0, events_bulk_bytes = 0;
 };

@@ -591,17 +591,11 @@ void HttpServer::AddQueryRoutes() {
                 // While the destination is behind, agents keep their data in their own
                 // spools: the forward spool is never filled to its bound, where it would
                 // drop its oldest entries (docs/limits.md).
-                const uint64_t held = relay->samples_spool_bytes();
-                if (held > relay->options().spool.max_bytes / 2) {
-                  res.status = 429;
-                  res.SetHeader("Retry-After", "10");
-                  res.Set(fmt::format("the hub's forward spool holds {} MiB that {} has not yet "
-                                      "taken; retry after the Retry-After seconds\n",
-                                      held >> 20, relay->options().url),
-                          "text/plain");
-                  return;
-                }
-                r = remote_write_.Relay(
+                if (const uint64_t held = relay->samples_spool_bytes();
+                    held > relay->options().spool.max_bytes / 2)
+                  r = remote_write_.RefuseForwardBacklog(held, relay->options().url);
+                else
+                  r = remote_write_.Relay(
                     req.body, req.Header("Content-Encoding"), sender, WallClockMs(),
                     [relay](std::string_view body, uint64_t samples) {
                       return relay->SpoolSamples(body, samples);
@@ -612,6 +606,7 @@ void HttpServer::AddQueryRoutes() {
               }
               res.status = r.status;
               if (!r.body.empty()) res.Set(r.body, "text/plain");
+              if (r.retry_after_s > 0) res.SetHeader("Retry-After", std::to_string(r.retry_after_s));
               // A large request's peak (the decoded batch) is returned to the OS now, not held as
               // RSS until the heap top happens to be free (issue 17, D3).
               if (req.body.size() > (1u << 20)) malloc_trim(0);
@@ -706,7 +701,9 @@ LimitCounters HttpServer::Counters() const {
   c.remote_write_refused_out_of_bounds = rw.samples_refused_out_of_bounds;
   c.remote_write_refused_too_large = rw.requests_refused_too_large;
   c.pushes_shed = pushes_shed_.load();
+  c.remote_write_refused_forward_backlog = rw.requests_refused_forward_backlog;
   if (const HubPusher* p = agent_->pusher()) c.push = p->counters();
+  if (const HubPusher* f = agent_->forwarder()) c.forward = f->counters();
   if (store_) {
     const store::StoreHealth h = store_->Health();
     c.has_store = true;

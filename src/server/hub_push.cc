@@ -303,8 +303,14 @@ HubPusher::Counters HubPusher::counters() const {
     c = counters_;
     c.auth_refused = !auth_error_.empty();
   }
-  c.backlog_entries = samples_->Stats().next_seq - samples_->Position(kDestination);
-  if (records_) c.backlog_entries += records_->Stats().next_seq - records_->Position(kDestination);
+  const SpoolStats samples = samples_->Stats();
+  c.backlog_entries = samples.next_seq - samples_->Position(kDestination);
+  c.spool_bytes = samples.bytes;
+  if (records_) {
+    const SpoolStats records = records_->Stats();
+    c.backlog_entries += records.next_seq - records_->Position(kDestination);
+    c.spool_bytes += records.bytes;
+  }
   return c;
 }
 

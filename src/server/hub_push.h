@@ -96,6 +96,7 @@ class HubPusher {
     uint64_t entries_sent = 0, entries_dropped = 0;  // dropped: refused with a 4xx that says so
     uint64_t samples_spooled = 0, records_spooled = 0;
     uint64_t backlog_entries = 0;  // both spools, not yet sent
+    uint64_t spool_bytes = 0;      // both spools, on disk
     int64_t last_success_ms = 0;
     bool auth_refused = false;  // the hub answers 401/403 (auth_error() says why)
   };

@@ -255,9 +255,18 @@ HttpReply RemoteWriteGate::Relay(std::string_view body, std::string_view content
   return {400, why + ": " + refused.first_error + "\n"};
 }
 
+HttpReply RemoteWriteGate::RefuseForwardBacklog(uint64_t held_bytes, const std::string& url) {
+  refused_forward_backlog_.fetch_add(1, std::memory_order_relaxed);
+  return {429,
+          fmt::format("the hub's forward spool holds {} MiB that {} has not yet taken; retry "
+                      "after the Retry-After seconds\n",
+                      held_bytes >> 20, url),
+          10};
+}
+
 RemoteWriteGate::Counts RemoteWriteGate::counts() const {
   return {series_created_.load(), refused_series_limit_.load(), refused_out_of_bounds_.load(),
-          refused_too_large_.load()};
+          refused_too_large_.load(), refused_forward_backlog_.load()};
 }
 
 HttpReply HandleRemoteWrite(store::Store* store, std::string_view body,

@@ -36,6 +36,7 @@ namespace gpuwatch::server {
 struct HttpReply {
   int status = 200;
   std::string body;
+  int retry_after_s = 0;  // sent as Retry-After when > 0
 };
 
 struct RemoteWriteOptions {
@@ -84,6 +85,11 @@ class RemoteWriteGate {
   // sample a series and timestamp (VictoriaMetrics with -dedup.minScrapeInterval, which
   // docs/deploy.md requires; Prometheus and Mimir take an identical sample again as a no-op).
   using SpoolFn = std::function<Status(std::string_view snappy_request, uint64_t samples)>;
+  // The answer (429, Retry-After) while the forward spool holds `held_bytes`, more than half
+  // its bound, that the destination `url` has not yet taken: agents keep their data in their
+  // own spools meanwhile, and the forward spool is never filled to its bound, where it would
+  // drop its oldest entries. Counted.
+  HttpReply RefuseForwardBacklog(uint64_t held_bytes, const std::string& url);
   HttpReply Relay(std::string_view body, std::string_view content_encoding,
                   const std::string& sender, int64_t now_ms, const SpoolFn& spool);
 
@@ -93,6 +99,7 @@ class RemoteWriteGate {
     uint64_t samples_refused_series_limit = 0;
     uint64_t samples_refused_out_of_bounds = 0;
     uint64_t requests_refused_too_large = 0;
+    uint64_t requests_refused_forward_backlog = 0;
   };
   // Lock-free: /metrics must not wait for a request being stored.
   Counts counts() const;
@@ -137,7 +144,7 @@ class RemoteWriteGate {
   std::map<std::string, std::shared_ptr<Known>> known_;
   std::atomic<uint64_t> known_entries_{0};
   std::atomic<uint64_t> series_created_{0}, refused_series_limit_{0}, refused_out_of_bounds_{0},
-      refused_too_large_{0};
+      refused_too_large_{0}, refused_forward_backlog_{0};
 };
 
 // One request with default options and no per-sender accounting (tests, tools).

@@ -184,9 +184,10 @@ int ServeAgent(const AgentFlags* flags, const server::AgentOptions& agent_opts,
   // go to --remote-write through its spool and are not kept here (nothing would read them).
   const bool relay = opts->hub && remote_reader && agent.forwarder();
   if (relay)
-    GW_LOG_INFO("relaying the agents' series to {} (--remote-write with --read-from): the "
-                "embedded store keeps none",
-                flags->remote_write);
+    GW_LOG_INFO(
+        "relaying the agents' series to {} (--remote-write with --read-from): the "
+        "embedded store keeps none",
+        flags->remote_write);
   if (flags->keep_history == "on" && db && !relay) agent.SetStore(db.get());
   if (!opts->user_rules.empty() && !remote_reader && !(flags->keep_history == "on" && db))
     return Fail(Status::InvalidArgument(

@@ -528,7 +528,13 @@ Result<server::AgentOptions> MakeOptions(const AgentFlags& f, const std::string&
     // A relaying hub (--read-from too, server/remote_write_handler.h) appends each agent's
     // request to this spool before it answers: synced per append only with --wal-sync always,
     // as the hub's record logs are.
-    if (f.is_hub && !f.read_from.empty()) o.forward.spool.sync = f.wal_sync == "always";
+    // Its sender joins the requests of every node: 16 MiB inflated a request is ~20 requests
+    // a second at 1,000 nodes (bench/fleet/RESULTS.md, "Relay"), which the agents' 20 a
+    // second (meant not to flood a hub that just came back) would cap.
+    if (f.is_hub && !f.read_from.empty()) {
+      o.forward.spool.sync = f.wal_sync == "always";
+      o.forward.max_requests_per_second = 100;
+    }
   }
   if (!f.hub.empty()) {
     if (f.is_hub) return Status::InvalidArgument("a hub does not push to another hub (--hub)");

@@ -53,8 +53,8 @@ void HttpServer::EmplaceScoped(const Request& req, std::optional<ScopedQuerier>*
 
 std::set<std::string> HttpServer::ScopeJobs(const Request& req) const {
   // The store the queries read: --read-from's cluster on a hub that reads one.
-  std::set<std::string> jobs = JobsInScope(req.scope, agent_->JobList(),
-                                           store_ || options_.read_from ? &Reader() : nullptr);
+  std::set<std::string> jobs =
+      JobsInScope(req.scope, agent_->JobList(), store_ || options_.read_from ? &Reader() : nullptr);
   // The ledger's too: ended jobs it still keeps, under the scheduler's project where one came.
   if (!req.scope.empty())
     if (const accounting::Ledger* l = agent_->ledger())
@@ -579,41 +579,40 @@ void HttpServer::AddQueryRoutes() {
   RemoteWriteGate::StoredFn forward;
   if (f && !options_.read_from)
     forward = [f](const std::vector<store::Head::Input>& batch) { f->AddSeries(batch); };
-  srv.Route("POST", "/api/v1/write",
-            [this, forward, relay = options_.read_from ? f : nullptr](const Request& req,
-                                                                      Response& res) {
-              const auto slot = AdmitPush(res);
-              if (!slot) return;
-              // Series are counted per sender: the token's principal and the address it came from.
-              const std::string sender = req.principal + "@" + req.remote_address;
-              HttpReply r;
-              if (relay) {
-                // While the destination is behind, agents keep their data in their own
-                // spools: the forward spool is never filled to its bound, where it would
-                // drop its oldest entries (docs/limits.md).
-                if (const uint64_t held = relay->samples_spool_bytes();
-                    held > relay->options().spool.max_bytes / 2)
-                  r = remote_write_.RefuseForwardBacklog(held, relay->options().url);
-                else
-                  r = remote_write_.Relay(
-                    req.body, req.Header("Content-Encoding"), sender, WallClockMs(),
-                    [relay](std::string_view body, uint64_t samples) {
-                      return relay->SpoolSamples(body, samples);
-                    });
-              } else {
-                r = remote_write_.Handle(store_, req.body, req.Header("Content-Encoding"), sender,
-                                         forward);
-              }
-              res.status = r.status;
-              if (!r.body.empty()) res.Set(r.body, "text/plain");
-              if (r.retry_after_s > 0) res.SetHeader("Retry-After", std::to_string(r.retry_after_s));
-              // A large request's peak (the decoded batch) is returned to the OS now, not held as
-              // RSS until the heap top happens to be free (issue 17, D3).
-              if (req.body.size() > (1u << 20)) malloc_trim(0);
-            },
-            {.access = Access::kWrite,
-             .max_body_bytes = options_.max_write_body_bytes,
-             .allow_scoped = true});
+  srv.Route(
+      "POST", "/api/v1/write",
+      [this, forward, relay = options_.read_from ? f : nullptr](const Request& req, Response& res) {
+        const auto slot = AdmitPush(res);
+        if (!slot) return;
+        // Series are counted per sender: the token's principal and the address it came from.
+        const std::string sender = req.principal + "@" + req.remote_address;
+        HttpReply r;
+        if (relay) {
+          // While the destination is behind, agents keep their data in their own
+          // spools: the forward spool is never filled to its bound, where it would
+          // drop its oldest entries (docs/limits.md).
+          if (const uint64_t held = relay->samples_spool_bytes();
+              held > relay->options().spool.max_bytes / 2)
+            r = remote_write_.RefuseForwardBacklog(held, relay->options().url);
+          else
+            r = remote_write_.Relay(req.body, req.Header("Content-Encoding"), sender, WallClockMs(),
+                                    [relay](std::string_view body, uint64_t samples) {
+                                      return relay->SpoolSamples(body, samples);
+                                    });
+        } else {
+          r = remote_write_.Handle(store_, req.body, req.Header("Content-Encoding"), sender,
+                                   forward);
+        }
+        res.status = r.status;
+        if (!r.body.empty()) res.Set(r.body, "text/plain");
+        if (r.retry_after_s > 0) res.SetHeader("Retry-After", std::to_string(r.retry_after_s));
+        // A large request's peak (the decoded batch) is returned to the OS now, not held as
+        // RSS until the heap top happens to be free (issue 17, D3).
+        if (req.body.size() > (1u << 20)) malloc_trim(0);
+      },
+      {.access = Access::kWrite,
+       .max_body_bytes = options_.max_write_body_bytes,
+       .allow_scoped = true});
   // The Prometheus query API (GET and form POST, as Grafana sends both).
   auto query = [this](const Request& req, Response& res) {
     // At most max_concurrent_queries evaluate at once; the rest are told to come back, so

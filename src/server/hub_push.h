@@ -111,7 +111,7 @@ class HubPusher {
 
  private:
   explicit HubPusher(HubPushOptions options);  // in the .cc: httplib::Client is incomplete here
-  std::string base_url_;  // scheme://host:port
+  std::string base_url_;                       // scheme://host:port
   std::string write_path_ = "/api/v1/write";
   enum class Outcome { kSent, kRetryLater, kDropped };
   Outcome Post(const std::string& path, const std::string& body, const std::string& type,
@@ -127,6 +127,8 @@ class HubPusher {
 
   const HubPushOptions options_;
   std::unique_ptr<Spool> samples_, records_;
+  // Samples entries read from the spool and not yet sent (the sender thread's alone).
+  std::vector<SpoolEntry> read_ahead_;
   std::mutex buf_mu_;
   std::string series_buf_;  // encoded WriteRequest bytes (concatenable)
   std::string records_buf_;

@@ -19,16 +19,15 @@ namespace {
 class Receiver {
  public:
   Receiver() {
-    server_.Route(
-        "POST", "/api/v1/write",
-        [this](const http::Request& req, http::Response& res) {
-          std::lock_guard<std::mutex> lock(mu_);
-          bodies_.push_back(req.body);
-          encodings_.push_back(req.Header("Content-Encoding"));
-          res.status = status_;
-          if (status_ == 503) res.SetHeader("Retry-After", "1");
-        },
-        {.access = http::Access::kWrite, .max_body_bytes = 64u << 20});
+    server_.Route("POST", "/api/v1/write",
+                  [this](const http::Request& req, http::Response& res) {
+                    std::lock_guard<std::mutex> lock(mu_);
+                    bodies_.push_back(req.body);
+                    encodings_.push_back(req.Header("Content-Encoding"));
+                    res.status = status_;
+                    if (status_ == 503) res.SetHeader("Retry-After", "1");
+                  },
+                  {.access = http::Access::kWrite, .max_body_bytes = 64u << 20});
     EXPECT_TRUE(server_.Start("127.0.0.1", 0).ok());
   }
   ~Receiver() { server_.Stop(); }

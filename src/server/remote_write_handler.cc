@@ -139,8 +139,7 @@ HttpReply RemoteWriteGate::Handle(store::Store* store, std::string_view body,
 }
 
 HttpReply RemoteWriteGate::Relay(std::string_view body, std::string_view content_encoding,
-                                 const std::string& sender, int64_t now_ms,
-                                 const SpoolFn& spool) {
+                                 const std::string& sender, int64_t now_ms, const SpoolFn& spool) {
   if (auto refused = RefuseEncoding(content_encoding)) return *refused;
   const Slot slot(this);
   std::shared_ptr<Known> known = KnownFor(sender, nullptr);
@@ -197,13 +196,14 @@ HttpReply RemoteWriteGate::Relay(std::string_view body, std::string_view content
       if (sample_ok(x)) {
         ++accepted;
       } else if (x.t_ms > latest_ms && x.t_ms <= store::kMaxSampleTimeMs) {
-        refused.Note(&refused.too_far_ahead, 1,
-                     fmt::format("sample at t={} ms is more than {} s ahead of this machine's clock",
-                                 x.t_ms, options_.max_future_ms / 1000));
+        refused.Note(
+            &refused.too_far_ahead, 1,
+            fmt::format("sample at t={} ms is more than {} s ahead of this machine's clock", x.t_ms,
+                        options_.max_future_ms / 1000));
       } else {
-        refused.Note(&refused.out_of_bounds, 1,
-                     fmt::format("sample at t={} ms is outside the timestamps the store takes",
-                                 x.t_ms));
+        refused.Note(
+            &refused.out_of_bounds, 1,
+            fmt::format("sample at t={} ms is outside the timestamps the store takes", x.t_ms));
       }
     }
   }
@@ -250,8 +250,7 @@ HttpReply RemoteWriteGate::Relay(std::string_view body, std::string_view content
     why += fmt::format(", {} with timestamps out of bounds", refused.out_of_bounds);
   if (refused.series_limited)
     why += fmt::format(", {} of new series over the series limit ({} per sender, {} in all)",
-                       refused.series_limited, options_.max_series_per_sender,
-                       options_.max_series);
+                       refused.series_limited, options_.max_series_per_sender, options_.max_series);
   return {400, why + ": " + refused.first_error + "\n"};
 }
 

@@ -374,16 +374,17 @@ Result<std::string> SnappyJoin(const std::vector<std::string_view>& blocks) {
   std::vector<size_t> headers(blocks.size());
   for (size_t i = 0; i < blocks.size(); ++i) {
     auto n = ParseSnappyHeader(blocks[i], &headers[i]);
-    if (!n.ok()) return Status::InvalidArgument("block " + std::to_string(i) + ": " + n.status().message());
+    if (!n.ok())
+      return Status::InvalidArgument("block " + std::to_string(i) + ": " + n.status().message());
     total += *n;
     bytes += blocks[i].size() - headers[i];
   }
   if (total > UINT32_MAX)
-    return Status::InvalidArgument("joined snappy blocks would inflate to " + std::to_string(total) +
-                                   " bytes, past snappy's 2^32-1");
+    return Status::InvalidArgument("joined snappy blocks would inflate to " +
+                                   std::to_string(total) + " bytes, past snappy's 2^32-1");
   std::string out;
   out.reserve(5 + bytes);
-  for (uint64_t v = total; ; v >>= 7) {
+  for (uint64_t v = total;; v >>= 7) {
     if (v < 0x80) {
       out.push_back(static_cast<char>(v));
       break;

@@ -208,8 +208,8 @@ TEST(SnappyJoinTest, InflatesToTheConcatenation) {
 
 TEST(SnappyJoinTest, RefusesWhatIsNoSnappyLength) {
   // An empty block, a header that never ends, and a length past 2^32-1.
-  for (std::string bad : {std::string(), std::string("\x80\x80", 2),
-                          std::string("\xff\xff\xff\xff\x7f", 5)}) {
+  for (std::string bad :
+       {std::string(), std::string("\x80\x80", 2), std::string("\xff\xff\xff\xff\x7f", 5)}) {
     auto r = SnappyJoin({SnappyCompress("x"), bad});
     ASSERT_FALSE(r.ok());
     EXPECT_NE(r.status().message().find("block 1"), std::string::npos) << r.status().message();

@@ -18,7 +18,8 @@ CLI::App* AddHubCommand(CLI::App* app, AgentFlags* f) {
   hub->add_option("--read-from", f->read_from,
                   "Answer the query API, panels and dashboard from this Prometheus-API "
                   "cluster (VictoriaMetrics, Mimir, Thanos query, Prometheus), e.g. "
-                  "http://vm:8428, instead of the embedded store");
+                  "http://vm:8428, instead of the embedded store; with --remote-write to it "
+                  "too, the hub relays the agents' series there and keeps none (docs/deploy.md)");
   hub->add_option("--read-from-token-file", f->read_from_token_file,
                   "A file (mode 0600) with the bearer token --read-from needs, if any");
   hub->add_option("--hostname", f->hostname, "The hub's own name in its events (default: host)");

@@ -575,25 +575,22 @@ void RenderLimitCounters(std::string_view hostname, const LimitCounters& c, std:
          static_cast<double>(c.store_flush_errors));
   }
   one("gpuwatch_pushes_shed_total", static_cast<double>(c.pushes_shed));
+  // A sender (server/hub_push.h): the agent's push to its hub, a hub's forward to a cluster.
+  auto sender = [&](const std::string& prefix, const HubPusher::Counters& p) {
+    by_label(prefix + "_requests_total", "result",
+             {{"sent", p.requests_sent}, {"failed", p.requests_failed}});
+    by_label(prefix + "_entries_total", "result",
+             {{"sent", p.entries_sent}, {"dropped", p.entries_dropped}});
+    one(prefix + "_backlog_entries", static_cast<double>(p.backlog_entries));
+    one(prefix + "_last_success_timestamp_seconds", static_cast<double>(p.last_success_ms) / 1000);
+  };
   if (const auto& p = c.push) {
-    by_label("gpuwatch_hub_push_requests_total", "result",
-             {{"sent", p->requests_sent}, {"failed", p->requests_failed}});
-    by_label("gpuwatch_hub_push_entries_total", "result",
-             {{"sent", p->entries_sent}, {"dropped", p->entries_dropped}});
-    one("gpuwatch_hub_push_backlog_entries", static_cast<double>(p->backlog_entries));
-    one("gpuwatch_hub_push_last_success_timestamp_seconds",
-        static_cast<double>(p->last_success_ms) / 1000);
+    sender("gpuwatch_hub_push", *p);
     one("gpuwatch_hub_push_auth_refused", p->auth_refused ? 1 : 0);
   }
   if (const auto& f = c.forward) {
-    by_label("gpuwatch_remote_write_forward_requests_total", "result",
-             {{"sent", f->requests_sent}, {"failed", f->requests_failed}});
-    by_label("gpuwatch_remote_write_forward_entries_total", "result",
-             {{"sent", f->entries_sent}, {"dropped", f->entries_dropped}});
-    one("gpuwatch_remote_write_forward_backlog_entries", static_cast<double>(f->backlog_entries));
+    sender("gpuwatch_remote_write_forward", *f);
     one("gpuwatch_remote_write_forward_spool_bytes", static_cast<double>(f->spool_bytes));
-    one("gpuwatch_remote_write_forward_last_success_timestamp_seconds",
-        static_cast<double>(f->last_success_ms) / 1000);
   }
   if (c.has_events) {
     HeaderOther(b, "gpuwatch_events_bytes");

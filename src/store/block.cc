@@ -275,8 +275,8 @@ Result<std::string> BlockWriter::Finish() {
 
 // ---- Block ----
 
-Result<std::unique_ptr<Block>> Block::Open(const std::string& path) {
-  std::unique_ptr<Block> b(new Block(path));
+Result<std::unique_ptr<Block>> Block::Open(const std::string& path, LabelsPool pool) {
+  std::unique_ptr<Block> b(new Block(path, std::move(pool)));
   b->fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (b->fd_ < 0) return Errno("open " + path);
   struct stat sb {};
@@ -376,7 +376,8 @@ Status Block::ParseIndex(std::string_view index, uint64_t index_offset) {
   }
   if (!c.done()) return bad("trailing bytes");
   // Each block held its series' labels three times (a list, the index's copy, the index's
-  // key): now once, the index's; 2.6 KiB a series a block became 1.7 (bench/fleet/RESULTS.md).
+  // key): 2.6 KiB a series a block. Now the index holds them from the store's pool, shared
+  // with the head and the other blocks, and keeps no lookup by hash (bench/fleet/RESULTS.md).
   index_.DropKeyLookup();
   return Status::Ok();
 }

@@ -124,7 +124,9 @@ class BlockWriter {
 class Block {
  public:
   // Reads the footer and index (CRC-checked); chunks are read on demand.
-  static Result<std::unique_ptr<Block>> Open(const std::string& path);
+  // `pool`: where the index keeps its label sets (a store's, shared with its head and other
+  // blocks; by default one of the block's own).
+  static Result<std::unique_ptr<Block>> Open(const std::string& path, LabelsPool pool = {});
   ~Block();
 
   const std::string& path() const { return path_; }
@@ -145,7 +147,7 @@ class Block {
   Result<std::string> ReadChunk(const ChunkMeta& chunk) const;
 
  private:
-  explicit Block(std::string path) : path_(std::move(path)) {}
+  Block(std::string path, LabelsPool pool) : path_(std::move(path)), index_(std::move(pool)) {}
   Status ParseIndex(std::string_view index, uint64_t index_offset);
 
   std::string path_;

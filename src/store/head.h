@@ -49,6 +49,8 @@ struct HeadOptions {
   // 2^block_shift. Every open series holds that buffer at its full size once it filled it, so
   // on a hub with a million series it is most of the head's memory (bench/fleet/RESULTS.md).
   int block_shift = kDefaultBlockShift;
+  // Where the head's index keeps its label sets: a store's pool, shared with its blocks.
+  LabelsPool pool;
 };
 
 // What happened to the samples of one batch; rejected samples are counted with the reason of
@@ -198,7 +200,7 @@ class Head {
   // WAL record types. On-disk: never renumber.
   enum RecordType : uint8_t { kBatchRecord = 1 };
 
-  explicit Head(HeadOptions options) : options_(options) {}
+  explicit Head(HeadOptions options) : options_(options), index_(options_.pool) {}
   void Replay(uint8_t type, std::string_view payload);
   void FinishReplay();
   // Applies one sample already in the WAL. REQUIRES: s.mu held.

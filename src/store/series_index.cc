@@ -21,35 +21,25 @@ std::vector<SeriesRef> Subtract(const std::vector<SeriesRef>& a, const std::vect
 
 }  // namespace
 
-std::string SeriesIndex::Key(const Labels& labels) {
-  // \xff never occurs in valid UTF-8, so the key is unambiguous.
-  std::string key;
-  for (const auto& l : labels) {
-    key += l.name;
-    key += '\xff';
-    key += l.value;
-    key += '\xff';
-  }
-  return key;
-}
-
 SeriesRef SeriesIndex::GetOrCreate(const Labels& labels, bool* created) {
-  std::string key;
+  const size_t hash = HashLabels(labels);
   {
     std::shared_lock lock(mu_);
-    if (auto ref = FindLocked(labels, &key)) {
+    if (auto ref = FindLocked(labels, hash)) {
       if (created) *created = false;
       return *ref;
     }
   }
+  // Interned before the index's lock is taken: the pool has a lock of its own.
+  std::shared_ptr<const Labels> held = pool_.Intern(labels);
   std::unique_lock lock(mu_);
-  if (auto ref = FindLocked(labels, &key)) {  // raced with another writer
+  if (auto ref = FindLocked(labels, hash)) {  // raced with another writer
     if (created) *created = false;
     return *ref;
   }
   const auto ref = static_cast<SeriesRef>(labels_.size());
-  labels_.push_back(labels);
-  if (key_lookup_) by_key_.emplace(std::move(key), ref);
+  labels_.push_back(std::move(held));
+  if (key_lookup_) by_hash_.emplace(hash, ref);
   for (const auto& l : labels) postings_[l.name][l.value].push_back(ref);
   if (created) *created = true;
   return ref;
@@ -59,8 +49,15 @@ void SeriesIndex::RemoveFrom(SeriesRef first) {
   std::unique_lock lock(mu_);
   while (labels_.size() > first) {
     const SeriesRef ref = static_cast<SeriesRef>(labels_.size() - 1);
-    const Labels& labels = labels_.back();
-    if (key_lookup_) by_key_.erase(Key(labels));
+    const Labels& labels = *labels_.back();
+    if (key_lookup_) {
+      auto [lo, hi] = by_hash_.equal_range(HashLabels(labels));
+      for (auto it = lo; it != hi; ++it)
+        if (it->second == ref) {
+          by_hash_.erase(it);
+          break;
+        }
+    }
     for (const auto& l : labels) {
       auto name = postings_.find(l.name);
       if (name == postings_.end()) continue;
@@ -76,17 +73,17 @@ void SeriesIndex::RemoveFrom(SeriesRef first) {
 }
 
 std::optional<SeriesRef> SeriesIndex::Find(const Labels& labels) const {
+  const size_t hash = HashLabels(labels);
   std::shared_lock lock(mu_);
-  std::string key;
-  return FindLocked(labels, &key);
+  return FindLocked(labels, hash);
 }
 
-std::optional<SeriesRef> SeriesIndex::FindLocked(const Labels& labels, std::string* key) const {
+std::optional<SeriesRef> SeriesIndex::FindLocked(const Labels& labels, size_t hash) const {
   if (key_lookup_) {
-    if (key->empty()) *key = Key(labels);
-    auto it = by_key_.find(*key);
-    if (it == by_key_.end()) return std::nullopt;
-    return it->second;
+    auto [lo, hi] = by_hash_.equal_range(hash);
+    for (auto it = lo; it != hi; ++it)
+      if (*labels_[it->second] == labels) return it->second;
+    return std::nullopt;
   }
   // Without it: the shortest postings list of the set's labels, then each candidate compared.
   const std::vector<SeriesRef>* shortest = nullptr;
@@ -99,19 +96,19 @@ std::optional<SeriesRef> SeriesIndex::FindLocked(const Labels& labels, std::stri
   }
   if (!shortest) return std::nullopt;  // the empty label set is never a series
   for (SeriesRef ref : *shortest)
-    if (labels_[ref] == labels) return ref;
+    if (*labels_[ref] == labels) return ref;
   return std::nullopt;
 }
 
 void SeriesIndex::DropKeyLookup() {
   std::unique_lock lock(mu_);
   key_lookup_ = false;
-  std::unordered_map<std::string, SeriesRef>().swap(by_key_);
+  std::unordered_multimap<size_t, SeriesRef>().swap(by_hash_);
 }
 
 Labels SeriesIndex::LabelsOf(SeriesRef ref) const {
   std::shared_lock lock(mu_);
-  return labels_.at(ref);
+  return *labels_.at(ref);
 }
 
 size_t SeriesIndex::size() const {
@@ -184,7 +181,7 @@ std::vector<std::string> SeriesIndex::LabelValues(const std::string& name,
   const auto refs = Select(matchers);
   std::shared_lock lock(mu_);
   for (SeriesRef r : refs) {
-    auto v = LabelValue(labels_[r], name);
+    auto v = LabelValue(*labels_[r], name);
     if (!v.empty()) out.emplace_back(v);
   }
   std::sort(out.begin(), out.end());

@@ -4,8 +4,10 @@
 // Refs are assigned in creation order, so every postings list is sorted by construction and
 // appending is O(1). Selection intersects the postings of matchers that need the label, then
 // filters by the ones that also match series lacking it (Prometheus semantics: `a!="x"` and
-// `a=~".*"` select series without `a`). Thread-safety: any number of readers, one writer at a
-// time (a shared mutex); refs and label sets are never removed while the index lives.
+// `a=~".*"` select series without `a`). Label sets are held from a LabelsPool (the store's,
+// shared with its other indexes; else one of the index's own), by reference.
+// Thread-safety: any number of readers, one writer at a time (a shared mutex); label sets are
+// never removed while the index lives (bar RemoveFrom's newest).
 #pragma once
 
 #include <cstdint>
@@ -17,6 +19,7 @@
 #include <vector>
 
 #include "store/labels.h"
+#include "store/labels_pool.h"
 
 namespace gpuwatch::store {
 
@@ -24,6 +27,9 @@ using SeriesRef = uint32_t;
 
 class SeriesIndex {
  public:
+  // `pool`: where the label sets are kept (a store passes its own to all its indexes).
+  explicit SeriesIndex(LabelsPool pool = LabelsPool()) : pool_(std::move(pool)) {}
+
   // REQUIRES: `labels` came from MakeLabels (sorted, valid).
   SeriesRef GetOrCreate(const Labels& labels, bool* created = nullptr);
   std::optional<SeriesRef> Find(const Labels& labels) const;
@@ -35,12 +41,10 @@ class SeriesIndex {
   // The same, by reference: for an index no longer written (a block's, once parsed), whose
   // label sets then never move. REQUIRES: ref < size(), and no GetOrCreate or RemoveFrom while
   // the reference is used.
-  const Labels& LabelsAt(SeriesRef ref) const { return labels_[ref]; }
+  const Labels& LabelsAt(SeriesRef ref) const { return *labels_[ref]; }
 
   // For an index that takes few or no new series (a block's): drops the lookup by whole label
-  // set, a key of all the labels' bytes a series (with a block's own copy of its labels, gone
-  // too, a block's memory went from 2.6 to 1.7 KiB a series, bench/fleet/RESULTS.md). Find and
-  // GetOrCreate still answer, through the postings.
+  // set (a hash a series). Find and GetOrCreate still answer, through the postings.
   void DropKeyLookup();
   size_t size() const;
 
@@ -52,17 +56,19 @@ class SeriesIndex {
                                        const std::vector<Matcher>& matchers) const;
 
  private:
-  static std::string Key(const Labels& labels);
-  // REQUIRES: mu_ held (shared). By the label set's key (made into *key once, kept for a
-  // second look), or after DropKeyLookup through the postings.
-  std::optional<SeriesRef> FindLocked(const Labels& labels, std::string* key) const;
+  // REQUIRES: mu_ held (shared). By the label set's hash (HashLabels), or after DropKeyLookup
+  // through the postings.
+  std::optional<SeriesRef> FindLocked(const Labels& labels, size_t hash) const;
   // REQUIRES: mu_ held (shared). Union of the postings of the values of `m.name()` that m accepts.
   std::vector<SeriesRef> PostingsMatching(const Matcher& m) const;
 
+  LabelsPool pool_;
   mutable std::shared_mutex mu_;
-  std::vector<Labels> labels_;                         // by ref
-  std::unordered_map<std::string, SeriesRef> by_key_;  // canonical key -> ref
-  bool key_lookup_ = true;                             // false after DropKeyLookup
+  std::vector<std::shared_ptr<const Labels>> labels_;  // by ref, from pool_
+  // HashLabels -> ref: a label set's own bytes are not copied into a key (the head's index
+  // held every series' labels twice that way).
+  std::unordered_multimap<size_t, SeriesRef> by_hash_;
+  bool key_lookup_ = true;  // false after DropKeyLookup
   std::map<std::string, std::map<std::string, std::vector<SeriesRef>>> postings_;
 };
 

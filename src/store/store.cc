@@ -376,6 +376,7 @@ Result<std::unique_ptr<Store>> Store::Open(const std::string& dir, StoreOptions 
   uint64_t covered = 0;
   for (const auto& b : s->blocks_) covered = std::max(covered, b->meta().wal_covers_before);
   HeadOptions ho = options.head;
+  ho.pool = s->labels_pool_;  // the head's series and the blocks' share their label sets
   // A damaged newest WAL segment is copied beside the quarantined blocks before it is repaired.
   if (ho.wal.quarantine_dir.empty()) ho.wal.quarantine_dir = dir + "/quarantine";
   ho.wal.first_segment = std::max<uint64_t>(ho.wal.first_segment, covered);
@@ -437,7 +438,7 @@ Status Store::LoadBlocks(StoreOpenReport* rep) {
   for (const auto& [seq, name] : files) {
     max_seq = std::max(max_seq, seq);
     const std::string path = blocks_dir_ + "/" + name;
-    auto b = Block::Open(path);
+    auto b = Block::Open(path, labels_pool_);
     if (!b.ok()) {
       unreadable.push_back({seq, name, b.status().message()});
       continue;
@@ -475,7 +476,7 @@ Status Store::LoadBlocks(StoreOpenReport* rep) {
       why += SalvageUnreadable(blocks_dir_, path, u.seq, readable, next_seq_, &written);
       if (!written.empty()) {
         ++next_seq_;
-        if (auto b = Block::Open(written); b.ok())
+        if (auto b = Block::Open(written, labels_pool_); b.ok())
           blocks_.push_back(std::move(b).value());
         else
           why += "; the salvaged block does not open: " + b.status().message();
@@ -695,7 +696,7 @@ Status Store::FlushLocked() {
     }
     auto path = (*writer)->Finish();
     if (!path.ok()) return fail(path.status());
-    auto block = Block::Open(*path);
+    auto block = Block::Open(*path, labels_pool_);
     if (!block.ok()) return fail(block.status());
     std::unique_lock<std::shared_mutex> bl(blocks_mu_);
     blocks_.push_back(std::move(block).value());
@@ -732,7 +733,7 @@ Status Store::ReplaceBlocks(const BlockList& inputs,
   for (const auto& s : skipped) Report("store_damage", "warning", "dropped damaged chunk: " + s);
   std::shared_ptr<const Block> replacement;
   if (path->has_value()) {
-    auto b = Block::Open(**path);
+    auto b = Block::Open(**path, labels_pool_);
     if (!b.ok()) return b.status();
     replacement = std::move(b).value();
   }

@@ -177,6 +177,8 @@ class Store : public Querier {
   const StoreOptions options_;
   std::string blocks_dir_;
   int lock_fd_ = -1;
+  // One copy of each label set for the head and every block (store/labels_pool.h).
+  LabelsPool labels_pool_;
   std::unique_ptr<Head> head_;
 
   // Guards blocks_ and makes "add a block + drop its chunks from the head" atomic for queries.

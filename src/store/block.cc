@@ -330,7 +330,7 @@ Status Block::ParseIndex(std::string_view index, uint64_t index_offset) {
   for (auto& s : symbols) s = c.Bytes();
   const uint64_t nseries = c.Varint();
   if (!c.ok || nseries > index.size()) return bad("bad series count");
-  series_.reserve(nseries);
+  chunk_at_.reserve(nseries + 1);
   for (uint64_t i = 0; i < nseries; ++i) {
     const uint64_t nlabels = c.Varint();
     if (!c.ok || nlabels > kMaxLabels) return bad("bad label count");
@@ -348,11 +348,14 @@ Status Block::ParseIndex(std::string_view index, uint64_t index_offset) {
     if (!created) return bad("duplicate series " + LabelsToString(*made));
     const uint64_t nchunks = c.Varint();
     if (!c.ok || nchunks > index.size()) return bad("bad chunk count");
-    std::vector<ChunkMeta> chunks(nchunks);
-    for (auto& m : chunks) {
+    uint64_t prev_end = 0;
+    for (uint64_t k = 0; k < nchunks; ++k) {
+      ChunkMeta m;
       m.kind = c.Byte();
-      m.min_t_ms = meta_.min_t_ms + c.Signed();
-      m.max_t_ms = m.min_t_ms + static_cast<int64_t>(c.Varint());
+      // Wrapping: a damaged or hostile index must not overflow a signed sum.
+      m.min_t_ms = static_cast<int64_t>(static_cast<uint64_t>(meta_.min_t_ms) +
+                                        static_cast<uint64_t>(c.Signed()));
+      m.max_t_ms = static_cast<int64_t>(static_cast<uint64_t>(m.min_t_ms) + c.Varint());
       m.num_samples = static_cast<uint32_t>(c.Varint());
       m.offset = c.Varint();
       m.length = static_cast<uint32_t>(c.Varint());
@@ -371,15 +374,45 @@ Status Block::ParseIndex(std::string_view index, uint64_t index_offset) {
       }
       t.chunks++;
       t.chunk_bytes += m.length;
+      // Differences in wrapping arithmetic: chunks(i) adds them back exactly.
+      chunk_index_.push_back(static_cast<char>(m.kind));
+      PutVarint(&chunk_index_, ZigZag(static_cast<int64_t>(static_cast<uint64_t>(m.min_t_ms) -
+                                                           static_cast<uint64_t>(meta_.min_t_ms))));
+      PutVarint(&chunk_index_,
+                static_cast<uint64_t>(m.max_t_ms) - static_cast<uint64_t>(m.min_t_ms));
+      PutVarint(&chunk_index_, m.num_samples);
+      PutVarint(&chunk_index_, ZigZag(static_cast<int64_t>(m.offset - prev_end)));
+      PutVarint(&chunk_index_, m.length);
+      prev_end = m.offset + m.length;
     }
-    series_.push_back(std::move(chunks));
+    chunk_at_.push_back(chunk_index_.size());
   }
+  chunk_index_.shrink_to_fit();
   if (!c.done()) return bad("trailing bytes");
   // Each block held its series' labels three times (a list, the index's copy, the index's
   // key): 2.6 KiB a series a block. Now the index holds them from the store's pool, shared
   // with the head and the other blocks, and keeps no lookup by hash (bench/fleet/RESULTS.md).
   index_.DropKeyLookup();
   return Status::Ok();
+}
+
+std::vector<ChunkMeta> Block::chunks(uint32_t i) const {
+  std::vector<ChunkMeta> out;
+  Cursor c{std::string_view(chunk_index_).substr(chunk_at_[i], chunk_at_[i + 1] - chunk_at_[i])};
+  uint64_t prev_end = 0;
+  while (!c.done()) {
+    ChunkMeta m;
+    m.kind = c.Byte();
+    m.min_t_ms = static_cast<int64_t>(static_cast<uint64_t>(meta_.min_t_ms) +
+                                      static_cast<uint64_t>(c.Signed()));
+    m.max_t_ms = static_cast<int64_t>(static_cast<uint64_t>(m.min_t_ms) + c.Varint());
+    m.num_samples = static_cast<uint32_t>(c.Varint());
+    m.offset = prev_end + static_cast<uint64_t>(c.Signed());
+    m.length = static_cast<uint32_t>(c.Varint());
+    prev_end = m.offset + m.length;
+    out.push_back(m);
+  }
+  return out;
 }
 
 Result<std::string> Block::ReadChunk(const ChunkMeta& chunk) const {

@@ -134,10 +134,11 @@ class Block {
   uint64_t file_bytes() const { return file_bytes_; }
   const TierStats& tier_stats(Tier tier) const { return tiers_[static_cast<int>(tier)]; }
 
-  size_t num_series() const { return series_.size(); }
+  size_t num_series() const { return chunk_at_.size() - 1; }
   // The index's own copy: a block's index is written only while it is parsed.
   const Labels& labels(uint32_t i) const { return index_.LabelsAt(i); }
-  const std::vector<ChunkMeta>& chunks(uint32_t i) const { return series_[i]; }
+  // The series' chunks, in file order (decoded from the block's compact copy of its index).
+  std::vector<ChunkMeta> chunks(uint32_t i) const;
   // Positions of the series the matchers select, ascending.
   std::vector<SeriesRef> Select(const std::vector<Matcher>& matchers) const {
     return index_.Select(matchers);
@@ -154,7 +155,13 @@ class Block {
   int fd_ = -1;
   uint64_t file_bytes_ = 0;
   BlockMeta meta_;
-  std::vector<std::vector<ChunkMeta>> series_;
+  // Every series' chunk entries, varint-coded one after another (kind, start from the block's,
+  // span, samples, offset from the previous chunk's end, length: ~17 bytes a chunk against a
+  // ChunkMeta's 40), series i's from chunk_at_[i] to chunk_at_[i + 1]. A vector of ChunkMeta
+  // a series was ~0.7 KiB a series a block, what each block still cost a hub's memory after
+  // its labels moved to the store's pool (bench/fleet/RESULTS.md, "Memory over time").
+  std::string chunk_index_;
+  std::vector<uint64_t> chunk_at_{0};
   SeriesIndex index_;
   TierStats tiers_[kNumTiers];
 };

@@ -109,6 +109,7 @@ TEST_F(BlockTest, WrittenBlockOpensWithEveryChunkWhereTheIndexSays) {
       ASSERT_TRUE(samples.ok()) << samples.status().ToString();
       EXPECT_EQ(samples->size(), m.num_samples);
       EXPECT_EQ(samples->front().t_ms, m.min_t_ms);
+      EXPECT_EQ(samples->back().t_ms, m.max_t_ms);
     }
   }
   EXPECT_EQ((*b)->tier_stats(Tier::kRaw).samples, 3u * 1200);

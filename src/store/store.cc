@@ -495,22 +495,22 @@ void Store::SeedHead() {
   struct Newest {
     const Block* block;
     uint32_t series;
-    const ChunkMeta* chunk;
+    ChunkMeta chunk;  // a copy: Block::chunks decodes them anew each call
   };
   std::unordered_map<std::string, Newest> newest;
   for (const auto& b : blocks_)
     for (uint32_t i = 0; i < b->num_series(); ++i)
       for (const ChunkMeta& m : b->chunks(i)) {
         if (m.kind != kRawChunkKind) continue;
-        auto [it, fresh] = newest.try_emplace(Key(b->labels(i)), Newest{b.get(), i, &m});
-        if (!fresh && m.max_t_ms > it->second.chunk->max_t_ms) it->second = {b.get(), i, &m};
+        auto [it, fresh] = newest.try_emplace(Key(b->labels(i)), Newest{b.get(), i, m});
+        if (!fresh && m.max_t_ms > it->second.chunk.max_t_ms) it->second = {b.get(), i, m};
       }
   for (const auto& [key, n] : newest) {
-    auto bytes = n.block->ReadChunk(*n.chunk);
+    auto bytes = n.block->ReadChunk(n.chunk);
     if (!bytes.ok()) continue;
     auto samples = DecodeChunk(*bytes);
     if (!samples.ok() || samples->empty()) {
-      head_->SeedLast(n.block->labels(n.series), n.chunk->max_t_ms,
+      head_->SeedLast(n.block->labels(n.series), n.chunk.max_t_ms,
                       std::numeric_limits<double>::quiet_NaN());
       continue;
     }

@@ -47,6 +47,34 @@ using internal::MappedFile;
 using internal::SyncDir;
 using internal::WriteAll;
 
+namespace {
+
+// One chunk entry as a block's index codes it (docs/format/block.md): kind, start from the
+// block's, span, samples, offset, length. Sums and differences wrap: a damaged or hostile
+// index must not overflow a signed one, and what is coded reads back exactly.
+void PutChunkEntry(std::string* out, const ChunkMeta& c, int64_t block_min_ms) {
+  out->push_back(static_cast<char>(c.kind));
+  PutVarint(out, ZigZag(static_cast<int64_t>(static_cast<uint64_t>(c.min_t_ms) -
+                                             static_cast<uint64_t>(block_min_ms))));
+  PutVarint(out, static_cast<uint64_t>(c.max_t_ms) - static_cast<uint64_t>(c.min_t_ms));
+  PutVarint(out, c.num_samples);
+  PutVarint(out, c.offset);
+  PutVarint(out, c.length);
+}
+ChunkMeta GetChunkEntry(Cursor* c, int64_t block_min_ms) {
+  ChunkMeta m;
+  m.kind = c->Byte();
+  m.min_t_ms = static_cast<int64_t>(static_cast<uint64_t>(block_min_ms) +
+                                    static_cast<uint64_t>(c->Signed()));
+  m.max_t_ms = static_cast<int64_t>(static_cast<uint64_t>(m.min_t_ms) + c->Varint());
+  m.num_samples = static_cast<uint32_t>(c->Varint());
+  m.offset = c->Varint();
+  m.length = static_cast<uint32_t>(c->Varint());
+  return m;
+}
+
+}  // namespace
+
 Status PreadAll(int fd, char* p, size_t n, uint64_t off, const std::string& path) {
   while (n > 0) {
     const ssize_t r = ::pread(fd, p, n, static_cast<off_t>(off));
@@ -244,14 +272,7 @@ Result<std::string> BlockWriter::Finish() {
       PutVarint(&index, symbols[l.value]);
     }
     PutVarint(&index, s.chunks.size());
-    for (const auto& c : s.chunks) {
-      index.push_back(static_cast<char>(c.kind));
-      PutVarint(&index, ZigZag(c.min_t_ms - meta.min_t_ms));
-      PutVarint(&index, static_cast<uint64_t>(c.max_t_ms - c.min_t_ms));
-      PutVarint(&index, c.num_samples);
-      PutVarint(&index, c.offset);
-      PutVarint(&index, c.length);
-    }
+    for (const auto& c : s.chunks) PutChunkEntry(&index, c, meta.min_t_ms);
   }
   PutRecord(&buffer_, kIndexTag, "");
   const uint64_t index_offset = offset_ + buffer_.size();
@@ -348,17 +369,9 @@ Status Block::ParseIndex(std::string_view index, uint64_t index_offset) {
     if (!created) return bad("duplicate series " + LabelsToString(*made));
     const uint64_t nchunks = c.Varint();
     if (!c.ok || nchunks > index.size()) return bad("bad chunk count");
-    uint64_t prev_end = 0;
+    const size_t entries_at = c.pos;
     for (uint64_t k = 0; k < nchunks; ++k) {
-      ChunkMeta m;
-      m.kind = c.Byte();
-      // Wrapping: a damaged or hostile index must not overflow a signed sum.
-      m.min_t_ms = static_cast<int64_t>(static_cast<uint64_t>(meta_.min_t_ms) +
-                                        static_cast<uint64_t>(c.Signed()));
-      m.max_t_ms = static_cast<int64_t>(static_cast<uint64_t>(m.min_t_ms) + c.Varint());
-      m.num_samples = static_cast<uint32_t>(c.Varint());
-      m.offset = c.Varint();
-      m.length = static_cast<uint32_t>(c.Varint());
+      const ChunkMeta m = GetChunkEntry(&c, meta_.min_t_ms);
       if (!c.ok) return bad("truncated chunk entry");
       if (!IsValidChunkKind(m.kind)) return bad("unknown chunk kind " + std::to_string(m.kind));
       if (m.offset < kHeaderMagic.size() || m.offset > index_offset ||
@@ -374,17 +387,9 @@ Status Block::ParseIndex(std::string_view index, uint64_t index_offset) {
       }
       t.chunks++;
       t.chunk_bytes += m.length;
-      // Differences in wrapping arithmetic: chunks(i) adds them back exactly.
-      chunk_index_.push_back(static_cast<char>(m.kind));
-      PutVarint(&chunk_index_, ZigZag(static_cast<int64_t>(static_cast<uint64_t>(m.min_t_ms) -
-                                                           static_cast<uint64_t>(meta_.min_t_ms))));
-      PutVarint(&chunk_index_,
-                static_cast<uint64_t>(m.max_t_ms) - static_cast<uint64_t>(m.min_t_ms));
-      PutVarint(&chunk_index_, m.num_samples);
-      PutVarint(&chunk_index_, ZigZag(static_cast<int64_t>(m.offset - prev_end)));
-      PutVarint(&chunk_index_, m.length);
-      prev_end = m.offset + m.length;
     }
+    // The series' entries as the index codes them, kept for chunks(i).
+    chunk_index_.append(index.substr(entries_at, c.pos - entries_at));
     chunk_at_.push_back(chunk_index_.size());
   }
   chunk_index_.shrink_to_fit();
@@ -399,19 +404,7 @@ Status Block::ParseIndex(std::string_view index, uint64_t index_offset) {
 std::vector<ChunkMeta> Block::chunks(uint32_t i) const {
   std::vector<ChunkMeta> out;
   Cursor c{std::string_view(chunk_index_).substr(chunk_at_[i], chunk_at_[i + 1] - chunk_at_[i])};
-  uint64_t prev_end = 0;
-  while (!c.done()) {
-    ChunkMeta m;
-    m.kind = c.Byte();
-    m.min_t_ms = static_cast<int64_t>(static_cast<uint64_t>(meta_.min_t_ms) +
-                                      static_cast<uint64_t>(c.Signed()));
-    m.max_t_ms = static_cast<int64_t>(static_cast<uint64_t>(m.min_t_ms) + c.Varint());
-    m.num_samples = static_cast<uint32_t>(c.Varint());
-    m.offset = prev_end + static_cast<uint64_t>(c.Signed());
-    m.length = static_cast<uint32_t>(c.Varint());
-    prev_end = m.offset + m.length;
-    out.push_back(m);
-  }
+  while (!c.done()) out.push_back(GetChunkEntry(&c, meta_.min_t_ms));
   return out;
 }
 

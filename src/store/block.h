@@ -155,8 +155,8 @@ class Block {
   int fd_ = -1;
   uint64_t file_bytes_ = 0;
   BlockMeta meta_;
-  // Every series' chunk entries, varint-coded one after another (kind, start from the block's,
-  // span, samples, offset from the previous chunk's end, length: ~17 bytes a chunk against a
+  // Every series' chunk entries as the index codes them, one series after another (kind,
+  // start from the block's, span, samples, offset, length: ~20 bytes a chunk against a
   // ChunkMeta's 40), series i's from chunk_at_[i] to chunk_at_[i + 1]. A vector of ChunkMeta
   // a series was ~0.7 KiB a series a block, what each block still cost a hub's memory after
   // its labels moved to the store's pool (bench/fleet/RESULTS.md, "Memory over time").

@@ -3,7 +3,9 @@
 # a snappy bomb, a label explosion over the per-sender series limit, records from a clock two
 # hours ahead, records that speak for another node, junk lines and a wrong content type. Each
 # is refused with a status that tells a sender not to retry and a body that says why; the hub's
-# memory stays bounded and it keeps taking a good agent's data.
+# memory stays bounded and it keeps taking a good agent's data. Then the same against a relaying
+# hub (--remote-write and --read-from, its destination down): the same refusals, and once its
+# forward spool holds more than half of --spool-max, 429 with Retry-After.
 GPUWATCH=$1
 . "$(dirname "$0")/lib.sh"
 
@@ -58,6 +60,9 @@ open(f"{tmp}/good.snappy", "wb").write(snappy_literals(series([("__name__", "goo
 open(f"{tmp}/bomb.snappy", "wb").write(varint(3 << 30) + b"\x00" * 100)
 # 5 MiB of literals: over --write-max-body 4MiB.
 open(f"{tmp}/big.snappy", "wb").write(snappy_literals(b"\x00" * (5 << 20)))
+# 40,000 samples of one series: ~800 KB as sent (literals), over half of a 1 MiB spool.
+bulk = b"".join(series([("__name__", "good_metric"), ("node", "ok")], now - i, 1.0) for i in range(40000))
+open(f"{tmp}/bulk.snappy", "wb").write(snappy_literals(bulk))
 t = time.time()
 open(f"{tmp}/future.ndjson", "w").write('{"t":%f,"type":"gpu","node":"evil","gpu":0}\n' % (t + 7200))
 open(f"{tmp}/spoof.ndjson", "w").write('{"t":%f,"type":"gpu","node":"victim","gpu":0}\n' % t)
@@ -114,4 +119,28 @@ WRITE=$GOOD expect 204 "" /api/v1/write "$TMP/good.snappy" application/x-protobu
 rss_kb=$(awk '/VmRSS/ {print $2}' "/proc/$HUB_PID/status")
 [ "$rss_kb" -lt $((400 * 1024)) ] || fail "hub RSS is ${rss_kb} KiB after the hostile pushes"
 kill -0 "$HUB_PID" || fail "the hub died"
-echo "PASS hostile agents (hub RSS ${rss_kb} KiB)"
+
+# The relay: its destination is a port nobody listens on.
+kill "$HUB_PID"
+wait "$HUB_PID" 2>/dev/null || true
+DEAD=$(free_port)
+"$GPUWATCH" hub --listen "127.0.0.1:$PORT" --data-dir "$TMP/relay" --tokens "$TMP/tokens" \
+  --max-series-per-sender 1000 --write-max-body 4MiB --spool-max 1MiB \
+  --remote-write "http://127.0.0.1:$DEAD/api/v1/write" --read-from "http://127.0.0.1:$DEAD" \
+  >"$TMP/relay.log" 2>&1 &
+HUB_PID=$!
+PIDS+=("$HUB_PID")
+wait_http "$HUB/healthz" 20 || { cat "$TMP/relay.log"; fail "relay did not start"; }
+expect 400 "series limit" /api/v1/write "$TMP/explosion.snappy" application/x-protobuf "${RW[@]}"
+expect 413 "" /api/v1/write "$TMP/bomb.snappy" application/x-protobuf "${RW[@]}"
+expect 413 "" /api/v1/write "$TMP/big.snappy" application/x-protobuf "${RW[@]}"
+WRITE=$GOOD expect 204 "" /api/v1/write "$TMP/bulk.snappy" application/x-protobuf "${RW[@]}"
+code=$(curl -s -D "$TMP/headers" -o "$TMP/body" -w '%{http_code}' -H "Authorization: Bearer $GOOD" \
+  -H "Content-Encoding: snappy" --data-binary "@$TMP/good.snappy" "$HUB/api/v1/write")
+[ "$code" = 429 ] && grep -qi '^retry-after: 10' "$TMP/headers" && grep -qF "forward spool holds" "$TMP/body" ||
+  fail "a relay over half its forward spool answered $code: $(cat "$TMP/body")"
+url_has "$HUB/metrics" 'gpuwatch_remote_write_refused_requests_total{Hostname="[^"]*",reason="forward_backlog"} 1' \
+  -H "Authorization: Bearer $READ" || fail "the forward_backlog refusal is not counted"
+rss_kb=$(awk '/VmRSS/ {print $2}' "/proc/$HUB_PID/status")
+[ "$rss_kb" -lt $((400 * 1024)) ] || fail "relay RSS is ${rss_kb} KiB after the hostile pushes"
+echo "PASS hostile agents (hub and relay RSS ${rss_kb} KiB)"

@@ -27,13 +27,15 @@ wait_http() {
   return 1
 }
 
-# url_has URL PATTERN: whether the body at URL has a line matching PATTERN (grep's regex).
+# url_has URL PATTERN [CURL_ARGS...]: whether the body at URL has a line matching PATTERN
+# (grep's regex).
 # Fetched whole first: `curl | grep -q` fails under pipefail whenever grep has matched and exited
 # before curl wrote the rest (curl: (23)), which a long /metrics makes likely.
 url_has() {
-  local body
-  body=$(curl -fsS "$1") || return 1
-  grep -q -- "$2" <<<"$body"
+  local url=$1 pattern=$2 body
+  shift 2
+  body=$(curl -fsS "$@" "$url") || return 1
+  grep -q -- "$pattern" <<<"$body"
 }
 
 need_peer() {  # need_peer BINARY PACKAGE

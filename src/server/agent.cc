@@ -1,7 +1,6 @@
 #include "server/agent.h"
 
 #include <fmt/format.h>
-#include <strings.h>
 #include <sys/stat.h>
 #include <sys/utsname.h>
 #include <time.h>
@@ -53,9 +52,10 @@ JobLogPolicy JobLogPolicyOf(const AgentOptions& o) {
 
 Agent::Agent(AgentOptions options, std::unique_ptr<collect::GpuSource> gpu)
     : options_(std::move(options)),
-      gpu_(std::move(gpu)),
-      host_(options_.root_dir),
-      attributor_(options_.root_dir, options_.job_env_var),
+      collector_(NodeCollectorOptions{.hostname = options_.hostname,
+                                      .root_dir = options_.root_dir,
+                                      .job_env_var = options_.job_env_var},
+                 std::move(gpu)),
       jobs_(JobOptionsOf(options_), jobs::ProcfsProbe(options_.root_dir)),
       job_logs_(JobLogPolicyOf(options_), options_.job_log_policy.max_files,
                 options_.job_log_policy.max_files_per_uid),
@@ -144,18 +144,17 @@ Status Agent::Init() {
   std::lock_guard<std::mutex> lock(mu_);
   if (options_.hub) {
     state_.gpu_unavailable_reason = "a hub collects nothing of its own";
-  } else if (!gpu_) {
-    state_.gpu_unavailable_reason = "no GPU backend configured";
-  } else if (Status st = gpu_->Init(); !st.ok()) {
+  } else if (Status st = collector_.Init(); !st.ok()) {
     state_.gpu_unavailable_reason = st.message();
-    GW_LOG_WARN("no GPU metrics: {}; collecting host metrics only", st.message());
+    if (collector_.has_gpu_source())
+      GW_LOG_WARN("no GPU metrics: {}; collecting host metrics only", st.message());
   } else {
-    gpu_ready_ = true;
+    const collect::GpuSource& gpu = *collector_.gpu();
     state_.gpu_available = true;
-    state_.system = gpu_->System();
-    state_.devices = gpu_->Devices();
+    state_.system = gpu.System();
+    state_.devices = gpu.Devices();
     state_.gpu_samples.resize(state_.devices.size());
-    for (size_t i = 0; i < state_.devices.size(); ++i) state_.caps.push_back(gpu_->Capabilities(i));
+    for (size_t i = 0; i < state_.devices.size(); ++i) state_.caps.push_back(gpu.Capabilities(i));
     GW_LOG_INFO("{} GPU(s) via {} (driver {}, NVML {})", state_.devices.size(),
                 state_.system.library_path, state_.system.driver_version,
                 state_.system.nvml_version);
@@ -206,114 +205,23 @@ void Agent::RecordEvent(model::GpuEvent e) {
   while (state_.recent_events.size() > options_.max_recent_events) state_.recent_events.pop_front();
 }
 
-namespace {
-
-// What the node record says of placement and wiring (trace format: numa_node, cpu_affinity,
-// topology.gpu_links, nics), from the last topology snapshot.
-void AddTopologyExtras(const topo::NodeSnapshot& t, trace::NodeExtras* extras) {
-  for (trace::NodeGpuExtra& e : extras->gpus) {
-    for (const topo::GpuFacts& g : t.gpus) {
-      if (g.index != e.index) continue;
-      e.numa_node = g.numa_node;
-      e.cpu_affinity = g.cpu_affinity.value_or("");
-    }
-  }
-  bool complete = !t.matrix.gpu_links.empty();
-  for (const auto& row : t.matrix.gpu_links)
-    for (const auto& cell : row) complete &= !cell.empty();
-  if (complete) extras->gpu_links = t.matrix.gpu_links;  // a cell we could not read is not "X"
-  for (const topo::NicFacts& n : t.nics) {
-    trace::NodeNic nic;
-    nic.name = n.name;
-    nic.pci_bus_id = n.pci_bus_id;
-    nic.numa_node = n.numa_node;
-    for (const auto& p : n.ports) {
-      if (nic.type.empty() && !p.link_layer.empty())
-        nic.type = p.link_layer == "InfiniBand" ? "ib" : "eth";
-      if (p.rate_gbps) nic.link_gbps = std::max(nic.link_gbps.value_or(0), *p.rate_gbps);
-    }
-    extras->nics.push_back(std::move(nic));
-  }
-}
-
-}  // namespace
-
 void Agent::TickGpu() {
-  if (!gpu_ready_) return;
-  const auto start = Clock::now();
-  const int64_t now_ms = clock_.NowMs();
-  const size_t n = gpu_->Devices().size();
-  std::vector<model::GpuSample> samples(n);
-  std::vector<model::GpuCapabilities> caps(n);
-  std::vector<model::GpuEvent> events;
-  gpu_lost_.resize(n, false);
-  const auto& devices = gpu_->Devices();
-  for (size_t i = 0; i < n; ++i) {
-    Status st = gpu_->Sample(i, now_ms, &samples[i]);
-    caps[i] = gpu_->Capabilities(i);
-    // A GPU that stops (or starts again) answering is one event at the transition, from any
-    // GpuSource — never one per tick.
-    if (samples[i].lost != gpu_lost_[i]) {
-      gpu_lost_[i] = samples[i].lost;
-      model::GpuEvent e;
-      e.time_ms = now_ms;
-      e.kind = samples[i].lost ? model::GpuEventKind::kGpuLost : model::GpuEventKind::kGpuRecovered;
-      e.gpu_index = static_cast<unsigned>(i);
-      e.uuid = devices[i].uuid;
-      e.pci_bus_id = devices[i].pci_bus_id;
-      e.text = samples[i].lost ? st.message() : "GPU answers again";
-      e.source = std::string(gpu_->Name());
-      events.push_back(std::move(e));
-    }
-  }
-  const double secs = std::chrono::duration<double>(Clock::now() - start).count();
-  // Trace form for the flight recorder: a node record first and every 10 minutes (it carries
-  // the limits a sample knows), then one gpu record per GPU.
-  prev_gpu_samples_.resize(n);
-  if (node_record_ms_ == 0 || now_ms - node_record_ms_ >= 10 * 60 * 1000) {
-    node_record_ms_ = now_ms;
-    trace::NodeExtras extras;
-    for (size_t i = 0; i < n; ++i)
-      extras.gpus.push_back(trace::NodeGpuExtraFromSample(devices[i].index, samples[i]));
-    std::shared_ptr<const topo::NodeSnapshot> topo_now;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      topo_now = state_.topology;
-    }
-    if (topo_now) AddTopologyExtras(*topo_now, &extras);
-    // The time daemon's measured offset (local minus reference) when it gave one; else
-    // adjtimex's, negated: the kernel holds the correction still to apply (positive = clock
-    // behind), the opposite sign.
-    if (prev_host_ && prev_host_->time_source_offset_ms)
-      extras.clock_offset_ms = prev_host_->time_source_offset_ms;
-    else if (prev_host_ && prev_host_->clock_offset_ms)
-      extras.clock_offset_ms = 0.0 - *prev_host_->clock_offset_ms;
-    Record(now_ms, trace::NodeRecord(now_ms, options_.hostname, gpu_->System(), devices, extras));
-  }
-  for (size_t i = 0; i < n; ++i) {
-    if (samples[i].time_ms == 0) continue;
-    const model::GpuSample* prev =
-        prev_gpu_samples_[i].time_ms != 0 ? &prev_gpu_samples_[i] : nullptr;
-    Record(samples[i].time_ms,
-           trace::GpuRecord(options_.hostname, devices[i].index, samples[i], prev));
-    for (auto& m : trace::MigRecords(options_.hostname, devices[i].index, samples[i]))
-      Record(samples[i].time_ms, std::move(m));
-    prev_gpu_samples_[i] = samples[i];
-  }
+  if (!collector_.gpu_ready()) return;
   std::shared_ptr<const topo::NodeSnapshot> topology;
   {
     std::lock_guard<std::mutex> lock(mu_);
     topology = state_.topology;
   }
-  std::vector<LinkRate> gpu_rates = link_rates_.UpdateGpus(devices, samples, topology.get());
+  GpuTick tick = collector_.SampleGpus(clock_.NowMs(), topology.get());
+  for (TimedRecord& r : tick.records) Record(std::move(r));
   std::vector<store::Head::Input> to_store;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    for (auto& e : events) RecordEvent(std::move(e));
-    state_.gpu_link_rates = std::move(gpu_rates);
-    state_.gpu_samples = std::move(samples);
-    state_.caps = std::move(caps);
-    state_.tick_seconds["gpu"] = secs;
+    for (auto& e : tick.events) RecordEvent(std::move(e));
+    state_.gpu_link_rates = std::move(tick.link_rates);
+    state_.gpu_samples = std::move(tick.samples);
+    state_.caps = std::move(tick.caps);
+    state_.tick_seconds["gpu"] = tick.read_seconds;
     ++state_.tick_counts["gpu"];
     if (KeepsSeries()) {
       to_store = SeriesForStore(state_, stored_host_ms_);
@@ -369,22 +277,13 @@ void Agent::StoreTick(std::vector<store::Head::Input> inputs) {
 }
 
 void Agent::TickHost() {
-  const auto start = Clock::now();
-  model::HostSample h;
-  Status st = host_.Collect(clock_.NowMs(), &h);
-  const double secs = std::chrono::duration<double>(Clock::now() - start).count();
-  std::vector<LinkRate> host_rates;
-  std::vector<VanishedLink> vanished;
-  if (st.ok()) {
-    Record(h.time_ms, trace::HostRecord(options_.hostname, h, prev_host_ ? &*prev_host_ : nullptr));
-    prev_host_ = h;
-    host_rates = link_rates_.UpdateHost(h, &vanished);
-  }
-  if (!vanished.empty()) {
+  HostTick tick = collector_.SampleHost(clock_.NowMs());
+  if (tick.status.ok()) Record(std::move(tick.record));
+  if (!tick.vanished.empty()) {
     // A NIC or port that left between two ticks (driver crash, PCIe error, unplugged cable on
     // some drivers): a change on the time line now, not at the next hourly topology check.
     std::vector<ChangeEvent> changes;
-    for (const VanishedLink& v : vanished) {
+    for (const VanishedLink& v : tick.vanished) {
       ChangeEvent e;
       e.kind = "topology_change";
       e.severity = "warning";
@@ -400,14 +299,14 @@ void Agent::TickHost() {
   std::vector<store::Head::Input> to_store;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (st.ok()) {
-      state_.host = std::move(h);
-      state_.host_link_rates = std::move(host_rates);
+    if (tick.status.ok()) {
+      state_.host = std::move(tick.sample);
+      state_.host_link_rates = std::move(tick.link_rates);
     }
-    state_.tick_seconds["host"] = secs;
+    state_.tick_seconds["host"] = tick.read_seconds;
     ++state_.tick_counts["host"];
     // With GPUs the hardware tick stores the host sample beside its own; without, it is here.
-    if (KeepsSeries() && !gpu_ready_ && state_.host) {
+    if (KeepsSeries() && !collector_.gpu_ready() && state_.host) {
       to_store = SeriesForStore(state_, stored_host_ms_);
       stored_host_ms_ = std::max(stored_host_ms_, state_.host->time_ms);
     }
@@ -416,20 +315,13 @@ void Agent::TickHost() {
 }
 
 void Agent::TickProcesses() {
-  if (!gpu_ready_) {
+  if (!collector_.gpu_ready()) {
     // Without GPUs there is no attribution, but reporting jobs still need their liveness.
     jobs_.Tick(clock_.NowMs(), {});
     return;
   }
   const auto start = Clock::now();
-  std::vector<collect::GpuProcessRef> refs;
-  const auto& devices = gpu_->Devices();
-  for (size_t i = 0; i < devices.size(); ++i) {
-    std::vector<model::GpuProcess> procs;
-    if (!gpu_->Processes(i, &procs).ok()) continue;
-    for (auto& p : procs) refs.push_back({static_cast<unsigned>(i), p});
-  }
-  auto attributed = attributor_.Attribute(refs, devices);
+  std::vector<model::ProcessAttribution> attributed = collector_.Attribute();
   const int64_t now_ms = clock_.NowMs();
   jobs_.Tick(now_ms, attributed);
   // A process without a scheduler job id may be a rank that reported over the job protocol:
@@ -524,14 +416,9 @@ void Agent::ReadKernelLog(std::vector<JobLogLine>* lines) {
     e.code = xid->xid;
     e.gpu_index = model::kUnknownGpu;
     e.pci_bus_id = xid->pci_bus_id;
-    if (gpu_ready_) {
-      const auto& devices = gpu_->Devices();
-      for (const auto& d : devices) {
-        if (strcasecmp(d.pci_bus_id.c_str(), xid->pci_bus_id.c_str()) == 0) {
-          e.gpu_index = d.index;
-          e.uuid = d.uuid;
-        }
-      }
+    if (const model::GpuStaticInfo* d = collector_.DeviceByBusId(xid->pci_bus_id)) {
+      e.gpu_index = d->index;
+      e.uuid = d->uuid;
     }
     e.text = xid->text.empty() ? std::string(model::XidDescription(xid->xid)) : xid->text;
     e.source = "kmsg";
@@ -570,11 +457,8 @@ void Agent::RecordTrace(const jobs::JobOutputs& out, const std::vector<JobLogLin
         std::vector<unsigned> gpus;
         for (const auto& d : f["devices"]) {
           const unsigned minor = d.get<unsigned>();
-          std::optional<unsigned> index;
-          if (gpu_ready_)
-            for (const auto& dev : gpu_->Devices())
-              if (dev.minor_number && *dev.minor_number == minor) index = dev.index;
-          gpus.push_back(index.value_or(minor));
+          const model::GpuStaticInfo* dev = collector_.DeviceByMinor(minor);
+          gpus.push_back(dev ? dev->index : minor);
         }
         j.gpus = std::move(gpus);
       }
@@ -669,8 +553,8 @@ std::optional<unsigned> GpuOfSubject(const std::string& subject) {
 void Agent::TickTopology() {
   const auto t0 = Clock::now();
   const int64_t now_ms = clock_.NowMs();
-  auto snap = std::make_shared<topo::NodeSnapshot>(collect::ProbeNodeTopology(
-      gpu_ready_ ? gpu_.get() : nullptr, options_.root_dir, options_.hostname, now_ms));
+  auto snap = std::make_shared<topo::NodeSnapshot>(
+      collect::ProbeNodeTopology(collector_.gpu(), options_.root_dir, options_.hostname, now_ms));
   int version = 0;
   int64_t stale_before_ms = 0;
   std::vector<topo::TopologyChange> changes;
@@ -724,7 +608,7 @@ void Agent::TickTopology() {
     events.push_back(std::move(e));
   }
   KeepChangeEvents(events, "");
-  if (!changes.empty()) node_record_ms_ = 0;  // the trace's next node record shows the change
+  if (!changes.empty()) collector_.RequestNodeRecord();  // the next one shows the change
   std::lock_guard<std::mutex> lock(mu_);
   state_.topology = std::move(snap);
   state_.topology_version = version;
@@ -744,7 +628,7 @@ void Agent::RecordNodeChanges() {
     now = NodeFactsFrom(state_.system, state_.devices, options_.version, options_.config_text,
                         kernel);
   }
-  now.gpus_known = gpu_ready_;
+  now.gpus_known = collector_.gpu_ready();
   const std::string path = options_.data_dir + "/node-facts.json";
   auto prev = LoadNodeFacts(path);
   if (!prev.ok()) GW_LOG_WARN("{}; starting the change timeline afresh", prev.status().message());
@@ -1040,9 +924,7 @@ void Agent::DrainJobs() {
 }
 
 void Agent::PollEvents(int timeout_ms) {
-  if (!gpu_ready_) return;
-  std::vector<model::GpuEvent> events;
-  gpu_->WaitEvents(timeout_ms, clock_.NowMs(), &events).IgnoreError();
+  std::vector<model::GpuEvent> events = collector_.WaitEvents(timeout_ms, clock_.NowMs());
   if (events.empty()) return;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -1073,7 +955,7 @@ void Agent::Start() {
   if (forwarder_) forwarder_->Start();
   if (sacct_) sacct_->Start();
   StartTiers();
-  if (gpu_ready_) events_thread_ = std::thread([this] { RunEvents(); });
+  if (collector_.gpu_ready()) events_thread_ = std::thread([this] { RunEvents(); });
 }
 
 void Agent::Stop() {

@@ -4,8 +4,10 @@
 // Tiers: hardware (GPU fields, default 1 s), host (5 s), processes/attribution (10 s), plus an
 // event thread blocked in the GPU source's event wait (XIDs as they happen). A GPU source that
 // fails to initialize (no library, no driver, no GPU) is logged in one line and the agent runs
-// host collection alone. Thread-safety: all public methods are thread-safe; the state is read
-// under the agent's mutex through WithState().
+// host collection alone. The reads are NodeCollector's (server/node_collector.h); the agent
+// routes what each tick read: to its state, the store, the flight recorder, the push to a hub,
+// the event gate and the job registry. Thread-safety: all public methods are thread-safe; the state
+// is read under the agent's mutex through WithState().
 #pragma once
 
 #include <atomic>
@@ -22,9 +24,7 @@
 #include "accounting/ledger.h"
 #include "accounting/sacct.h"
 #include "analyze/alerts.h"
-#include "collect/attribution.h"
 #include "collect/gpu_source.h"
-#include "collect/host_collector.h"
 #include "common/time_base.h"
 #include "jobs/job_listener.h"
 #include "jobs/job_registry.h"
@@ -38,6 +38,7 @@
 #include "server/hub_push.h"
 #include "server/job_logs.h"
 #include "server/live_diagnosis.h"
+#include "server/node_collector.h"
 #include "server/node_events.h"
 #include "server/scrape_labels.h"
 #include "server/snapshots.h"
@@ -234,6 +235,7 @@ class Agent {
   bool KeepsSeries() const { return store_ || pusher_ || forwarder_; }
   // One trace record: into the flight recorder and, with --hub, the push's spool.
   void Record(int64_t t_ms, std::string line);
+  void Record(TimedRecord r) { Record(r.t_ms, std::move(r.line)); }
   std::unique_ptr<accounting::Ledger> ledger_;        // before hub_: the hub feeds it
   std::unique_ptr<accounting::SacctBackfill> sacct_;  // null: no sacct
   std::unique_ptr<HubIngest> hub_;
@@ -244,15 +246,11 @@ class Agent {
   void RunEvents();
 
   AgentOptions options_;
-  std::unique_ptr<collect::GpuSource> gpu_;
-  bool gpu_ready_ = false;
+  // This node's hardware (the tiers' reads); a hub initializes none.
+  NodeCollector collector_;
   store::Store* store_ = nullptr;
   const store::Querier* rules_querier_ = nullptr;
   int64_t stored_host_ms_ = 0;  // newest host tick already in the store (tier thread only)
-  std::vector<bool> gpu_lost_;  // per GPU, as of the last hardware tick (tier thread only)
-  collect::HostCollector host_;
-  LinkRateTracker link_rates_;      // tier thread
-  collect::Attributor attributor_;  // used only by the processes tier
   jobs::JobRegistry jobs_;
   std::unique_ptr<jobs::JobListener> listener_;
   JobLogs job_logs_;                        // the job drain's (tier thread)
@@ -269,9 +267,6 @@ class Agent {
   int64_t templates_read_ms_ = -1;
   std::map<std::string, analyze::Silence> open_maintenance_;  // by id (tier thread only)
   std::unique_ptr<SnapshotManager> snapshots_;
-  std::vector<model::GpuSample> prev_gpu_samples_;  // tier thread: rates for trace records
-  std::optional<model::HostSample> prev_host_;      // tier thread
-  int64_t node_record_ms_ = 0;                      // tier thread: last node record
   struct SnapshotDue {
     int64_t due_ms;
     std::string reason, job;

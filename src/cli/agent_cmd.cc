@@ -278,6 +278,8 @@ int RunDemo(const DemoCommand& c, const std::string& listen, const std::string& 
   flags.job_socket = (*demo)->job_socket();
   flags.kmsg = "off";  // the real host's XIDs are not the simulated node's
   flags.process_interval = "5s";
+  flags.hub = c.hub;
+  flags.hub_token_file = c.hub_token_file;
   if (Status st = SetLevel(flags.log_level); !st.ok()) return Fail(st);
   auto opts = MakeOptions(flags, GPUWATCH_VERSION);
   if (!opts.ok()) return Fail(opts.status());
@@ -369,6 +371,14 @@ void RegisterAgentCommands(CLI::App* app, Commands* out) {
   demo_cmd->add_option("--duration", d->demo.duration,
                        "How long the simulation runs (default 30m)");
   demo_cmd->add_option("--seed", d->demo.seed, "Seed of the simulation");
+  demo_cmd->add_option("--hostname", d->demo.hostname,
+                       "The simulated node's name (default SIMULATED-node)");
+  demo_cmd->add_option("--hub", d->demo.hub,
+                       "Also push to this hub (gpuwatch hub), as `up --hub` does: several demos "
+                       "with their own --hostname make a simulated fleet");
+  demo_cmd->add_option("--hub-token-file", d->demo.hub_token_file,
+                       "The hub's write token, in a file (a hub without --tokens writes its own "
+                       "to <data-dir>/admin.token)");
   demo_cmd->add_option("--listen", d->listen, "HTTP listen address (default 127.0.0.1:9470)");
   demo_cmd->add_option("--log-level", d->log_level, "The agent's log level (default warning)");
   out->push_back({demo_cmd, [d] { return RunDemo(d->demo, d->listen, d->log_level); }});

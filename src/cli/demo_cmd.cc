@@ -80,6 +80,8 @@ Result<std::unique_ptr<Demo>> Demo::Start(const DemoCommand& c) {
   d->job_socket_ = d->work_dir_ + "/job.sock";
   d->data_dir_ = d->work_dir_ + "/data";
   d->shape_ = c.shape;
+  if (c.hostname.empty()) return Status::InvalidArgument("--hostname: empty");
+  d->hostname_ = c.hostname;
   d->cause_ = spec->cause;
   d->place_ = spec->cause == "healthy" ? "" : fmt::format("GPU {}", spec->gpu);
   d->fault_ms_ = d->start_ms_ + static_cast<int64_t>(std::llround(spec->onset_s * 1000));

@@ -31,6 +31,9 @@ struct DemoCommand {
   std::string shape = "8xH100";
   std::string duration = "30m";
   uint64_t seed = 1;
+  std::string hostname = "SIMULATED-node";  // several demos pushing to one hub need their own
+  std::string hub;                          // URL: push to a hub as `up --hub` does; "" is off
+  std::string hub_token_file;               // its write token (a hub's own: <data-dir>/admin.token)
 };
 
 // The causes the demo can plant: those of one node that need no restart, no second node and no

@@ -76,6 +76,7 @@ Agent::Agent(AgentOptions options, std::unique_ptr<collect::GpuSource> gpu)
   }
   state_.hostname = options_.hostname;
   state_.simulated = options_.simulated;
+  state_.hub = options_.hub;
   state_.version = options_.version;
   state_.model_label = options_.model_label;
 }

@@ -24,7 +24,8 @@ namespace gpuwatch::server {
 struct AgentState {
   std::string hostname;
   std::string version;
-  bool simulated = false;                  // gpuwatch demo: nothing here is a real GPU
+  bool simulated = false;  // gpuwatch demo: nothing here is a real GPU
+  bool hub = false;  // `gpuwatch hub`: the API answers for the fleet (its dashboard lists nodes)
   std::string model_label = "model_name";  // label name for the GPU model (model_name | modelName)
   // False when no NVML/GPU: the agent still serves host metrics (reason says why).
   bool gpu_available = false;

@@ -178,7 +178,9 @@ std::string DumpJson(const json& j, int indent) {
 }
 
 json HostJson(const AgentState& s) {
-  if (!s.host) return {{"hostname", s.hostname}, {"simulated", s.simulated}, {"host", nullptr}};
+  if (!s.host)
+    return {
+        {"hostname", s.hostname}, {"simulated", s.simulated}, {"hub", s.hub}, {"host", nullptr}};
   const auto& h = *s.host;
   json nics = json::array();
   for (const auto& n : h.nics)
@@ -189,6 +191,7 @@ json HostJson(const AgentState& s) {
                     {"tx_errors", n.tx_errors}});
   return {{"hostname", s.hostname},
           {"simulated", s.simulated},
+          {"hub", s.hub},
           {"time_ms", h.time_ms},
           {"cpu_util_pct", Opt(h.cpu_util_pct)},
           {"iowait_pct", Opt(h.iowait_pct)},

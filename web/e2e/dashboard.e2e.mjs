@@ -7,7 +7,9 @@
 //   - the findings screen lists the XID on its GPU, and its link opens a screen with that GPU
 //     and a time range that holds the finding;
 //   - the job view reaches the node's events (the XID), on the page or through a link.
-// It writes a screenshot of every screen into OUT_DIR, and the demo's output beside them.
+// Then a hub with two demos pushing to it (issue 19): the hub's page lists both nodes with their
+// health, its heat strip has a row per node and GPU, and a job's view names its nodes.
+// It writes a screenshot of every screen into OUT_DIR, and the processes' output beside them.
 //
 //   node web/e2e/dashboard.e2e.mjs GPUWATCH OUT_DIR
 //
@@ -90,18 +92,18 @@ function freePort() {
   });
 }
 
-// The agent, stopped by its PID: SIGTERM (the demo then ends its rank processes), SIGKILL after
-// 10 s; and SIGKILL as the process exits, whatever made it exit.
-class Demo {
-  constructor(port) {
+// A gpuwatch process (the demo's agent, a hub), stopped by its PID: SIGTERM (a demo then ends its
+// rank processes), SIGKILL after 10 s; and SIGKILL as the process exits, whatever made it exit.
+// Its output goes to OUT_DIR/<name>.out and .err.
+class Proc {
+  constructor(name, port, args) {
     this.base = `http://127.0.0.1:${port}`;
     this.pageBase = process.env.GPUWATCH_E2E_BASE_URL || this.base;
     fs.mkdirSync(OUT_DIR, { recursive: true });
-    this.errPath = path.join(OUT_DIR, "demo.err");
-    const out = fs.openSync(path.join(OUT_DIR, "demo.out"), "w");
+    this.errPath = path.join(OUT_DIR, `${name}.err`);
+    const out = fs.openSync(path.join(OUT_DIR, `${name}.out`), "w");
     const err = fs.openSync(this.errPath, "w");
-    this.proc = spawn(GPUWATCH, ["demo", "--listen", `127.0.0.1:${port}`, "--fault", `xid:gpu=${FAULT_GPU}`,
-      "--fault-after", `${FAULT_AFTER_S}s`, "--duration", "6m"], { stdio: ["ignore", out, err] });
+    this.proc = spawn(GPUWATCH, args, { stdio: ["ignore", out, err] });
     fs.closeSync(out);
     fs.closeSync(err);
     this.running = true;
@@ -206,8 +208,24 @@ async function assertChartsOf(page, kind, ids) {
   return drawn;
 }
 
+// Headless Chromium on a profile of its own (removed by the caller).
+async function launch(pageBase) {
+  const userDataDir = fs.mkdtempSync(path.join(os.tmpdir(), "gpuwatch-e2e-chromium-"));
+  const ctx = await chromium.launchPersistentContext(userDataDir, {
+    executablePath: CHROMIUM,
+    headless: true,
+    args: CHROMIUM_ARGS,
+    viewport: { width: 1280, height: 800 },
+  });
+  ctx.setDefaultTimeout(15000);
+  console.log(`# chromium ${ctx.browser()?.version() ?? ""}, playwright-core on ${pageBase}`);
+  return { ctx, userDataDir };
+}
+
 test("the dashboard end to end", { timeout: 220_000 }, async (t) => {
-  const demo = new Demo(await freePort());
+  const port = await freePort();
+  const demo = new Proc("demo", port, ["demo", "--listen", `127.0.0.1:${port}`, "--fault", `xid:gpu=${FAULT_GPU}`,
+    "--fault-after", `${FAULT_AFTER_S}s`, "--duration", "6m"]);
   let ctx, userDataDir;
   try {
     // ---- the agent: serving, the job attributed, the XID diagnosed ------------------------------
@@ -237,15 +255,7 @@ test("the dashboard end to end", { timeout: 220_000 }, async (t) => {
     assert.ok(xidEvent, "the agent has no xid event for the planted XID");
 
     // ---- the browser ---------------------------------------------------------------------------
-    userDataDir = fs.mkdtempSync(path.join(os.tmpdir(), "gpuwatch-e2e-chromium-"));
-    ctx = await chromium.launchPersistentContext(userDataDir, {
-      executablePath: CHROMIUM,
-      headless: true,
-      args: CHROMIUM_ARGS,
-      viewport: { width: 1280, height: 800 },
-    });
-    ctx.setDefaultTimeout(15000);
-    console.log(`# chromium ${ctx.browser()?.version() ?? ""}, playwright-core on ${demo.pageBase}`);
+    ({ ctx, userDataDir } = await launch(demo.pageBase));
 
     // The route's screen, by its data-screen root where the build tags screens.
     const assertScreen = async (page, screen) => {
@@ -285,6 +295,7 @@ test("the dashboard end to end", { timeout: 220_000 }, async (t) => {
       const screens = hrefs.map((h) => parseHash(h).screen);
       const missing = ["jobs", "gpus", "health", "links", "findings", "node", "accounting"].filter((s) => !screens.includes(s));
       assert.deepEqual([...missing.map((s) => `the menu has no #/${s}`), ...problems], [], `menu links: ${hrefs.join(" ")}`);
+      assert.ok(!screens.includes("nodes"), "an agent's menu offers a hub's node list");
     });
 
     await route("#/jobs lists every job and links to its view", `#/jobs?range=${RANGE}`, async (page, shot) => {
@@ -413,5 +424,101 @@ test("the dashboard end to end", { timeout: 220_000 }, async (t) => {
     if (userDataDir) fs.rmSync(userDataDir, { recursive: true, force: true });
     await demo.stop();
     console.log(`# ${((Date.now() - demo.startedMs) / 1000).toFixed(1)} s; screenshots in ${OUT_DIR}`);
+  }
+});
+
+// A hub's dashboard is the fleet's (issue 19): a hub and two demos pushing to it (`demo --hub`),
+// each a node of its own name. The hub's page lists both nodes with the health /api/v1/nodes
+// gives, its GPU heat strip has a row per node and GPU, named by both, and a job's view names
+// the nodes the hub's API says it runs on, each linking to that node's GPUs.
+test("a hub's dashboard: its nodes, the fleet heat map, a job across nodes", { timeout: 180_000 }, async (t) => {
+  const [hubPort, aPort, bPort] = [await freePort(), await freePort(), await freePort()];
+  const hubDir = fs.mkdtempSync(path.join(os.tmpdir(), "gpuwatch-e2e-hub-"));
+  const hub = new Proc("hub", hubPort, ["hub", "--listen", `127.0.0.1:${hubPort}`, "--data-dir", hubDir]);
+  hub.pageBase = hub.base;  // GPUWATCH_E2E_BASE_URL's proxy forwards to the demo, not a hub
+  const NODES = ["SIMULATED-a", "SIMULATED-b"], GPUS = 2;
+  const demos = [];
+  let ctx, userDataDir;
+  try {
+    await until("the hub's /healthz", 30, async () => (!hub.running ? false : (await fetch(hub.base + "/healthz")).ok ? true : undefined))
+      .then((up) => assert.ok(up, `the hub exited\n${hub.stderr()}`), (e) => assert.fail(`${e.message}\n${hub.stderr()}`));
+    for (const [i, node] of NODES.entries()) {
+      const port = i === 0 ? aPort : bPort;
+      demos.push(new Proc(`fleet-${node}`, port, ["demo", "--listen", `127.0.0.1:${port}`, "--hostname", node,
+        "--hub", hub.base, "--hub-token-file", path.join(hubDir, "admin.token"), "--fault", "healthy", "--shape", `${GPUS}xH100`, "--duration", "4m", "--seed", String(i + 1)]));
+    }
+    // Both nodes heard, with their GPU series, and each demo's job with its ranks (their steps
+    // place them on a node).
+    const ready = await until("both demos' series, records and jobs on the hub", 90, async () => {
+      for (const d of demos) if (!d.running) throw new Error(`a demo exited: ${d.stderr()}`);
+      const nodes = (await hub.get("/api/v1/nodes")).nodes;
+      const hosts = (await hub.get("/api/v1/label/Hostname/values")).data || [];
+      const util = (await hub.get("/api/v1/series?match%5B%5D=DCGM_FI_DEV_GPU_UTIL")).data || [];
+      const jobs = await Promise.all((await hub.get("/api/v1/jobs")).jobs.map((j) => hub.get("/api/v1/jobs/" + encodeURIComponent(j.id))));
+      const ok = NODES.every((n) => nodes.some((x) => x.node === n) && hosts.includes(n)) &&
+        util.length === NODES.length * GPUS && jobs.length >= NODES.length && jobs.every((j) => (j.nodes || []).length > 0);
+      return ok ? { nodes, jobs } : undefined;
+    }).catch((e) => assert.fail(`${e.message}\n${hub.stderr()}`));
+    const job = ready.jobs[0];
+
+    ({ ctx, userDataDir } = await launch(hub.pageBase));
+    const route = (title, hash, check) =>
+      t.test(title, async () => {
+        const { page, problems } = await visit(ctx, hub.pageBase, hash);
+        const name = "hub-" + parseHash(hash).screen;
+        try {
+          await page.locator(`[data-screen="${parseHash(hash).screen}"]`).first().waitFor({ state: "visible" });
+          await check(page);
+          assert.deepEqual(problems, [], `on ${hash}: ${problems.join("; ")}`);
+        } finally {
+          await shoot(page, name).catch(() => {});
+          await page.close();
+        }
+      });
+
+    await route("#/nodes lists each node with the health the hub gives it", `#/nodes?range=${RANGE}`, async (page) => {
+      const rows = page.locator('table[data-list="nodes"] tr[data-node]');
+      await until("a row per node", 15, async () => ((await rows.count()) === NODES.length ? true : undefined))
+        .catch(() => assert.fail(`not ${NODES.length} node rows`));
+      const nodes = (await hub.get("/api/v1/nodes")).nodes;
+      for (const n of NODES) {
+        const row = page.locator(`table[data-list="nodes"] tr[data-node="${n}"]`);
+        assert.equal(await row.getAttribute("data-health"), nodes.find((x) => x.node === n).health, `node ${n}'s health`);
+        const href = await row.locator("a").first().getAttribute("href");
+        assert.equal(parseHash(href).screen, "gpus", `node ${n} links to ${href}`);
+        assert.equal(parseHash(href).params.node, n, `node ${n} links to ${href}`);
+      }
+      const menu = await page.locator("header nav a").evaluateAll((as) => as.map((a) => a.getAttribute("href")));
+      assert.ok(menu.some((h) => parseHash(h).screen === "nodes"), `the hub's menu has no #/nodes: ${menu.join(" ")}`);
+    });
+
+    await route(`#/gpus: the fleet heat map, a row per node and GPU`, `#/gpus?range=${RANGE}`, async (page) => {
+      const want = NODES.flatMap((n) => [...Array(GPUS).keys()].map((g) => `${n} GPU ${g}`)).sort();
+      const heat = await until("the heat strip's rows", 20, async () => {
+        const c = (await charts(page)).find((x) => x.plotted === null && x.labels.length);
+        return c && c.labels.length === want.length ? c : undefined;
+      }).catch(async (e) => assert.fail(`${e.message}; charts: ${JSON.stringify(await charts(page))}`));
+      assert.deepEqual([...heat.labels].sort(), want);
+      assert.deepEqual(heat.labels, want, "the rows are not in node order");
+    });
+
+    await route(`#/job/<id> names the nodes job ${job.id} runs on`, `#/job/${encodeURIComponent(job.id)}?range=${RANGE}`, async (page) => {
+      const want = (job.nodes || []).map((n) => n.node).sort();
+      assert.ok(want.length > 0, `the hub's API gives job ${job.id} no nodes: ${JSON.stringify(job)}`);
+      const links = page.locator('[data-list="job-nodes"] a[data-node]');
+      await links.first().waitFor().catch(() => assert.fail("the job view names no node"));
+      const got = await links.evaluateAll((as) => as.map((a) => [a.dataset.node, a.getAttribute("href")]));
+      assert.deepEqual(got.map(([n]) => n).sort(), want);
+      for (const [n, href] of got) {
+        const v = parseHash(href);
+        assert.ok(v.screen === "gpus" && v.params.node === n && v.params.job === job.id, `node ${n} links to ${href}`);
+      }
+    });
+  } finally {
+    if (ctx) await ctx.close().catch(() => {});
+    if (userDataDir) fs.rmSync(userDataDir, { recursive: true, force: true });
+    for (const d of demos) await d.stop();
+    await hub.stop();
+    fs.rmSync(hubDir, { recursive: true, force: true });
   }
 });

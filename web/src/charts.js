@@ -3,11 +3,12 @@
 // shaded, and drag-to-zoom: a selection becomes the view's range in the URL (browser back
 // undoes it).
 import { h } from "preact";
-import { useEffect, useRef, useState } from "preact/hooks";
+import { useEffect, useMemo, useRef, useState } from "preact/hooks";
 import htm from "htm";
 import uPlot from "uplot";
 import { formatHash, num, parseHash, zoomParams } from "./view_state.js";
 import { REASON_BY_NAME } from "./throttle.js";
+import { byGpuKey, gpuNaming, nodesOf } from "./series.js";
 
 export const html = htm.bind(h);
 
@@ -105,9 +106,12 @@ export function ShadeLegend({ intervals }) {
 // {color, dash, legend: false}; `shade` is throttle intervals. `spanGaps`: series sampled more
 // sparsely than the buckets (the job tier, every 15 s) are drawn across their empty buckets, and
 // a lone sample as a point, so a chart with data never looks empty.
-export function BandChart({ data, name, title, unit, height = 200, scale = 1, events, shade, label = gpuLabel, styleOf, fmt = fmtNum, spanGaps = false }) {
+export function BandChart({ data, name, title, unit, height = 200, scale = 1, events, shade, label: labelOf = gpuLabel, styleOf, fmt = fmtNum, spanGaps = false }) {
   const el = useRef(null);
   const readout = useRef(null);
+  // A hub's panels span nodes, each with its GPU 0: the node goes before the series' own name.
+  const multi = data ? nodesOf(data.series).length > 1 : false;
+  const label = (m) => (multi && m.Hostname ? m.Hostname + " " : "") + labelOf(m);
   const n = data ? data.series.length : 0;
   const styles = data ? data.series.map((s, i) => ({ color: colorOf(s.metric, i), ...(styleOf ? styleOf(s.metric, i) : {}) })) : [];
   useEffect(() => {
@@ -220,9 +224,14 @@ function StripOverlay({ events, t0, t1, sel }) {
 
 // GPU × time: one row per GPU, each cell the bucket's minimum (a drop to 0 % shows however
 // short), hover for min/max/last.
-export function HeatStrip({ data, title, name = "utilization", events }) {
+export function HeatStrip({ data: panelData, title, name = "utilization", events }) {
   const el = useRef(null);
   const [tip, setTip] = useState(null);
+  // One row per GPU; on a hub, one per node and GPU (the fleet heat map), in node order.
+  const naming = gpuNaming(panelData ? panelData.series : []);
+  const data = useMemo(() => panelData && naming.multi
+    ? { ...panelData, series: [...panelData.series].sort((a, b) => byGpuKey(naming.key(a.metric), naming.key(b.metric))) }
+    : panelData, [panelData]);
   // The view's range, as the charts draw it (their x scale is data.range): the strip and the
   // charts below it share one time axis extent. Buckets are placed by their start time, the
   // edge buckets clipped to the range.
@@ -262,10 +271,10 @@ export function HeatStrip({ data, title, name = "utilization", events }) {
     const r = Math.floor(((e.clientY - rect.top) / rect.height) * data.series.length);
     const s = data.series[r];
     if (!s || k < 0 || k >= data.times.length) return setTip(null);
-    setTip(`GPU ${s.metric.gpu} at ${new Date(data.times[k] * 1000).toLocaleTimeString()}: ` +
+    setTip(`${naming.name(s.metric)} at ${new Date(data.times[k] * 1000).toLocaleTimeString()}: ` +
       `min ${s.min[k] ?? "–"}, max ${s.max[k] ?? "–"}, last ${s.last[k] ?? "–"}`);
   };
-  return html`<${StripFrame} cls="heat" name=${name} title=${title} gpus=${data ? data.series.map((s) => s.metric.gpu) : []}
+  return html`<${StripFrame} cls="heat" name=${name} title=${title} labels=${data ? data.series.map((s) => naming.name(s.metric)) : []}
     canvas=${el} onMove=${onMove} setTip=${setTip} t0=${t0} t1=${t1} events=${events} drag=${drag}>
     <div class="heat-tip">${tip || "\u00a0"}</div>
   </${StripFrame}>`;
@@ -273,12 +282,12 @@ export function HeatStrip({ data, title, name = "utilization", events }) {
 
 // What both strips share: the title, a labelled row per GPU, the canvas with the event markers
 // and drag-to-zoom over it, then the strip's own footer (children).
-function StripFrame({ cls, name, title, gpus, attrs = {}, canvas, onMove, setTip, t0, t1, events, drag, children }) {
-  const rows = gpus.length;
+function StripFrame({ cls, name, title, labels, attrs = {}, canvas, onMove, setTip, t0, t1, events, drag, children }) {
+  const rows = labels.length;
   return html`<div class=${cls} data-chart=${name} data-series=${rows} ...${attrs}>
     <div class="heat-title">${title}</div>
     <div class="heat-body">
-      <div class="heat-labels">${gpus.map((g) => html`<div>GPU ${g}</div>`)}</div>
+      <div class="heat-labels">${labels.map((l) => html`<div>${l}</div>`)}</div>
       <div class="strip-wrap" ...${drag.handlers}>
         <canvas ref=${canvas} class="heat-canvas" style=${`height:${Math.max(1, rows) * 18}px`}
           onMouseMove=${onMove} onMouseLeave=${() => setTip(null)}></canvas>
@@ -326,7 +335,7 @@ export function ThrottleStrip({ intervals, gpus, range, events, name = "throttle
     const on = intervals.filter((iv) => iv.gpu === g && iv.start <= t && t < iv.end).map((iv) => (REASON_BY_NAME[iv.reason] || {}).label || iv.reason);
     setTip(`GPU ${g} at ${new Date(t * 1000).toLocaleTimeString()}: ${on.length ? on.join(", ") : "not throttled"}`);
   };
-  return html`<${StripFrame} cls="heat throttle" name=${name} title=${title} gpus=${gpus} attrs=${{ "data-intervals": intervals.length }}
+  return html`<${StripFrame} cls="heat throttle" name=${name} title=${title} labels=${gpus.map((g) => "GPU " + g)} attrs=${{ "data-intervals": intervals.length }}
     canvas=${el} onMove=${onMove} setTip=${setTip} t0=${t0} t1=${t1} events=${events} drag=${drag}>
     <div class="legend"><${ShadeLegend} intervals=${intervals} /></div>
     <div class="heat-tip">${tip || "\u00a0"}</div>

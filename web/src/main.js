@@ -10,7 +10,7 @@ import {
   FILTERS, RANGES, filterParams, filtersOf, formatHash, isSimulated, num, parseHash, rangeParams, timeRange, zoomOutParams,
 } from "./view_state.js";
 import { auth, getJson, loadEvents, panel, readToken, saveToken, usePoll, useWidth } from "./api.js";
-import { EventList, HeatStrip, PanelChart, html } from "./charts.js";
+import { EventList, HeatStrip, PanelChart, gpuLabel, html } from "./charts.js";
 import { gpuMatchers, inScope, jobMatchers, namesSelector, scopeOf, selector } from "./scope.js";
 import { findingHref, findingView, mergeFindings, runbookRef } from "./findings.js";
 import { SHARES, jobPanelWidth, newest, shares, stepBands, throughput } from "./jobs.js";
@@ -18,6 +18,7 @@ import { memoryRows } from "./memory.js";
 import { HealthScreen } from "./screen_health.js";
 import { LinksScreen } from "./screen_links.js";
 import { AccountingScreen } from "./screen_accounting.js";
+import { NodesScreen } from "./screen_nodes.js";
 
 // Hash changes since the page loaded: "back" undoes a zoom only when there is one to undo.
 let navigations = 0;
@@ -74,10 +75,10 @@ function GpusScreen({ view, ctx }) {
       : html`<div class="empty">No GPU series in this range.</div>`)}
     <${PanelChart} state=${{ ...mem, data: used }} name="DCGM_FI_DEV_FB_USED" title="Memory used (dashed: total)" unit="MiB" events=${ev}
       styleOf=${(mt) => (mt.__name__ === "DCGM_FI_DEV_FB_TOTAL" ? { dash: [6, 4], legend: false } : {})}
-      label=${(mt) => "GPU " + mt.gpu + (mt.__name__ === "DCGM_FI_DEV_FB_TOTAL" ? " total" : "")} />
+      label=${(mt) => gpuLabel(mt) + (mt.__name__ === "DCGM_FI_DEV_FB_TOTAL" ? " total" : "")} />
     ${rows.length > 0 && html`<table class="findings counts" data-list="memory">
       <tr><th>GPU</th><th>used now</th><th>peak in range</th><th>total</th><th>headroom (total − peak)</th><th>OOM estimate</th></tr>
-      ${rows.map((r) => html`<tr data-gpu=${r.gpu}><td>GPU ${r.gpu}</td><td>${mib(r.now)}</td><td>${mib(r.peak)}</td><td>${mib(r.total)}</td>
+      ${rows.map((r) => html`<tr data-gpu=${r.key}><td>${r.name}</td><td>${mib(r.now)}</td><td>${mib(r.peak)}</td><td>${mib(r.total)}</td>
         <td class=${r.headroom !== null && r.total && r.headroom < 0.05 * r.total ? "bad" : ""}>${mib(r.headroom)}${r.headroom !== null && r.total ? ` (${Math.round((100 * r.headroom) / r.total)} %)` : ""}</td>
         <td class=${r.oom ? "bad" : ""}>${r.total === null ? "no total reported" : r.oom ? oomText(r.oom) : "none (not growing)"}</td></tr>`)}
     </table>
@@ -170,7 +171,8 @@ function JobCharts({ job, view, ctx }) {
   </div>`;
 }
 
-// #/job/<id>: the job → its ranks' throughput → its log lines and its node's events.
+// #/job/<id>: the job (on a hub, its nodes, each opening its GPUs) → its ranks' throughput → its
+// log lines and its node's events.
 function JobScreen({ view, ctx }) {
   const width = useWidth();
   const id = view.arg;
@@ -191,10 +193,12 @@ function JobScreen({ view, ctx }) {
     <h2>job ${id}</h2>
     ${job.error && html`<div class="error">${job.error}</div>`}
     ${job.data && html`<div class="facts">${j.state}${j.hung ? " (hung)" : ""} · user ${j.user || "?"} · template ${j.template || "?"} · ${j.ranks_reporting ?? "?"} of ${j.world_size ?? "?"} ranks reporting</div>`}
+    ${j.nodes && j.nodes.length > 0 && html`<div class="facts" data-list="job-nodes">on ${j.nodes.length} node${j.nodes.length > 1 ? "s" : ""}: ${j.nodes.map((n, i) => html`${i > 0 ? " · " : ""}<a data-node=${n.node}
+      href=${formatHash({ screen: "gpus", arg: "", params: { ...view.params, node: n.node, job: id } })}>${n.node}</a>${n.gpus && n.gpus.length ? ` (GPU ${n.gpus.join(", ")})` : ""}`)}</div>`}
     <${PanelChart} state=${ips} name="gpuwatch_job_iterations_per_second" title="Iterations per second, per rank" unit="it/s" events=${events.data}
       label=${(m) => "rank " + m.rank} spanGaps=${true} empty="No iteration rate of this job in this range." />
-    ${j.ranks && html`<table class="findings"><tr><th>rank</th><th>pid</th><th>gpus</th><th>steps</th><th>last step</th></tr>
-      ${j.ranks.map((r) => html`<tr><td>${r.rank}</td><td>${r.pid}</td><td>${(r.gpus || []).join(", ")}</td>
+    ${j.ranks && html`<table class="findings" data-list="ranks"><tr><th>rank</th>${j.nodes && html`<th>node</th>`}<th>pid</th><th>gpus</th><th>steps</th><th>last step</th></tr>
+      ${j.ranks.map((r) => html`<tr><td>${r.rank}</td>${j.nodes && html`<td>${r.node || ""}</td>`}<td>${r.pid ?? ""}</td><td>${(r.gpus || []).join(", ")}</td>
         <td>${r.steps_total ?? ""}</td><td>${r.last_step_ms ? new Date(r.last_step_ms).toLocaleTimeString() : ""}</td></tr>`)}
     </table>`}
     <h3>log lines</h3>
@@ -249,6 +253,7 @@ const SCREENS = {
   findings: ["Findings", FindingsScreen],
   node: ["Node", NodeScreen],
   accounting: ["Accounting", AccountingScreen],
+  nodes: ["Nodes", NodesScreen, { hub: true }],  // a hub's: its node list
   job: [null, JobScreen],  // reached from a job's row, not the menu
 };
 
@@ -323,11 +328,13 @@ function App() {
   const scope = scopeOf(filters, jobList);
   const key = JSON.stringify([filters, scope]);
   const ctx = useMemo(() => ({ filters, scope, key }), [key]);
-  const nodeNames = [...new Set([...(nodes.data || []), ...(host.data && host.data.hostname ? [host.data.hostname] : [])])];
+  const isHub = !!(host.data && host.data.hub);
+  // A hub is no node of its own: its name is not one to filter by.
+  const nodeNames = [...new Set([...(nodes.data || []), ...(host.data && host.data.hostname && !isHub ? [host.data.hostname] : [])])];
   return html`<div>
     <header>
       <span class="brand">gpuwatch</span>
-      <nav>${Object.entries(SCREENS).filter(([, [name]]) => name).map(([k, [name]]) =>
+      <nav>${Object.entries(SCREENS).filter(([, [name, , only]]) => name && (!only || (only.hub && isHub))).map(([k, [name]]) =>
         html`<a href=${formatHash({ ...view, screen: k, arg: "" })} class=${k === view.screen ? "on" : ""}>${name}</a>`)}</nav>
       <span class="range">${Object.keys(RANGES).map((r) =>
         html`<button class=${(view.params.range || "1h") === r && !view.params.from ? "on" : ""}

@@ -1,7 +1,7 @@
 // GPU memory against its peak and total: headroom over the range and when the trend reaches
 // the total (the OOM estimate). Pure functions over panel answers (GET /api/v1/panel).
 import { num } from "./view_state.js";
-import { lastValue } from "./series.js";
+import { byGpuKey, gpuNaming, lastValue } from "./series.js";
 
 // The share of the range the trend is fitted on: its last quarter, recent enough to follow a
 // leak, long enough not to follow one step's allocation.
@@ -47,19 +47,20 @@ export function oomEstimate(times, last, total, range) {
   return now >= total ? tLast : tLast + (total - now) / fit.slope;
 }
 
-// Per GPU: memory now, its peak over the range (the largest bucket max), the total, the headroom
-// (total − peak) and the OOM estimate. `panel` holds DCGM_FI_DEV_FB_USED and, where the GPU
+// Per GPU (per node and GPU on a hub's panel: series.js gpuNaming): memory now, its peak over
+// the range (the largest bucket max), the total, the headroom (total − peak) and the OOM estimate. `panel` holds DCGM_FI_DEV_FB_USED and, where the GPU
 // reports them, DCGM_FI_DEV_FB_TOTAL or DCGM_FI_DEV_FB_FREE (total = used + free then).
 export function memoryRows(panel) {
   if (!panel) return [];
+  const naming = gpuNaming(panel.series);
   const by = new Map();
   for (const s of panel.series) {
-    const g = s.metric.gpu;
-    if (!by.has(g)) by.set(g, {});
-    by.get(g)[s.metric.__name__] = s;
+    const k = naming.key(s.metric);
+    if (!by.has(k)) by.set(k, { metric: s.metric });
+    by.get(k)[s.metric.__name__] = s;
   }
   const rows = [];
-  for (const [gpu, m] of by) {
+  for (const [key, m] of by) {
     const used = m.DCGM_FI_DEV_FB_USED;
     if (!used) continue;
     const now = lastValue(used);
@@ -75,7 +76,7 @@ export function memoryRows(panel) {
     }
     const headroom = total !== null && peak !== null ? total - peak : null;
     const oom = total !== null && panel.range ? oomEstimate(panel.times, used.last, total, panel.range) : null;
-    rows.push({ gpu: Number(gpu), now, peak, total, headroom, oom });
+    rows.push({ key, name: naming.name(m.metric), gpu: Number(m.metric.gpu), now, peak, total, headroom, oom });
   }
-  return rows.sort((a, b) => a.gpu - b.gpu);
+  return rows.sort((a, b) => byGpuKey(a.key, b.key));
 }

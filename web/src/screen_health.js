@@ -7,7 +7,7 @@ import { loadEvents, panel, usePoll, useWidth } from "./api.js";
 import { timeRange } from "./view_state.js";
 import { gpuMatchers, inScope, namesSelector, selector } from "./scope.js";
 import { REASONS, throttleIntervals } from "./throttle.js";
-import { countsByGpu, everAboveZero } from "./series.js";
+import { byGpuKey, countsByGpu, everAboveZero, gpuKeyName } from "./series.js";
 
 // The counts table's columns: [metric, heading, kind]. A counter and a count show their value
 // and the increase over the range; a flag shows yes/no. Absent metrics (unsupported by the GPU,
@@ -104,7 +104,7 @@ export function HealthScreen({ view, ctx }) {
       ? html`<div class="empty" data-list="counts">No ECC, row-remap or XID series in this range.</div>`
       : html`<table class="findings counts" data-list="counts">
           <tr><th>GPU</th>${present.map(([, h]) => html`<th>${h}</th>`)}</tr>
-          ${Object.keys(table).sort((a, b) => a - b).map((g) => html`<tr data-gpu=${g}><td>GPU ${g}</td>
+          ${Object.keys(table).sort(byGpuKey).map((g) => html`<tr data-gpu=${g}><td>${gpuKeyName(g)}</td>
             ${present.map(([n, , kind]) => html`<${CountCell} c=${table[g][n]} kind=${kind} />`)}</tr>`)}
         </table>`)}
     ${errors && (errors.series.length

@@ -1,5 +1,6 @@
 // Arithmetic on panel series (GET /api/v1/panel: per bucket min, max and last): counters'
-// rates and increases, newest values, and per-GPU counts. Pure functions.
+// rates and increases, newest values, per-GPU counts, and how a GPU is named when a hub's
+// panel spans several nodes. Pure functions.
 import { num } from "./view_state.js";
 
 // Per-second rates of a counter from its buckets' `last` values: bucket k's rate is the increase
@@ -47,13 +48,38 @@ export function lastValue(s) {
 }
 
 
-// Per GPU and metric name, a panel's counts: the newest value and the increase over the range,
-// summed over the GPU's series of that name, with `parts` per XID code for
+// The nodes a panel's series come from (their Hostname label, as dcgm-exporter's).
+export const nodesOf = (series) => [...new Set((series || []).map((s) => s.metric.Hostname).filter(Boolean))];
+
+// How a panel's GPUs are told apart: by index on one node ("3", "GPU 3"); by node and index
+// when the panel spans several (a hub's: every node has a GPU 0), "node-a/3", "node-a GPU 3".
+export function gpuNaming(series) {
+  const multi = nodesOf(series).length > 1;
+  return {
+    multi,
+    key: (m) => (multi ? `${m.Hostname || ""}/${m.gpu}` : String(m.gpu)),
+    name: (m) => (multi && m.Hostname ? m.Hostname + " " : "") + "GPU " + m.gpu,
+  };
+}
+
+// Keys of gpuNaming in display order: by node, then GPU index as a number.
+export const byGpuKey = (a, b) => {
+  const [na, ga] = String(a).includes("/") ? String(a).split("/") : ["", a];
+  const [nb, gb] = String(b).includes("/") ? String(b).split("/") : ["", b];
+  return na.localeCompare(nb) || Number(ga) - Number(gb);
+};
+
+// The name of a gpuNaming key: "GPU 3", or "node-a GPU 3".
+export const gpuKeyName = (k) => (String(k).includes("/") ? String(k).replace("/", " GPU ") : "GPU " + k);
+
+// Per GPU (gpuNaming's key) and metric name, a panel's counts: the newest value and the increase
+// over the range, summed over the GPU's series of that name, with `parts` per XID code for
 // gpuwatch_xid_errors_total. {gpu: {name: {now, inc, parts: [{key, now, inc}]}}}
 export function countsByGpu(panel) {
   const out = {};
+  const naming = gpuNaming(panel && panel.series);
   for (const s of (panel && panel.series) || []) {
-    const g = s.metric.gpu, n = s.metric.__name__;
+    const g = naming.key(s.metric), n = s.metric.__name__;
     const byName = (out[g] = out[g] || {});
     const c = (byName[n] = byName[n] || { now: null, inc: null, parts: [] });
     const now = lastValue(s), inc = counterIncrease(s);

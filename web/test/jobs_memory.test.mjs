@@ -69,7 +69,7 @@ test("memory rows: now, peak, total (or used + free), headroom", () => {
     { metric: { __name__: "DCGM_FI_DEV_FB_FREE", gpu: "0" }, min: [95, 95], max: [95, 95], last: [95, 95] },
   ] };
   assert.deepEqual(memoryRows(p), [
-    { gpu: 0, now: 5, peak: 5, total: 100, headroom: 95, oom: null },
-    { gpu: 1, now: 30, peak: 50, total: 100, headroom: 50, oom: null },
+    { key: "0", name: "GPU 0", gpu: 0, now: 5, peak: 5, total: 100, headroom: 95, oom: null },
+    { key: "1", name: "GPU 1", gpu: 1, now: 30, peak: 50, total: 100, headroom: 50, oom: null },
   ]);
 });

@@ -247,13 +247,19 @@ std::optional<RejectReason> JobRegistry::Accept(const model::JobMessage& m, cons
       rank.uid = sender.uid;
       if (m.local_rank) rank.local_rank = m.local_rank;
       if (!m.template_name.empty()) job->template_name = m.template_name;
-      // The scheduler's word on the owner and project stands over the client's.
+      // Who owns the job, and under which project: the scheduler's word (its allocation); root's
+      // (a launcher speaks for its job as the scheduler does); else the owner is the user of the
+      // job's processes, from their credentials (the next process tick), and the project stays
+      // unset. A user's own `user` and `project` are claims, never ownership: taken, a project
+      // claim would put the job in another project's scope and bill it there.
       if (auto a = allocations_.find(m.job); a != allocations_.end()) {
         job->user = a->second.user;
         if (!a->second.project.empty()) job->project = a->second.project;
-      } else {
+      } else if (sender.verified() && sender.uid && *sender.uid == 0) {
         if (!m.user.empty()) job->user = m.user;
         if (!m.project.empty()) job->project = m.project;
+      } else if (!m.project.empty()) {
+        job->claimed_project = m.project;
       }
       if (m.world_size) job->world_size = m.world_size;
       // A start repeated every 30 s by the SDK says the process lives, not that it progresses:
@@ -362,6 +368,10 @@ std::optional<RejectReason> JobRegistry::Accept(const model::JobMessage& m, cons
       if (PushOutput(m.text.size()))
         pending_.logs.push_back({t_ms, m.job, m.rank, m.stream, m.text});
       break;
+    case model::JobMessageType::kQueued:  // the scheduler's: AcceptSchedulerMessage, above
+    case model::JobMessageType::kAllocation:
+    case model::JobMessageType::kRelease:
+      break;
   }
   counters_.accepted++;
   return std::nullopt;
@@ -459,6 +469,8 @@ void JobRegistry::Tick(int64_t now_ms, const std::vector<model::ProcessAttributi
       rank_gpus[&r].insert(p.gpu_index);
       r.container = p.container_id;
       r.user = p.user;
+      // The owner from the process's credentials, where neither the scheduler nor root said.
+      if (it->second.first->user.empty()) it->second.first->user = p.user;
       job_procs[it->second.first].second.insert(p.gpu_index);
       it->second.first->gpu_seconds += dt_s;
       continue;
@@ -707,6 +719,7 @@ JobView JobRegistry::View(const JobRec& j) const {
   v.template_name = j.template_name;
   v.user = j.user;
   v.project = j.project;
+  v.claimed_project = j.claimed_project;
   v.state = j.state;
   v.start_ms = j.start_ms;
   v.end_ms = j.end_ms;
@@ -757,7 +770,7 @@ JobView JobRegistry::View(const JobRec& j) const {
   // No template from the job itself: the operator's rules name its class (R13).
   if (v.template_name.empty() && !options_.template_rules.empty()) {
     v.template_name = MatchTemplate(
-        options_.template_rules, v.user, v.project,
+        options_.template_rules, v.user, v.project.empty() ? v.claimed_project : v.project,
         v.gpus.empty() ? std::nullopt : std::optional(static_cast<uint32_t>(v.gpus.size())),
         v.world_size);
   }

@@ -155,7 +155,8 @@ struct JobView {
   std::string id;
   std::string source;  // sdk (the job protocol) | process (attribution only)
   std::string template_name, user, project;
-  std::string state;  // running | hung | finished | failed | gone (processes vanished)
+  std::string claimed_project;  // a user's SDK's word on its project, not taken (JobRec)
+  std::string state;            // running | hung | finished | failed | gone (processes vanished)
   int64_t start_ms = 0, end_ms = 0, last_step_ms = 0;
   std::optional<uint32_t> world_size;
   std::vector<unsigned> gpus;
@@ -243,7 +244,12 @@ class JobRegistry {
     // for an uncredentialed sender. Unset for jobs seen only through GPU processes.
     bool started_by_protocol = false;
     std::optional<uint32_t> starter_uid;
+    // The owner and project: the scheduler's (an allocation), a root sender's (a launcher), or
+    // the owner from the job's processes' credentials. Never a user's own word (issue 19).
     std::string template_name, user, project;
+    // What a user's SDK `start` said of its project: it only names the job's class by the
+    // operator's template rules, and is shown as such, never taken as the job's project.
+    std::string claimed_project;
     std::optional<uint32_t> world_size;
     int64_t start_ms = 0, end_ms = 0, last_step_ms = 0;
     std::string state = "running";

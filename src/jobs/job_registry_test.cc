@@ -326,6 +326,43 @@ TEST_F(JobRegistryTest, AnOpenEvalPhaseIsNotAHang) {
   EXPECT_EQ(reg.Job("j")->state, "hung");
 }
 
+// Issue 19: "Job ownership comes from the scheduler or the process's credentials, never from
+// what the client claims." A user's start says it is alice's, of project nlp; its process runs
+// as bob (attribution reads /proc/PID/status's uid).
+TEST_F(JobRegistryTest, AUsersClaimOfOwnerAndProjectIsNotTaken) {
+  JobRegistry reg = Make();
+  model::JobMessage m = Start("j", 0);
+  m.user = "alice";
+  m.project = "nlp";
+  ASSERT_FALSE(reg.Accept(m, {100, 1000}, kT0));
+  EXPECT_EQ(reg.Job("j")->user, "");
+  EXPECT_EQ(reg.Job("j")->project, "");
+  EXPECT_EQ(reg.Job("j")->claimed_project, "nlp");
+  model::ProcessAttribution p;
+  p.pid = 100;
+  p.gpu_index = 0;
+  p.user = "bob";
+  reg.Tick(kT0 + 1000, {p});
+  EXPECT_EQ(reg.Job("j")->user, "bob");
+  EXPECT_EQ(reg.Job("j")->project, "");
+  // The same claim over UDP/TCP (no kernel credentials) is not taken either.
+  model::JobMessage u = Start("u", 0);
+  u.user = "alice";
+  u.project = "nlp";
+  u.pid = 101;
+  ASSERT_FALSE(reg.Accept(u, Sender{}, kT0));
+  EXPECT_EQ(reg.Job("u")->user, "");
+  EXPECT_EQ(reg.Job("u")->project, "");
+  // Root (a launcher) speaks for the job it starts, as the scheduler does.
+  model::JobMessage l = Start("k", 0);
+  l.user = "carol";
+  l.project = "vision";
+  ASSERT_FALSE(reg.Accept(l, {200, 0}, kT0));
+  EXPECT_EQ(reg.Job("k")->user, "carol");
+  EXPECT_EQ(reg.Job("k")->project, "vision");
+  EXPECT_EQ(reg.Job("k")->claimed_project, "");
+}
+
 TEST_F(JobRegistryTest, JobsWithoutTheSdkComeFromAttribution) {
   JobRegistry reg = Make();
   ASSERT_FALSE(reg.Accept(Start("sdk", 0), {100, 1000}, kT0));

@@ -231,6 +231,7 @@ nlohmann::json JobJson(const jobs::JobView& v, bool with_ranks,
   j["template"] = v.template_name;
   j["user"] = v.user;
   j["project"] = v.project;
+  if (!v.claimed_project.empty()) j["claimed_project"] = v.claimed_project;  // not taken
   j["state"] = v.state;
   j["start_ms"] = v.start_ms;
   j["end_ms"] = v.end_ms ? nlohmann::json(v.end_ms) : nlohmann::json();

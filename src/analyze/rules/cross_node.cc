@@ -1,6 +1,10 @@
 // Cross-node rules: what one node can only be judged against the others.
-// - version_mismatch: the node whose driver, CUDA or NCCL version differs from the largest group
-//   of the nodes' (on a tie, the group of rank 0's node, the node a job is launched from).
+// - version_mismatch: among the nodes of one job (findings.md: "nodes of one job run different
+//   driver / CUDA / NCCL versions"), the node whose driver, CUDA or NCCL version differs from
+//   the largest group's (on a tie, the group of the job's rank 0 node, the node it is launched
+//   from). A job's nodes are those its job, step and proc records come from. A hub hears
+//   unrelated nodes, and a fleet mid-upgrade runs two drivers on purpose: nodes that share no
+//   job are not compared. Only a recording that names no job at all compares all its nodes.
 // - clock_skew: the node whose clock offset (clock_offset_ms, from its time source) exceeds the
 //   tolerance and stands apart from the median of all nodes (a shared offset, e.g. one upstream
 //   server, is not one node's fault); or whose steps of a multi-node job end apart from the
@@ -9,6 +13,7 @@
 //   timestamps show).
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <array>
 #include <cmath>
 #include <map>
@@ -30,17 +35,26 @@ class CrossNodeRule : public Rule {
 
   void Observe(const trace::TraceRecord& r, Context& ctx) override {
     if (const auto* n = r.as<trace::TraceNode>()) OnNode(r, *n);
-    if (const auto* st = r.as<trace::TraceStep>()) OnStep(r, *st, ctx);
+    if (const auto* st = r.as<trace::TraceStep>()) {
+      if (st->job) OnJobNode(*st->job, r.node);
+      OnStep(r, *st, ctx);
+    }
+    if (const auto* j = r.as<trace::TraceJob>(); j && j->job && j->state != "end")
+      OnJobNode(*j->job, r.node);
+    if (const auto* p = r.as<trace::TraceProc>(); p && p->job) OnJobNode(*p->job, r.node);
   }
   void Flush(double t, Context& ctx) override {
     for (auto& [job, sc] : step_clock_) FlushStepClock(job, true, ctx);
     Versions(ctx);
     Offsets(ctx);
   }
-  size_t JobEntries() const override { return step_clock_.size() + skew_runs_.size(); }
+  size_t JobEntries() const override {
+    return step_clock_.size() + skew_runs_.size() + job_nodes_.size();
+  }
   void ForgetJob(const std::string& job) override {
     step_clock_.erase(job);
     EraseJob(skew_runs_, job);
+    job_nodes_.erase(job);
   }
 
  private:
@@ -64,13 +78,24 @@ class CrossNodeRule : public Rule {
   void OnNode(const trace::TraceRecord& r, const trace::TraceNode& n);
   void OnStep(const trace::TraceRecord& r, const trace::TraceStep& st, Context& ctx);
   void FlushStepClock(const std::string& job, bool all, Context& ctx);
+  void OnJobNode(const std::string& job, const std::string& node) {
+    if (job.empty() || node.empty()) return;
+    job_nodes_[job].insert(node);
+    saw_job_ = true;
+  }
   void Versions(Context& ctx);
+  // One job's nodes (or all, in a recording without jobs): the nodes apart from the largest
+  // group, once per (field, node) across jobs.
+  void CompareVersions(const std::vector<std::string>& nodes, const std::string& rank0_node,
+                       std::set<std::pair<std::string, std::string>>* reported, Context& ctx);
   void Offsets(Context& ctx);
 
   CrossNodeOptions o_;
   std::map<std::string, NodeState> nodes_;
   std::map<std::string, StepClock> step_clock_;
   std::map<std::pair<std::string, std::string>, SkewRun> skew_runs_;
+  std::map<std::string, std::set<std::string>> job_nodes_;  // job -> the nodes it runs on
+  bool saw_job_ = false;  // a job was named, even if forgotten since: compare within jobs
 };
 
 void CrossNodeRule::OnNode(const trace::TraceRecord& r, const trace::TraceNode& n) {
@@ -90,23 +115,39 @@ void CrossNodeRule::OnNode(const trace::TraceRecord& r, const trace::TraceNode& 
 }
 
 void CrossNodeRule::Versions(Context& ctx) {
-  if (nodes_.size() < 2) return;
+  std::set<std::pair<std::string, std::string>> reported;
+  if (!saw_job_) {
+    std::vector<std::string> all;
+    for (const auto& [name, ns] : nodes_) all.push_back(name);
+    CompareVersions(all, "", &reported, ctx);
+    return;
+  }
+  for (const auto& [job, nodes] : job_nodes_) {
+    if (nodes.size() < 2) continue;
+    auto sc = step_clock_.find(job);
+    CompareVersions({nodes.begin(), nodes.end()},
+                    sc == step_clock_.end() ? std::string() : sc->second.rank0_node, &reported,
+                    ctx);
+  }
+}
+
+void CrossNodeRule::CompareVersions(const std::vector<std::string>& nodes,
+                                    const std::string& rank0_node,
+                                    std::set<std::pair<std::string, std::string>>* reported,
+                                    Context& ctx) {
+  if (nodes.size() < 2) return;
   for (const char* field : {"driver", "CUDA", "NCCL"}) {
     std::map<std::string, std::vector<std::string>> groups;
-    for (const auto& [name, ns] : nodes_) {
-      auto it = ns.versions.find(field);
-      if (it != ns.versions.end()) groups[it->second.first].push_back(name);
+    for (const std::string& name : nodes) {
+      auto n = nodes_.find(name);
+      if (n == nodes_.end()) continue;
+      auto it = n->second.versions.find(field);
+      if (it != n->second.versions.end()) groups[it->second.first].push_back(name);
     }
     if (groups.size() < 2) continue;
-    std::set<std::string> rank0_nodes;
-    for (const auto& [job, sc] : step_clock_) {
-      if (!sc.rank0_node.empty()) rank0_nodes.insert(sc.rank0_node);
-    }
     auto has_rank0 = [&](const std::vector<std::string>& members) {
-      for (const std::string& m : members) {
-        if (rank0_nodes.count(m) != 0) return true;
-      }
-      return false;
+      return !rank0_node.empty() &&
+             std::find(members.begin(), members.end(), rank0_node) != members.end();
     };
     // The job's version is the largest group's, or among the largest, the one rank 0 runs
     // on. Without either there is none: naming a node then would name the wrong one half the
@@ -133,6 +174,7 @@ void CrossNodeRule::Versions(Context& ctx) {
     for (const auto& [v, members] : groups) {
       if (&members == major) continue;
       for (const std::string& name : members) {
+        if (!reported->insert({field, name}).second) continue;
         const auto& since = nodes_[name].versions[field];
         Finding f = MakeFinding(Cause::kVersionMismatch, Severity::kWarning, name);
         f.first_seen = since.second;

@@ -55,5 +55,39 @@ TEST(CrossNodeRuleTest, ATieNamesNoNode) {
   EXPECT_EQ(f[0].node, "n2");
 }
 
+// findings.md: version_mismatch is "nodes of one job run different driver / CUDA / NCCL
+// versions". A hub hears every node, and a fleet mid-upgrade runs two drivers on purpose: nodes
+// that share no job are not compared. A job's nodes are those its job start records come from
+// (trace-format.md: "A multi-node job sends start from every node it runs on").
+TEST(CrossNodeRuleTest, OnlyTheNodesOfOneJobAreCompared) {
+  auto on = [](const std::string& node, double t, const std::string& driver) {
+    std::string n = Node(node, t);
+    const std::string from = "550.90.07";
+    n.replace(n.find(from), from.size(), driver);
+    return n;
+  };
+  auto start = [](const std::string& node, double t, const std::string& job) {
+    return "{\"t\":" + std::to_string(t) + ",\"type\":\"job\",\"node\":\"" + node +
+           "\",\"job\":\"" + job + "\",\"state\":\"start\"}\n";
+  };
+  // Job a on n1 and n2 (550), job b on n3 (535) and n4 (535): upgraded apart, each job whole.
+  const std::string fleet = on("n1", 100, "550.90.07") + on("n2", 100, "550.90.07") +
+                            on("n3", 100, "535.54.03") + on("n4", 100, "535.54.03") +
+                            start("n1", 110, "a") + start("n2", 110, "a") + start("n3", 110, "b") +
+                            start("n4", 110, "b");
+  std::vector<Finding> f = Diagnose(fleet);
+  EXPECT_TRUE(f.empty()) << f[0].summary;
+  // Job c spans n1, n2 and n3: n3 is the one of its nodes apart, named once.
+  f = Diagnose(fleet + start("n1", 120, "c") + start("n2", 120, "c") + start("n3", 120, "c"));
+  ASSERT_EQ(f.size(), 1u);
+  EXPECT_EQ(f[0].cause, Cause::kVersionMismatch);
+  EXPECT_EQ(f[0].node, "n3");
+  // A recording that names no job (node records only) compares all its nodes as one.
+  f = Diagnose(on("n1", 100, "550.90.07") + on("n2", 100, "550.90.07") +
+               on("n3", 100, "550.90.07") + on("n4", 100, "535.54.03"));
+  ASSERT_EQ(f.size(), 1u);
+  EXPECT_EQ(f[0].node, "n4");
+}
+
 }  // namespace
 }  // namespace gpuwatch::analyze

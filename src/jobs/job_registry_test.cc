@@ -330,11 +330,14 @@ TEST_F(JobRegistryTest, AnOpenEvalPhaseIsNotAHang) {
 // what the client claims." A user's start says it is alice's, of project nlp; its process runs
 // as bob (attribution reads /proc/PID/status's uid).
 TEST_F(JobRegistryTest, AUsersClaimOfOwnerAndProjectIsNotTaken) {
+  auto claiming = [](const std::string& job, const std::string& user, const std::string& project) {
+    model::JobMessage m = Start(job, 0);
+    m.user = user;
+    m.project = project;
+    return m;
+  };
   JobRegistry reg = Make();
-  model::JobMessage m = Start("j", 0);
-  m.user = "alice";
-  m.project = "nlp";
-  ASSERT_FALSE(reg.Accept(m, {100, 1000}, kT0));
+  ASSERT_FALSE(reg.Accept(claiming("j", "alice", "nlp"), {100, 1000}, kT0));
   EXPECT_EQ(reg.Job("j")->user, "");
   EXPECT_EQ(reg.Job("j")->project, "");
   EXPECT_EQ(reg.Job("j")->claimed_project, "nlp");
@@ -346,18 +349,13 @@ TEST_F(JobRegistryTest, AUsersClaimOfOwnerAndProjectIsNotTaken) {
   EXPECT_EQ(reg.Job("j")->user, "bob");
   EXPECT_EQ(reg.Job("j")->project, "");
   // The same claim over UDP/TCP (no kernel credentials) is not taken either.
-  model::JobMessage u = Start("u", 0);
-  u.user = "alice";
-  u.project = "nlp";
+  model::JobMessage u = claiming("u", "alice", "nlp");
   u.pid = 101;
   ASSERT_FALSE(reg.Accept(u, Sender{}, kT0));
   EXPECT_EQ(reg.Job("u")->user, "");
   EXPECT_EQ(reg.Job("u")->project, "");
   // Root (a launcher) speaks for the job it starts, as the scheduler does.
-  model::JobMessage l = Start("k", 0);
-  l.user = "carol";
-  l.project = "vision";
-  ASSERT_FALSE(reg.Accept(l, {200, 0}, kT0));
+  ASSERT_FALSE(reg.Accept(claiming("k", "carol", "vision"), {200, 0}, kT0));
   EXPECT_EQ(reg.Job("k")->user, "carol");
   EXPECT_EQ(reg.Job("k")->project, "vision");
   EXPECT_EQ(reg.Job("k")->claimed_project, "");

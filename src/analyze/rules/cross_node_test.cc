@@ -17,6 +17,14 @@ using testing::Node;
 using testing::Step;
 using testing::StepOf;
 
+// A node record of `node` on another driver than Node()'s.
+std::string OnDriver(const std::string& node, double t, const std::string& driver) {
+  std::string n = Node(node, t);
+  const std::string from = "550.90.07";
+  n.replace(n.find(from), from.size(), driver);
+  return n;
+}
+
 TEST(CrossNodeRuleTest, TheNodeThatDiffersAcrossNodes) {
   std::string trace = Node("n1", 100, ",\"clock_offset_ms\":0.5") +
                       Node("n2", 100, ",\"clock_offset_ms\":-0.3") +
@@ -40,16 +48,11 @@ TEST(CrossNodeRuleTest, TheNodeThatDiffersAcrossNodes) {
 // the versions' sort order named the wrong node half the time, depending on which node's
 // records reached a hub first.
 TEST(CrossNodeRuleTest, ATieNamesNoNode) {
-  auto on = [](const std::string& node, double t, const std::string& driver) {
-    std::string n = Node(node, t);
-    const std::string from = "550.90.07";
-    n.replace(n.find(from), from.size(), driver);
-    return n;
-  };
-  std::vector<Finding> f = Diagnose(on("n1", 100, "550.90.07") + on("n2", 100, "535.54.03"));
+  std::vector<Finding> f =
+      Diagnose(OnDriver("n1", 100, "550.90.07") + OnDriver("n2", 100, "535.54.03"));
   EXPECT_TRUE(f.empty()) << f[0].summary;
-  f = Diagnose(on("n1", 100, "550.90.07") + on("n2", 100, "535.54.03") +
-               on("n3", 400, "550.90.07"));
+  f = Diagnose(OnDriver("n1", 100, "550.90.07") + OnDriver("n2", 100, "535.54.03") +
+               OnDriver("n3", 400, "550.90.07"));
   ASSERT_EQ(f.size(), 1u);
   EXPECT_EQ(f[0].cause, Cause::kVersionMismatch);
   EXPECT_EQ(f[0].node, "n2");
@@ -60,19 +63,13 @@ TEST(CrossNodeRuleTest, ATieNamesNoNode) {
 // that share no job are not compared. A job's nodes are those its job start records come from
 // (trace-format.md: "A multi-node job sends start from every node it runs on").
 TEST(CrossNodeRuleTest, OnlyTheNodesOfOneJobAreCompared) {
-  auto on = [](const std::string& node, double t, const std::string& driver) {
-    std::string n = Node(node, t);
-    const std::string from = "550.90.07";
-    n.replace(n.find(from), from.size(), driver);
-    return n;
-  };
   auto start = [](const std::string& node, double t, const std::string& job) {
     return "{\"t\":" + std::to_string(t) + ",\"type\":\"job\",\"node\":\"" + node +
            "\",\"job\":\"" + job + "\",\"state\":\"start\"}\n";
   };
   // Job a on n1 and n2 (550), job b on n3 (535) and n4 (535): upgraded apart, each job whole.
-  const std::string fleet = on("n1", 100, "550.90.07") + on("n2", 100, "550.90.07") +
-                            on("n3", 100, "535.54.03") + on("n4", 100, "535.54.03") +
+  const std::string fleet = OnDriver("n1", 100, "550.90.07") + OnDriver("n2", 100, "550.90.07") +
+                            OnDriver("n3", 100, "535.54.03") + OnDriver("n4", 100, "535.54.03") +
                             start("n1", 110, "a") + start("n2", 110, "a") + start("n3", 110, "b") +
                             start("n4", 110, "b");
   std::vector<Finding> f = Diagnose(fleet);
@@ -83,8 +80,8 @@ TEST(CrossNodeRuleTest, OnlyTheNodesOfOneJobAreCompared) {
   EXPECT_EQ(f[0].cause, Cause::kVersionMismatch);
   EXPECT_EQ(f[0].node, "n3");
   // A recording that names no job (node records only) compares all its nodes as one.
-  f = Diagnose(on("n1", 100, "550.90.07") + on("n2", 100, "550.90.07") +
-               on("n3", 100, "550.90.07") + on("n4", 100, "535.54.03"));
+  f = Diagnose(OnDriver("n1", 100, "550.90.07") + OnDriver("n2", 100, "550.90.07") +
+               OnDriver("n3", 100, "550.90.07") + OnDriver("n4", 100, "535.54.03"));
   ASSERT_EQ(f.size(), 1u);
   EXPECT_EQ(f[0].node, "n4");
 }

@@ -1,5 +1,10 @@
 // Host and NIC rules:
-// - net_errors: NIC errors or RDMA retransmissions that keep rising, or a NIC going down;
+// - net_errors: NIC errors or RDMA retransmissions that keep rising, or a NIC going down. A link
+//   between nodes is judged from both ends: retransmissions are counted by the sender
+//   (transport retries such as local_ack_timeout_err, trace-format.md), so they rise on a node
+//   whose peer's end of the link is bad. A NIC whose only rise is retransmissions, while a
+//   node of the same job sees its own NIC's errors or link drop, is that node's far end: the
+//   finding is the peer's, with this NIC as evidence, not a second fault here;
 // - net_congestion: a NIC near its link rate for most of half a minute while a job on the node
 //   waits in communication well beyond its own baseline;
 // - numa_mismatch: a GPU process on CPUs of another NUMA node than its GPU's.
@@ -8,6 +13,9 @@
 #include <array>
 #include <deque>
 #include <map>
+#include <set>
+#include <string>
+#include <vector>
 
 #include "analyze/rules/counter_runs.h"
 #include "analyze/rules/rules.h"
@@ -33,6 +41,7 @@ class HostNicRule : public Rule {
   struct NicState {
     std::map<std::string, double> counters;  // field -> last value
     std::deque<double> increments;           // times a counter rose
+    std::deque<double> own_faults;           // times its errors rose or its link went down
     std::optional<bool> up;
     std::deque<std::pair<double, bool>> load;  // (t, saturated) within the window
   };
@@ -42,6 +51,14 @@ class HostNicRule : public Rule {
   // Whether a job on `node` (seen there, or spanning it) waits in communication well beyond its
   // own baseline now.
   bool CommWaitUp(const Context& ctx, const std::string& node, std::string* evidence) const;
+  // The nodes that share a job with `node` (not `node` itself).
+  std::set<std::string> JobPeers(const Context& ctx, const std::string& node) const;
+  // A job peer's NIC whose own errors rose (or link dropped) since `since`: "node/nic" each.
+  std::vector<std::string> PeersWithOwnFaults(const Context& ctx, const std::string& node,
+                                              double since) const;
+  // A job peer's NIC whose retransmissions alone rose since `since`: "node/nic" each.
+  std::vector<std::string> PeersRetryingOnly(const Context& ctx, const std::string& node,
+                                             double since) const;
 
   HostNicOptions o_;
   std::map<std::pair<std::string, std::string>, NicState> nics_;  // (node, NIC)
@@ -68,27 +85,76 @@ bool HostNicRule::CommWaitUp(const Context& ctx, const std::string& node,
   return false;
 }
 
+std::set<std::string> HostNicRule::JobPeers(const Context& ctx, const std::string& node) const {
+  std::set<std::string> peers;
+  for (const auto& [key, ts] : ctx.tasks()) {
+    if (key.first != node) continue;
+    for (const std::string& n : ctx.NodesOf(key.second))
+      if (n != node) peers.insert(n);
+  }
+  return peers;
+}
+
+std::vector<std::string> HostNicRule::PeersWithOwnFaults(const Context& ctx,
+                                                         const std::string& node,
+                                                         double since) const {
+  std::vector<std::string> out;
+  for (const std::string& peer : JobPeers(ctx, node)) {
+    for (auto it = nics_.lower_bound({peer, ""}); it != nics_.end() && it->first.first == peer;
+         ++it) {
+      const auto& f = it->second.own_faults;
+      if (!f.empty() && f.back() >= since) out.push_back(peer + "/" + it->first.second);
+    }
+  }
+  return out;
+}
+
+std::vector<std::string> HostNicRule::PeersRetryingOnly(const Context& ctx, const std::string& node,
+                                                        double since) const {
+  std::vector<std::string> out;
+  for (const std::string& peer : JobPeers(ctx, node)) {
+    for (auto it = nics_.lower_bound({peer, ""}); it != nics_.end() && it->first.first == peer;
+         ++it) {
+      const NicState& n = it->second;
+      const bool retrying = !n.increments.empty() && n.increments.back() >= since;
+      const bool own = !n.own_faults.empty() && n.own_faults.back() >= since;
+      if (retrying && !own) out.push_back(peer + "/" + it->first.second);
+    }
+  }
+  return out;
+}
+
 void HostNicRule::OnHost(const trace::TraceRecord& r, const trace::TraceHost& h, Context& ctx) {
   if (!h.nics) return;
   for (const auto& [name, nic] : *h.nics) {
     NicState& s = nics_[{r.node, name}];
-    bool rose = false;
+    bool rose = false, errors_rose = false;
     for (auto [field, value] :
          {std::pair{"errors", nic.errors}, std::pair{"retransmits", nic.retransmits}}) {
       if (!value) continue;
       auto it = s.counters.find(field);
-      if (it != s.counters.end() && *value > it->second) rose = true;
+      if (it != s.counters.end() && *value > it->second) {
+        rose = true;
+        errors_rose = errors_rose || std::string_view(field) == "errors";
+      }
       s.counters[field] = *value;
     }
+    const double window_start = r.t - o_.counter_window_s;
     if (rose) {
       s.increments.push_back(r.t);
-      while (!s.increments.empty() && s.increments.front() < r.t - o_.counter_window_s) {
+      while (!s.increments.empty() && s.increments.front() < window_start) {
         s.increments.pop_front();
       }
     }
     const bool down = nic.link_up && !*nic.link_up && s.up.value_or(false);
     if (nic.link_up) s.up = *nic.link_up;
-    if (down || (rose && static_cast<int>(s.increments.size()) >= o_.counter_increments)) {
+    if (errors_rose || down) s.own_faults.push_back(r.t);
+    while (!s.own_faults.empty() && s.own_faults.front() < window_start) s.own_faults.pop_front();
+    // Retries alone here while a job peer's own end fails: the peer's fault, seen from here.
+    const bool own = !s.own_faults.empty();
+    const bool far_end_only = !own && !PeersWithOwnFaults(ctx, r.node, window_start).empty();
+    if (!far_end_only &&
+        (down || (rose && static_cast<int>(s.increments.size()) >= o_.counter_increments))) {
       Finding f = MakeFinding(Cause::kNetErrors, Severity::kWarning, r.node);
       f.nic = name;
       f.first_seen = down ? r.t : RunStart(s.increments, o_.MaxIncrementGap());
@@ -97,6 +163,14 @@ void HostNicRule::OnHost(const trace::TraceRecord& r, const trace::TraceHost& h,
       f.evidence = {down ? "link_up false"
                          : fmt::format("errors/retransmits rose {} times in {} s",
                                        s.increments.size(), Num(o_.counter_window_s))};
+      if (own) {
+        const std::vector<std::string> far = PeersRetryingOnly(ctx, r.node, window_start);
+        if (!far.empty())
+          f.evidence.push_back(fmt::format(
+              "the far end: RDMA retransmissions alone rise on {} of the same job (its sends "
+              "to this node are retried)",
+              fmt::join(far, ", ")));
+      }
       f.action =
           "Check the cable, transceiver and switch port (ibstat, ethtool -S, the switch "
           "counters)";

@@ -46,6 +46,45 @@ TEST(HostNicRuleTest, NumaMismatchIdleAllocatedAndNetErrors) {
   EXPECT_EQ(by.at("net_errors")->nic, "mlx5_0");
 }
 
+// A link between nodes judged from both ends. RDMA retransmissions are the sender's count
+// (trace-format.md: transport retries such as local_ack_timeout_err, which the requester's
+// ack timer raises), so a bad cable at n2's end raises n2's own receive errors and n1's
+// retries of what it sends to n2. One fault, at n2; n1's retries are its evidence. Nodes that
+// share no job are judged apart.
+TEST(HostNicRuleTest, RetriesAtOneEndAndErrorsAtTheOtherAreTheOthersFault) {
+  auto trace = [](const std::string& job_on_n2) {
+    std::string t = Node("n1", 100) + Node("n2", 100);
+    t += R"({"t":101,"type":"job","node":"n1","job":"j","state":"start","gpus":[0]})"
+         "\n";
+    t += "{\"t\":101,\"type\":\"job\",\"node\":\"n2\",\"job\":\"" + job_on_n2 +
+         "\",\"state\":\"start\",\"gpus\":[0]}\n";
+    for (int i = 0; i < 120; ++i) {
+      const int rising = i >= 20 ? i - 19 : 0;
+      const std::string at = std::to_string(105 + 5 * i);
+      t += "{\"t\":" + at +
+           ",\"type\":\"host\",\"node\":\"n1\",\"nics\":{\"mlx5_0\":{\"link_up\":true,"
+           "\"errors\":0,\"retransmits\":" +
+           std::to_string(3 * rising) + "}}}\n";
+      t += "{\"t\":" + at +
+           ",\"type\":\"host\",\"node\":\"n2\",\"nics\":{\"mlx5_0\":{\"link_up\":true,"
+           "\"errors\":" +
+           std::to_string(rising) + ",\"retransmits\":0}}}\n";
+    }
+    return t;
+  };
+  std::vector<Finding> f = Diagnose(trace("j"));
+  ASSERT_EQ(f.size(), 1u);
+  EXPECT_EQ(f[0].cause, Cause::kNetErrors);
+  EXPECT_EQ(f[0].node, "n2");
+  EXPECT_EQ(f[0].nic, "mlx5_0");
+  ASSERT_EQ(f[0].evidence.size(), 2u);
+  EXPECT_NE(f[0].evidence[1].find("n1/mlx5_0"), std::string::npos) << f[0].evidence[1];
+  // Two jobs: nothing ties n1's retries to n2's link; each node's NIC is its own finding.
+  f = Diagnose(trace("other"));
+  ASSERT_EQ(f.size(), 2u);
+  EXPECT_EQ(f[0].node == "n1" ? f[1].node : f[0].node, "n2");
+}
+
 TEST(HostNicRuleTest, NetCongestionNeedsASaturatedNicAndAWaitingJob) {
   auto run = [](bool waiting) {
     std::string trace =

@@ -2,7 +2,8 @@
 # Agent → hub over TLS (issue 19): the hub behind a TLS-terminating reverse proxy (here a small
 # Python one with a certificate from a test CA, standing in for nginx or Caddy, docs/deploy.md).
 # An agent given the CA (--hub-ca-file) pushes through it; one without it refuses the
-# certificate, sends nothing, and keeps its data in the spool.
+# certificate, sends nothing, and keeps its data in the spool. Then hubs that read their series
+# back through it (--read-from https://…, --read-from-ca-file), as from a TLS cluster.
 GPUWATCH=$(realpath "$1") MOCK=$(realpath "$2")
 . "$(dirname "$0")/lib.sh"
 need_peer openssl openssl
@@ -88,3 +89,27 @@ grep -qi 'ssl\|certificate' "$TMP/node-b.log" || { cat "$TMP/node-b.log"; fail "
 backlog=$(curl -fsS "http://127.0.0.1:$B_PORT/metrics" | awk '$1 ~ /^gpuwatch_hub_push_backlog_entries/ {print $2}')
 [ "${backlog%.*}" -ge 2 ] || fail "node-b's backlog is $backlog: its data should wait in the spool"
 echo "PASS agent → hub over TLS"
+
+# A hub that reads its series back from an https:// cluster (--read-from, docs/deploy.md): here
+# the first hub behind the same proxy. With the CA it answers from there; without it, its query
+# fails naming the certificate, never an empty answer.
+R_PORT=$(free_port) U_PORT=$(free_port)
+"$GPUWATCH" hub --listen "127.0.0.1:$R_PORT" --data-dir "$TMP/reader" \
+  --read-from "https://127.0.0.1:$TLS_PORT" --read-from-ca-file "$TMP/ca.pem" >"$TMP/reader.log" 2>&1 &
+PIDS+=($!)
+"$GPUWATCH" hub --listen "127.0.0.1:$U_PORT" --data-dir "$TMP/untrusting" \
+  --read-from "https://127.0.0.1:$TLS_PORT" >"$TMP/untrusting.log" 2>&1 &
+PIDS+=($!)
+wait_http "http://127.0.0.1:$R_PORT/healthz" 20 || { cat "$TMP/reader.log"; fail "the reading hub did not start"; }
+wait_http "http://127.0.0.1:$U_PORT/healthz" 20 || { cat "$TMP/untrusting.log"; fail "the untrusting hub did not start"; }
+q='query=count(DCGM_FI_DEV_GPU_TEMP{Hostname="node-a"})'
+n=$(curl -fsSG "http://127.0.0.1:$R_PORT/api/v1/query" --data-urlencode "$q" |
+  python3 -c 'import json,sys; r=json.load(sys.stdin)["data"]["result"]; print(r[0]["value"][1] if r else 0)')
+[ "$n" = 2 ] || fail "the hub reading over TLS counts $n of node-a's GPU series, want 2"
+curl -sSG "http://127.0.0.1:$U_PORT/api/v1/query" --data-urlencode "$q" >"$TMP/untrusting.json"
+grep -q '"status":"error"' "$TMP/untrusting.json" || fail "a hub that cannot verify its cluster answered: $(cat "$TMP/untrusting.json")"
+grep -qi 'ssl\|certificate' "$TMP/untrusting.json" || fail "its error does not name the certificate: $(cat "$TMP/untrusting.json")"
+"$GPUWATCH" hub --listen "127.0.0.1:$(free_port)" --data-dir "$TMP/bad" --read-from "http://127.0.0.1:$TLS_PORT" \
+  --read-from-ca-file "$TMP/ca.pem" >"$TMP/bad.log" 2>&1 && fail "a CA file with an http:// --read-from was taken"
+grep -q 'https://' "$TMP/bad.log" || fail "the refusal does not say why: $(cat "$TMP/bad.log")"
+echo "PASS hub → cluster (--read-from) over TLS"

@@ -165,11 +165,19 @@ int ServeAgent(const AgentFlags* flags, const server::AgentOptions& agent_opts,
   // --read-from: the query API reads a Prometheus-API cluster (server/prom_querier.h).
   std::unique_ptr<server::PromApiQuerier> remote_reader;
   if (!flags->read_from.empty()) {
-    if (!flags->read_from.starts_with("http://"))
+    const bool tls = flags->read_from.starts_with("https://");
+    if (!tls && !flags->read_from.starts_with("http://"))
       return Fail(Status::InvalidArgument("--read-from " + flags->read_from +
-                                          ": an http:// URL such as http://vm:8428"));
+                                          ": an http:// or https:// URL such as http://vm:8428"));
+    if (!flags->read_from_ca_file.empty() && !tls)
+      return Fail(Status::InvalidArgument(
+          "--read-from-ca-file is for an https:// --read-from, not " + flags->read_from));
+    if (!flags->read_from_ca_file.empty() && access(flags->read_from_ca_file.c_str(), R_OK) != 0)
+      return Fail(
+          Status::InvalidArgument("--read-from-ca-file: cannot read " + flags->read_from_ca_file));
     server::PromApiOptions po;
     po.url = flags->read_from;
+    po.ca_file = flags->read_from_ca_file;
     if (!flags->read_from_token_file.empty()) {
       auto token = server::ReadTokenFile(flags->read_from_token_file);
       if (!token.ok()) return Fail(token.status());

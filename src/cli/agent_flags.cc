@@ -151,6 +151,9 @@ void AddServingFlags(CLI::App* app, AgentFlags* f) {
                   "DATA_DIR/forward while it is down");
   app->add_option("--remote-write-token-file", f->remote_write_token_file,
                   "A file (mode 0600) with the bearer token --remote-write needs, if any");
+  app->add_option("--remote-write-ca-file", f->remote_write_ca_file,
+                  "For an https:// --remote-write URL: the CA bundle its certificate must chain "
+                  "to (default: the system's)");
   app->add_option("--spool-max", f->spool_max,
                   "The most each spool (samples, records) holds for the hub; beyond it the "
                   "oldest unsent goes (default 512MiB)");
@@ -348,6 +351,8 @@ std::map<std::string, std::string*> FlagFields(AgentFlags* f) {
           {"remote-write-token-file", &f->remote_write_token_file},
           {"read-from", &f->read_from},
           {"read-from-token-file", &f->read_from_token_file},
+          {"read-from-ca-file", &f->read_from_ca_file},
+          {"remote-write-ca-file", &f->remote_write_ca_file},
           {"gpu-prices", &f->gpu_prices},
           {"quotas", &f->quotas},
           {"accounting-retention", &f->accounting_retention},
@@ -515,6 +520,7 @@ Result<server::AgentOptions> MakeOptions(const AgentFlags& f, const std::string&
       return Status::InvalidArgument("--remote-write " + f.remote_write +
                                      ": a URL such as http://vm:8428/api/v1/write");
     o.forward.url = f.remote_write;
+    o.forward.ca_file = f.remote_write_ca_file;
     if (!f.remote_write_token_file.empty()) {
       auto token = server::ReadTokenFile(f.remote_write_token_file);
       if (!token.ok()) return token.status();

@@ -83,8 +83,9 @@ struct AgentFlags {
   std::string spool_max = "512MiB";
   // Remote-write to a Prometheus-compatible cluster (scale-out), through its own spool.
   std::string remote_write, remote_write_token_file;
+  std::string remote_write_ca_file;  // https:// clusters: the CA bundle to verify them with
   // `gpuwatch hub --read-from URL`: the query API reads a Prometheus-API cluster.
-  std::string read_from, read_from_token_file;
+  std::string read_from, read_from_token_file, read_from_ca_file;
   // Set by `gpuwatch hub` (cli/hub_cmd.h), not a flag of `up`.
   bool is_hub = false;
   std::string out_of_order_window = "1h";  // `gpuwatch hub` only

@@ -22,6 +22,9 @@ CLI::App* AddHubCommand(CLI::App* app, AgentFlags* f) {
                   "too, the hub relays the agents' series there and keeps none (docs/deploy.md)");
   hub->add_option("--read-from-token-file", f->read_from_token_file,
                   "A file (mode 0600) with the bearer token --read-from needs, if any");
+  hub->add_option("--read-from-ca-file", f->read_from_ca_file,
+                  "For an https:// --read-from URL: the CA bundle its certificate must chain to "
+                  "(default: the system's)");
   hub->add_option("--hostname", f->hostname, "The hub's own name in its events (default: host)");
   hub->add_option("--out-of-order-window", f->out_of_order_window,
                   "Samples this much older than their series' newest are still taken, as "

@@ -27,6 +27,8 @@ namespace gpuwatch::server {
 struct PromApiOptions {
   std::string url;    // http://vm:8428 (a path prefix is kept: http://mimir/prometheus)
   std::string token;  // bearer token, "" for none
+  // https:// only: the CA bundle the cluster's certificate must chain to; "" is the system's.
+  std::string ca_file;
   std::chrono::seconds timeout{30};
   size_t max_response_bytes = size_t{512} << 20;
 };

@@ -26,7 +26,10 @@ TEST(PromQuerierTest, SelectorTextRoundTripsThroughThePromQLParser) {
 
 // A cluster that is not there is an error naming it, never an empty answer.
 TEST(PromQuerierTest, AnUnreachableClusterIsAnErrorNamingIt) {
-  PromApiQuerier q({.url = "http://127.0.0.1:1", .token = "", .timeout = std::chrono::seconds(2)});
+  PromApiQuerier q({.url = "http://127.0.0.1:1",
+                    .token = "",
+                    .ca_file = "",
+                    .timeout = std::chrono::seconds(2)});
   auto r = q.SelectRaw(*store::ParseSelector("up"), 0, 1000);
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().code(), StatusCode::kUnavailable);

@@ -436,7 +436,7 @@ test("a hub's dashboard: its nodes, the fleet heat map, a job across nodes", { t
   const hubDir = fs.mkdtempSync(path.join(os.tmpdir(), "gpuwatch-e2e-hub-"));
   const hub = new Proc("hub", hubPort, ["hub", "--listen", `127.0.0.1:${hubPort}`, "--data-dir", hubDir]);
   hub.pageBase = hub.base;  // GPUWATCH_E2E_BASE_URL's proxy forwards to the demo, not a hub
-  const NODES = ["SIMULATED-a", "SIMULATED-b"], GPUS = 2;
+  const NODES = ["SIMULATED-a", "SIMULATED-b"], GPUS = 1;  // one rank a demo: CI shares 2 cores
   const demos = [];
   let ctx, userDataDir;
   try {

@@ -86,10 +86,13 @@ bool HostNicRule::CommWaitUp(const Context& ctx, const std::string& node,
 }
 
 std::set<std::string> HostNicRule::JobPeers(const Context& ctx, const std::string& node) const {
-  std::set<std::string> peers;
-  for (const auto& [key, ts] : ctx.tasks()) {
-    if (key.first != node) continue;
-    for (const std::string& n : ctx.NodesOf(key.second))
+  // The node's jobs first (a few), then their nodes: one pass over a hub's tasks a job, not one
+  // a task.
+  std::set<std::string> jobs, peers;
+  for (const auto& [key, ts] : ctx.tasks())
+    if (key.first == node) jobs.insert(key.second);
+  for (const std::string& job : jobs) {
+    for (const std::string& n : ctx.NodesOf(job))
       if (n != node) peers.insert(n);
   }
   return peers;
@@ -151,10 +154,10 @@ void HostNicRule::OnHost(const trace::TraceRecord& r, const trace::TraceHost& h,
     if (errors_rose || down) s.own_faults.push_back(r.t);
     while (!s.own_faults.empty() && s.own_faults.front() < window_start) s.own_faults.pop_front();
     // Retries alone here while a job peer's own end fails: the peer's fault, seen from here.
+    // (The peers are looked up only when there is something to report.)
     const bool own = !s.own_faults.empty();
-    const bool far_end_only = !own && !PeersWithOwnFaults(ctx, r.node, window_start).empty();
-    if (!far_end_only &&
-        (down || (rose && static_cast<int>(s.increments.size()) >= o_.counter_increments))) {
+    if ((down || (rose && static_cast<int>(s.increments.size()) >= o_.counter_increments)) &&
+        (own || PeersWithOwnFaults(ctx, r.node, window_start).empty())) {
       Finding f = MakeFinding(Cause::kNetErrors, Severity::kWarning, r.node);
       f.nic = name;
       f.first_seen = down ? r.t : RunStart(s.increments, o_.MaxIncrementGap());

@@ -2,7 +2,7 @@
 // - version_mismatch: among the nodes of one job (findings.md: "nodes of one job run different
 //   driver / CUDA / NCCL versions"), the node whose driver, CUDA or NCCL version differs from
 //   the largest group's (on a tie, the group of the job's rank 0 node, the node it is launched
-//   from). A job's nodes are those its job, step and proc records come from. A hub hears
+//   from). A job's nodes are the context's (its job, step, proc and log records). A hub hears
 //   unrelated nodes, and a fleet mid-upgrade runs two drivers on purpose: nodes that share no
 //   job are not compared. Only a recording that names no job at all compares all its nodes.
 // - clock_skew: the node whose clock offset (clock_offset_ms, from its time source) exceeds the
@@ -35,26 +35,18 @@ class CrossNodeRule : public Rule {
 
   void Observe(const trace::TraceRecord& r, Context& ctx) override {
     if (const auto* n = r.as<trace::TraceNode>()) OnNode(r, *n);
-    if (const auto* st = r.as<trace::TraceStep>()) {
-      if (st->job) OnJobNode(*st->job, r.node);
-      OnStep(r, *st, ctx);
-    }
-    if (const auto* j = r.as<trace::TraceJob>(); j && j->job && j->state != "end")
-      OnJobNode(*j->job, r.node);
-    if (const auto* p = r.as<trace::TraceProc>(); p && p->job) OnJobNode(*p->job, r.node);
+    if (const auto* st = r.as<trace::TraceStep>()) OnStep(r, *st, ctx);
+    saw_job_ = saw_job_ || !ctx.tasks().empty();
   }
   void Flush(double t, Context& ctx) override {
     for (auto& [job, sc] : step_clock_) FlushStepClock(job, true, ctx);
     Versions(ctx);
     Offsets(ctx);
   }
-  size_t JobEntries() const override {
-    return step_clock_.size() + skew_runs_.size() + job_nodes_.size();
-  }
+  size_t JobEntries() const override { return step_clock_.size() + skew_runs_.size(); }
   void ForgetJob(const std::string& job) override {
     step_clock_.erase(job);
     EraseJob(skew_runs_, job);
-    job_nodes_.erase(job);
   }
 
  private:
@@ -78,11 +70,6 @@ class CrossNodeRule : public Rule {
   void OnNode(const trace::TraceRecord& r, const trace::TraceNode& n);
   void OnStep(const trace::TraceRecord& r, const trace::TraceStep& st, Context& ctx);
   void FlushStepClock(const std::string& job, bool all, Context& ctx);
-  void OnJobNode(const std::string& job, const std::string& node) {
-    if (job.empty() || node.empty()) return;
-    job_nodes_[job].insert(node);
-    saw_job_ = true;
-  }
   void Versions(Context& ctx);
   // One job's nodes (or all, in a recording without jobs): the nodes apart from the largest
   // group, once per (field, node) across jobs.
@@ -94,7 +81,6 @@ class CrossNodeRule : public Rule {
   std::map<std::string, NodeState> nodes_;
   std::map<std::string, StepClock> step_clock_;
   std::map<std::pair<std::string, std::string>, SkewRun> skew_runs_;
-  std::map<std::string, std::set<std::string>> job_nodes_;  // job -> the nodes it runs on
   bool saw_job_ = false;  // a job was named, even if forgotten since: compare within jobs
 };
 
@@ -122,12 +108,14 @@ void CrossNodeRule::Versions(Context& ctx) {
     CompareVersions(all, "", &reported, ctx);
     return;
   }
-  for (const auto& [job, nodes] : job_nodes_) {
+  std::map<std::string, std::vector<std::string>> job_nodes;  // the context's, one pass
+  for (const auto& [key, tv] : ctx.tasks())
+    if (!key.second.empty()) job_nodes[key.second].push_back(key.first);
+  for (const auto& [job, nodes] : job_nodes) {
     if (nodes.size() < 2) continue;
     auto sc = step_clock_.find(job);
-    CompareVersions({nodes.begin(), nodes.end()},
-                    sc == step_clock_.end() ? std::string() : sc->second.rank0_node, &reported,
-                    ctx);
+    CompareVersions(nodes, sc == step_clock_.end() ? std::string() : sc->second.rank0_node,
+                    &reported, ctx);
   }
 }
 

@@ -53,12 +53,11 @@ class HostNicRule : public Rule {
   bool CommWaitUp(const Context& ctx, const std::string& node, std::string* evidence) const;
   // The nodes that share a job with `node` (not `node` itself).
   std::set<std::string> JobPeers(const Context& ctx, const std::string& node) const;
-  // A job peer's NIC whose own errors rose (or link dropped) since `since`: "node/nic" each.
-  std::vector<std::string> PeersWithOwnFaults(const Context& ctx, const std::string& node,
-                                              double since) const;
-  // A job peer's NIC whose retransmissions alone rose since `since`: "node/nic" each.
-  std::vector<std::string> PeersRetryingOnly(const Context& ctx, const std::string& node,
-                                             double since) const;
+  // The job peers' NICs, "node/nic" each: those with their own errors (or a link drop) since
+  // `since` (kOwnFaults), or with retransmissions alone since then (kRetryingOnly).
+  enum class PeerNics { kOwnFaults, kRetryingOnly };
+  std::vector<std::string> PeersWith(PeerNics which, const Context& ctx, const std::string& node,
+                                     double since) const;
 
   HostNicOptions o_;
   std::map<std::pair<std::string, std::string>, NicState> nics_;  // (node, NIC)
@@ -98,30 +97,17 @@ std::set<std::string> HostNicRule::JobPeers(const Context& ctx, const std::strin
   return peers;
 }
 
-std::vector<std::string> HostNicRule::PeersWithOwnFaults(const Context& ctx,
-                                                         const std::string& node,
-                                                         double since) const {
-  std::vector<std::string> out;
-  for (const std::string& peer : JobPeers(ctx, node)) {
-    for (auto it = nics_.lower_bound({peer, ""}); it != nics_.end() && it->first.first == peer;
-         ++it) {
-      const auto& f = it->second.own_faults;
-      if (!f.empty() && f.back() >= since) out.push_back(peer + "/" + it->first.second);
-    }
-  }
-  return out;
-}
-
-std::vector<std::string> HostNicRule::PeersRetryingOnly(const Context& ctx, const std::string& node,
-                                                        double since) const {
+std::vector<std::string> HostNicRule::PeersWith(PeerNics which, const Context& ctx,
+                                                const std::string& node, double since) const {
   std::vector<std::string> out;
   for (const std::string& peer : JobPeers(ctx, node)) {
     for (auto it = nics_.lower_bound({peer, ""}); it != nics_.end() && it->first.first == peer;
          ++it) {
       const NicState& n = it->second;
-      const bool retrying = !n.increments.empty() && n.increments.back() >= since;
       const bool own = !n.own_faults.empty() && n.own_faults.back() >= since;
-      if (retrying && !own) out.push_back(peer + "/" + it->first.second);
+      const bool retrying = !n.increments.empty() && n.increments.back() >= since;
+      if (which == PeerNics::kOwnFaults ? own : retrying && !own)
+        out.push_back(peer + "/" + it->first.second);
     }
   }
   return out;
@@ -157,7 +143,7 @@ void HostNicRule::OnHost(const trace::TraceRecord& r, const trace::TraceHost& h,
     // (The peers are looked up only when there is something to report.)
     const bool own = !s.own_faults.empty();
     if ((down || (rose && static_cast<int>(s.increments.size()) >= o_.counter_increments)) &&
-        (own || PeersWithOwnFaults(ctx, r.node, window_start).empty())) {
+        (own || PeersWith(PeerNics::kOwnFaults, ctx, r.node, window_start).empty())) {
       Finding f = MakeFinding(Cause::kNetErrors, Severity::kWarning, r.node);
       f.nic = name;
       f.first_seen = down ? r.t : RunStart(s.increments, o_.MaxIncrementGap());
@@ -167,7 +153,8 @@ void HostNicRule::OnHost(const trace::TraceRecord& r, const trace::TraceHost& h,
                          : fmt::format("errors/retransmits rose {} times in {} s",
                                        s.increments.size(), Num(o_.counter_window_s))};
       if (own) {
-        const std::vector<std::string> far = PeersRetryingOnly(ctx, r.node, window_start);
+        const std::vector<std::string> far =
+            PeersWith(PeerNics::kRetryingOnly, ctx, r.node, window_start);
         if (!far.empty())
           f.evidence.push_back(fmt::format(
               "the far end: RDMA retransmissions alone rise on {} of the same job (its sends "

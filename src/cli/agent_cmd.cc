@@ -25,6 +25,7 @@
 #include "server/agent.h"
 #include "server/api.h"
 #include "server/dashboard_assets.h"
+#include "server/http_client_tls.h"
 #include "server/http_server.h"
 #include "server/prom_querier.h"
 #include "server/tokens.h"
@@ -165,16 +166,8 @@ int ServeAgent(const AgentFlags* flags, const server::AgentOptions& agent_opts,
   // --read-from: the query API reads a Prometheus-API cluster (server/prom_querier.h).
   std::unique_ptr<server::PromApiQuerier> remote_reader;
   if (!flags->read_from.empty()) {
-    const bool tls = flags->read_from.starts_with("https://");
-    if (!tls && !flags->read_from.starts_with("http://"))
-      return Fail(Status::InvalidArgument("--read-from " + flags->read_from +
-                                          ": an http:// or https:// URL such as http://vm:8428"));
-    if (!flags->read_from_ca_file.empty() && !tls)
-      return Fail(Status::InvalidArgument(
-          "--read-from-ca-file is for an https:// --read-from, not " + flags->read_from));
-    if (!flags->read_from_ca_file.empty() && access(flags->read_from_ca_file.c_str(), R_OK) != 0)
-      return Fail(
-          Status::InvalidArgument("--read-from-ca-file: cannot read " + flags->read_from_ca_file));
+    if (Status st = server::CheckClientUrl(flags->read_from, flags->read_from_ca_file); !st.ok())
+      return Fail(Status::InvalidArgument("--read-from: " + st.message()));
     server::PromApiOptions po;
     po.url = flags->read_from;
     po.ca_file = flags->read_from_ca_file;

@@ -8,6 +8,7 @@
 
 #include "common/log.h"
 #include "common/time_base.h"
+#include "server/http_client_tls.h"
 #include "store/remote_write.h"
 
 namespace gpuwatch::server {
@@ -31,13 +32,7 @@ int RetryAfterSeconds(const httplib::Result& res, int dflt) {
 
 Result<std::unique_ptr<HubPusher>> HubPusher::Open(HubPushOptions options) {
   if (options.url.empty()) return Status::InvalidArgument("--hub needs a URL");
-  const bool tls = options.url.starts_with("https://");
-  if (!tls && !options.url.starts_with("http://"))
-    return Status::InvalidArgument(options.url + ": an http:// or https:// URL");
-  if (!options.ca_file.empty() && !tls)
-    return Status::InvalidArgument("a CA file is for an https:// URL, not " + options.url);
-  if (!options.ca_file.empty() && access(options.ca_file.c_str(), R_OK) != 0)
-    return Status::InvalidArgument("cannot read the CA file " + options.ca_file);
+  if (Status st = CheckClientUrl(options.url, options.ca_file); !st.ok()) return st;
   std::unique_ptr<HubPusher> p(new HubPusher(options));
   const size_t path_at = options.url.find('/', options.url.find("://") + 3);
   p->base_url_ = options.url.substr(0, path_at);
@@ -128,11 +123,7 @@ httplib::Client& HubPusher::Client() {
   c.set_connection_timeout(secs);
   c.set_read_timeout(secs);
   c.set_write_timeout(secs);
-  if (base_url_.starts_with("https://")) {
-    // Debian's cpp-httplib is built with OpenSSL: the system's store, or the operator's CA.
-    c.enable_server_certificate_verification(true);
-    if (!options_.ca_file.empty()) c.set_ca_cert_path(options_.ca_file);
-  }
+  VerifyServer(c, base_url_, options_.ca_file);
   return c;
 }
 

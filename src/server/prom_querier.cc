@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/time_base.h"
+#include "server/http_client_tls.h"
 #include "store/head.h"
 #include "store/rollup.h"
 
@@ -80,11 +81,7 @@ Result<std::string> PromApiQuerier::Get(
   const auto secs = static_cast<time_t>(options_.timeout.count());
   c.set_connection_timeout(secs);
   c.set_read_timeout(secs);
-  if (base_.starts_with("https://")) {
-    // Debian's cpp-httplib is built with OpenSSL: the system's store, or the operator's CA.
-    c.enable_server_certificate_verification(true);
-    if (!options_.ca_file.empty()) c.set_ca_cert_path(options_.ca_file);
-  }
+  VerifyServer(c, base_, options_.ca_file);
   httplib::Params p;
   for (const auto& [k, v] : params) p.emplace(k, v);
   httplib::Headers h;

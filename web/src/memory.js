@@ -48,8 +48,9 @@ export function oomEstimate(times, last, total, range) {
 }
 
 // Per GPU (per node and GPU on a hub's panel: series.js gpuNaming): memory now, its peak over
-// the range (the largest bucket max), the total, the headroom (total − peak) and the OOM estimate. `panel` holds DCGM_FI_DEV_FB_USED and, where the GPU
-// reports them, DCGM_FI_DEV_FB_TOTAL or DCGM_FI_DEV_FB_FREE (total = used + free then).
+// the range (the largest bucket max), the total, the headroom (total − peak) and the OOM
+// estimate. `panel` holds DCGM_FI_DEV_FB_USED and, where the GPU reports them,
+// DCGM_FI_DEV_FB_TOTAL or DCGM_FI_DEV_FB_FREE (total = used + free then).
 export function memoryRows(panel) {
   if (!panel) return [];
   const naming = gpuNaming(panel.series);

@@ -5,7 +5,10 @@
 // - checkpoint_stall: a checkpoint blocking several times the job's earlier ones (or over a
 //   budget with no history);
 // - straggler_gpu: the rank whose exposed comm is a robust outlier below the others' (the ranks
-//   of a synchronous job wait for the slowest in their collective; it never waits);
+//   of a synchronous job wait for the slowest in their collective; it never waits). Judged
+//   across the job's nodes, not per node: on a hub a multi-node job is one job, and a node may
+//   hold one rank or two. The ranks are compared over the same steps (by step number, not wall
+//   clock: nodes' records arrive late and their clocks may be off);
 // - step_regression: steps 25 % over the job's own post-warm-up median, held 2 min; or, when its
 //   template has a stored baseline on this shape, over that baseline's median and its p99.
 // They also learn the lead rank's exposed-comm share (TaskView::comm_*), which net_congestion
@@ -15,6 +18,8 @@
 #include <array>
 #include <deque>
 #include <map>
+#include <set>
+#include <tuple>
 
 #include "analyze/rules/learned_median.h"
 #include "analyze/rules/rules.h"
@@ -28,17 +33,22 @@ using trace::TraceGpu;
 constexpr std::array kCauses = {Cause::kDataStall, Cause::kCheckpointStall, Cause::kStragglerGpu,
                                 Cause::kStepRegression};
 
-// How `gpu` differs from `peers` in its last card sample (clock, temperature, power, PCIe
-// width, clock-event reasons): the straggler's explanation in words.
+// A GPU of the job: node and index.
+using NodeGpu = std::pair<std::string, uint32_t>;
+
+// How `gpu` on `node` differs from `peers` (the job's other GPUs, on any of its nodes) in its
+// last card sample (clock, temperature, power, PCIe width, clock-event reasons): the
+// straggler's explanation in words.
 std::string CompareWithPeers(const Context& ctx, const std::string& node, uint32_t gpu,
-                             const std::vector<uint32_t>& peers) {
+                             const std::vector<NodeGpu>& peers) {
   const TraceGpu* me = ctx.LastGpu(node, gpu);
   if (!me) return fmt::format("no card sample of GPU {} to compare with its peers", gpu);
   // The peers' median of one field, when they report it.
   auto peer_median = [&](auto field) -> std::optional<double> {
     std::vector<double> v;
-    for (uint32_t p : peers) {
-      if (const TraceGpu* g = ctx.LastGpu(node, p); g && (g->*field)) v.push_back(*(g->*field));
+    for (const auto& [peer_node, p] : peers) {
+      if (const TraceGpu* g = ctx.LastGpu(peer_node, p); g && (g->*field))
+        v.push_back(*(g->*field));
     }
     if (v.empty()) return std::nullopt;
     return Median(v);
@@ -79,10 +89,11 @@ class TaskStepsRule : public Rule {
     Steps(r, *st, ctx);
   }
 
-  size_t JobEntries() const override { return stall_.size() + steps_.size(); }
+  size_t JobEntries() const override { return stall_.size() + steps_.size() + job_ranks_.size(); }
   void ForgetJob(const std::string& job) override {
     EraseJob(stall_, job);
     EraseJob(steps_, job);
+    job_ranks_.erase(job);
   }
 
  private:
@@ -93,16 +104,27 @@ class TaskStepsRule : public Rule {
     double above_since = -1;                       // rolling median above the line since
     double first_above_step = -1;                  // first step of that run above the line
   };
-  struct StepState {                    // per (node, job)
-    std::vector<double> checkpoints_s;  // blocking time of each checkpoint so far
-    // Per rank: its recent exposed-comm and data-wait times (t, seconds).
-    std::map<uint32_t, std::deque<std::pair<double, double>>> comm, data;
-    double straggle_since = -1;
+  struct StepState {                                     // per (node, job)
+    std::vector<double> checkpoints_s;                   // blocking time of each checkpoint so far
     std::optional<LearnedMedian> base_step;              // median step after warm-up
     std::optional<LearnedMedian> comm_base;              // the lead rank's exposed-comm share
     std::deque<std::pair<double, double>> recent_steps;  // (t, duration) in the window
     double slow_since = -1;
     double template_slow_since = -1;  // the same, against the template's baseline
+  };
+  // One job's ranks across its nodes, for straggler_gpu.
+  struct RankSteps {
+    std::string node;
+    uint64_t count = 0;  // steps seen: the step number where a record gives none
+    // (step, t, seconds) of its recent steps, in the rank's own time: within the window of its
+    // latest step.
+    std::deque<std::tuple<uint64_t, double, double>> comm, data;
+  };
+  struct JobRanks {
+    std::map<uint32_t, RankSteps> ranks;
+    double next_t = 0;           // when to judge next (a record's time)
+    double straggle_since = -1;  // the record time at which the current straggler run began
+    uint32_t straggler = 0;      // that run's rank
   };
   // Both keyed by (node, job); the same node string and job id the Context keys tasks by.
   template <typename T>
@@ -110,10 +132,13 @@ class TaskStepsRule : public Rule {
 
   void DataStall(const trace::TraceRecord& r, const trace::TraceStep& st, Context& ctx);
   void Steps(const trace::TraceRecord& r, const trace::TraceStep& st, Context& ctx);
+  void Straggler(const trace::TraceRecord& r, const trace::TraceStep& st, const TaskView& ts,
+                 Context& ctx);
 
   TaskOptions o_;
   PerTask<StallState> stall_;
   PerTask<StepState> steps_;
+  std::map<std::string, JobRanks> job_ranks_;  // by job
 };
 
 void TaskStepsRule::DataStall(const trace::TraceRecord& r, const trace::TraceStep& st,
@@ -201,75 +226,7 @@ void TaskStepsRule::Steps(const trace::TraceRecord& r, const trace::TraceStep& s
     }
   }
 
-  // Stragglers: synchronous ranks wait in communication for the slowest one, so the slow
-  // GPU's rank shows the least exposed comm and the others the most.
-  auto window = [&](auto& q, double v) {
-    q.push_back({r.t, v});
-    while (!q.empty() && q.front().first < r.t - o_.straggler_window_s) q.pop_front();
-  };
-  if (st.rank && st.comm_s) window(ss.comm[*st.rank], *st.comm_s);
-  if (st.rank && st.data_wait_s) window(ss.data[*st.rank], *st.data_wait_s);
-  if (lead && ss.comm.size() >= 3) {
-    std::vector<std::pair<double, uint32_t>> medians;
-    for (const auto& [rank, q] : ss.comm) {
-      if (q.size() < 5) continue;
-      medians.push_back({MedianOfValues(q), rank});
-    }
-    if (medians.size() >= 3) {
-      ts.rank_comm_s.clear();
-      for (const auto& [c, rank] : medians) ts.rank_comm_s[rank] = c;
-      std::sort(medians.begin(), medians.end());
-      std::vector<double> others;
-      for (size_t i = 1; i < medians.size(); ++i) others.push_back(medians[i].first);
-      const double rest = Median(others);
-      // The straggler's comm is an outlier below the others': by a share of the step that
-      // costs time, well outside the others' spread (robust: median absolute deviation).
-      const double gap = rest - medians[0].first;
-      // A rank late because it waits longer for its own input is starved by its data loader
-      // (one rank's shard on a slow disk), not slowed by its GPU: the others wait for it just
-      // the same, so its own data wait is what tells them apart.
-      auto median_of = [](const std::deque<std::pair<double, double>>& q) {
-        return q.empty() ? 0.0 : MedianOfValues(q);
-      };
-      std::vector<double> others_data;
-      for (const auto& [rank, q] : ss.data) {
-        if (rank != medians[0].second && !q.empty()) others_data.push_back(median_of(q));
-      }
-      const double own_data =
-          ss.data.count(medians[0].second) != 0 ? median_of(ss.data.at(medians[0].second)) : 0.0;
-      const bool input_bound = !others_data.empty() && own_data - Median(others_data) >= 0.5 * gap;
-      const bool straggle = rest > 0.02 && medians[0].first < o_.straggler_comm_share * rest &&
-                            gap >= o_.straggler_step_share * ts.MedianStep() &&
-                            gap > o_.straggler_mad_factor * Mad(others) && !input_bound;
-      if (!straggle) {
-        ss.straggle_since = -1;
-      } else {
-        if (ss.straggle_since < 0) ss.straggle_since = r.t;
-        const uint32_t rank = medians[0].second;
-        if (r.t - ss.straggle_since >= o_.straggler_window_s / 2 && ts.rank_gpu.count(rank)) {
-          const int gpu = static_cast<int>(ts.rank_gpu[rank]);
-          Finding f = MakeFinding(Cause::kStragglerGpu, Severity::kWarning, r.node, gpu);
-          f.job = *st.job;
-          f.first_seen = ss.straggle_since;
-          f.summary = fmt::format(
-              "GPU {} (rank {}) is the straggler of job {}: the other ranks wait {} s per step "
-              "for it in communication, it waits {} s",
-              gpu, rank, *st.job, Num(rest), Num(medians[0].first));
-          f.evidence = {fmt::format("median comm_s {} on rank {} vs {} on the others",
-                                    Num(medians[0].first), rank, Num(rest))};
-          std::vector<uint32_t> peers;
-          for (const auto& [other_rank, other_gpu] : ts.rank_gpu) {
-            if (other_rank != rank) peers.push_back(other_gpu);
-          }
-          f.evidence.push_back(CompareWithPeers(ctx, r.node, ts.rank_gpu[rank], peers));
-          f.action =
-              "Compare the GPU's clocks, temperature, power and PCIe link with its peers; "
-              "move the job off it if it persists";
-          ctx.Report(std::move(f), r.t);
-        }
-      }
-    }
-  }
+  Straggler(r, st, ts, ctx);
 
   // step_regression: slower steps than the job's own post-warm-up median (a deeper cause, if
   // one is found, replaces it).
@@ -352,6 +309,140 @@ void TaskStepsRule::Steps(const trace::TraceRecord& r, const trace::TraceStep& s
            fmt::format("median step {} s over the last minute vs {} s after warm-up", Num(now),
                        Num(base_step_s)));
   }
+}
+
+// Stragglers: synchronous ranks wait in communication for the slowest one, so the slow GPU's
+// rank shows the least exposed comm and the others the most. All the job's ranks are compared,
+// on whichever node each runs, over the steps every rank has reported: a node whose records
+// arrive later or whose clock is off is still compared step for step.
+void TaskStepsRule::Straggler(const trace::TraceRecord& r, const trace::TraceStep& st,
+                              const TaskView& ts, Context& ctx) {
+  if (!st.rank) return;
+  JobRanks& jr = job_ranks_[*st.job];
+  RankSteps& me = jr.ranks[*st.rank];
+  if (me.node != r.node) {  // a rank that moved (a restart elsewhere) starts over
+    me = RankSteps{};
+    me.node = r.node;
+  }
+  const uint64_t step = st.step.value_or(me.count);
+  ++me.count;
+  auto window = [&](auto& q, double v) {
+    // A rank restarted from a checkpoint counts its steps again: what it did before is not
+    // the same steps as the others' now.
+    if (!q.empty() && std::get<0>(q.back()) >= step) q.clear();
+    q.emplace_back(step, r.t, v);
+    while (std::get<1>(q.front()) < r.t - o_.straggler_window_s) q.pop_front();
+  };
+  if (st.comm_s) window(me.comm, *st.comm_s);
+  if (st.data_wait_s) window(me.data, *st.data_wait_s);
+  // Judged once a step, at most once a second of the records' time, on whichever rank's step
+  // comes (a lead rank that exited must not stop the judging). A time far behind the last
+  // judgement (the records of a node whose clock is off) waits like any other.
+  const double every_s = std::max(1.0, ts.MedianStep());
+  if (r.t < jr.next_t && r.t > jr.next_t - 2 * o_.straggler_window_s) return;
+  jr.next_t = r.t + every_s;
+
+  // The steps every rank with comm times holds: [lo, hi]. A rank that stopped reporting (it
+  // ended or exited) leaves the comparison once its latest step is a window behind.
+  uint64_t lo = 0, hi = UINT64_MAX;
+  size_t compared = 0;
+  for (auto it = jr.ranks.begin(); it != jr.ranks.end();) {
+    const auto& q = it->second.comm;
+    if (!q.empty() && std::get<1>(q.back()) < r.t - 2 * o_.straggler_window_s) {
+      it = jr.ranks.erase(it);
+      continue;
+    }
+    if (!q.empty()) {
+      lo = std::max(lo, std::get<0>(q.front()));
+      hi = std::min(hi, std::get<0>(q.back()));
+      ++compared;
+    }
+    ++it;
+  }
+  if (compared < 3 || lo > hi) return;
+  auto median_in_range = [&](const std::deque<std::tuple<uint64_t, double, double>>& q, size_t* n) {
+    std::vector<double> v;
+    for (const auto& [s, t, x] : q)
+      if (s >= lo && s <= hi) v.push_back(x);
+    if (n) *n = v.size();
+    return v.empty() ? 0.0 : Median(std::move(v));
+  };
+  std::vector<std::pair<double, uint32_t>> medians;
+  for (const auto& [rank, rs] : jr.ranks) {
+    size_t n = 0;
+    const double m = median_in_range(rs.comm, &n);
+    if (n >= 5) medians.push_back({m, rank});
+  }
+  if (medians.size() < 3) return;
+  // Each node's view of the job learns every rank's comm: a card finding's cost names the
+  // rank the others wait for (impact.cc), wherever it runs.
+  std::map<uint32_t, double> rank_comm;
+  for (const auto& [c, rank] : medians) rank_comm[rank] = c;
+  std::set<std::string> nodes;
+  for (const auto& [rank, rs] : jr.ranks) nodes.insert(rs.node);
+  for (const std::string& node : nodes) {
+    if (TaskView* tv = ctx.MutableTask(node, *st.job)) tv->rank_comm_s = rank_comm;
+  }
+  std::sort(medians.begin(), medians.end());
+  std::vector<double> others;
+  for (size_t i = 1; i < medians.size(); ++i) others.push_back(medians[i].first);
+  const double rest = Median(others);
+  const uint32_t slow_rank = medians[0].second;
+  const RankSteps& slow = jr.ranks.at(slow_rank);
+  // The straggler's comm is an outlier below the others': by a share of the step that costs
+  // time, well outside the others' spread (robust: median absolute deviation).
+  const double gap = rest - medians[0].first;
+  // A rank late because it waits longer for its own input is starved by its data loader (one
+  // rank's shard on a slow disk), not slowed by its GPU: the others wait for it just the same,
+  // so its own data wait is what tells them apart.
+  std::vector<double> others_data;
+  for (const auto& [rank, rs] : jr.ranks) {
+    size_t n = 0;
+    const double m = median_in_range(rs.data, &n);
+    if (rank != slow_rank && n > 0) others_data.push_back(m);
+  }
+  const double own_data = median_in_range(slow.data, nullptr);
+  const bool input_bound = !others_data.empty() && own_data - Median(others_data) >= 0.5 * gap;
+  const bool straggle = rest > 0.02 && medians[0].first < o_.straggler_comm_share * rest &&
+                        gap >= o_.straggler_step_share * ts.MedianStep() &&
+                        gap > o_.straggler_mad_factor * Mad(others) && !input_bound;
+  if (!straggle) {
+    jr.straggle_since = -1;
+    return;
+  }
+  if (jr.straggle_since < 0 || jr.straggler != slow_rank) {
+    jr.straggle_since = r.t;
+    jr.straggler = slow_rank;
+  }
+  if (r.t - jr.straggle_since < o_.straggler_window_s / 2) return;
+  const TaskView* slow_task = ctx.Task(slow.node, *st.job);
+  if (!slow_task || !slow_task->rank_gpu.count(slow_rank)) return;
+  const uint32_t gpu = slow_task->rank_gpu.at(slow_rank);
+  Finding f =
+      MakeFinding(Cause::kStragglerGpu, Severity::kWarning, slow.node, static_cast<int>(gpu));
+  f.job = *st.job;
+  f.first_seen = jr.straggle_since;
+  f.summary = fmt::format(
+      "GPU {} (rank {}) is the straggler of job {}: the other ranks wait {} s per step for it "
+      "in communication, it waits {} s",
+      gpu, slow_rank, *st.job, Num(rest), Num(medians[0].first));
+  f.evidence = {
+      fmt::format("median comm_s {} on rank {} vs {} on the others ({} ranks on {} "
+                  "node{}, steps {}-{})",
+                  Num(medians[0].first), slow_rank, Num(rest), medians.size(), nodes.size(),
+                  nodes.size() == 1 ? "" : "s", lo, hi)};
+  std::vector<NodeGpu> peers;
+  for (const auto& [rank, rs] : jr.ranks) {
+    const TaskView* tv = ctx.Task(rs.node, *st.job);
+    if (rank == slow_rank || !tv) continue;
+    if (auto g = tv->rank_gpu.find(rank); g != tv->rank_gpu.end())
+      peers.push_back({rs.node, g->second});
+  }
+  f.evidence.push_back(CompareWithPeers(ctx, slow.node, gpu, peers));
+  f.action =
+      "Compare the GPU's clocks, temperature, power and PCIe link with its peers; move the job "
+      "off it if it persists";
+  ctx.Report(std::move(f), r.t);
 }
 
 }  // namespace

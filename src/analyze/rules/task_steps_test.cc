@@ -2,6 +2,7 @@
 // Hand-made traces read through the real trace reader (analyze/testing/diagnose.h).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -163,6 +164,54 @@ TEST(TaskStepsRuleTest, StragglerIsTheRankThatNeverWaits) {
   f = Diagnose(trace);
   ASSERT_EQ(f.size(), 1u);
   EXPECT_EQ(f[0].cause, Cause::kThermalThrottle);
+}
+
+// A job of four nodes with one rank each: no node alone has peers to compare its rank with.
+// The ranks are compared across the job's nodes by step number: n3's clock runs 1.5 s ahead, so
+// its steps carry later times than the same steps elsewhere (and come later in the merged
+// stream), yet step N there is compared with step N on the others. Rank 2 on n2 is the one
+// the others wait for.
+TEST(TaskStepsRuleTest, StragglerIsFoundAcrossNodesByStepNumber) {
+  std::string trace;
+  for (int node = 0; node < 4; ++node) trace += Node("n" + std::to_string(node), 100);
+  std::vector<std::pair<double, std::string>> steps;
+  for (int i = 0; i < 200; ++i) {
+    const bool slow = i >= 60;  // from step 60 (t = 161) rank 2's GPU is slow
+    for (int rank = 0; rank < 4; ++rank) {
+      const double t = 101 + i + (rank == 3 ? 1.5 : 0);
+      nlohmann::json j = {{"t", t},
+                          {"type", "step"},
+                          {"node", "n" + std::to_string(rank)},
+                          {"job", "j1"},
+                          {"rank", rank},
+                          {"gpu", 0},
+                          {"step", i},
+                          {"duration_s", slow ? 1.4 : 1.0},
+                          {"data_wait_s", 0.01},
+                          {"comm_s", !slow       ? 0.1
+                                     : rank == 2 ? 0.05
+                                                 : 0.5}};
+      steps.push_back({t, j.dump() + "\n"});
+    }
+  }
+  std::stable_sort(steps.begin(), steps.end(),
+                   [](const auto& a, const auto& b) { return a.first < b.first; });
+  for (const auto& [t, line] : steps) trace += line;
+  std::map<Cause, std::vector<Finding>> by_cause;
+  for (Finding& f : Diagnose(trace)) by_cause[f.cause].push_back(std::move(f));
+  ASSERT_EQ(by_cause[Cause::kStragglerGpu].size(), 1u);
+  const Finding& f = by_cause[Cause::kStragglerGpu][0];
+  EXPECT_EQ(f.node, "n2");
+  EXPECT_EQ(f.gpu, 0);
+  EXPECT_EQ(f.job, "j1");
+  EXPECT_GE(f.first_seen, 161);
+  EXPECT_LE(f.first_seen, 161 + 120);
+  ASSERT_FALSE(f.evidence.empty());
+  EXPECT_NE(f.evidence[0].find("4 ranks on 4 nodes"), std::string::npos) << f.evidence[0];
+  // n3's clock is named too (rules/cross_node), and nothing else.
+  ASSERT_EQ(by_cause[Cause::kClockSkew].size(), 1u);
+  EXPECT_EQ(by_cause[Cause::kClockSkew][0].node, "n3");
+  EXPECT_EQ(by_cause.size(), 2u);
 }
 
 // A job stepping every 5 s has 100 steps only after eight minutes: its baseline is learned from

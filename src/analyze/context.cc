@@ -227,6 +227,15 @@ std::set<std::string> Context::NodesOf(const std::string& job) const {
   return out;
 }
 
+const std::map<uint32_t, double>* Context::RankComm(const std::string& job) const {
+  auto it = rank_comm_.find(job);
+  return it == rank_comm_.end() ? nullptr : &it->second;
+}
+
+void Context::SetRankComm(const std::string& job, std::map<uint32_t, double> comm_s) {
+  rank_comm_[job] = std::move(comm_s);
+}
+
 void Context::SetTemplateBaselines(const std::vector<TemplateStep>& baselines) {
   templates_.clear();
   for (const TemplateStep& b : baselines) {
@@ -366,6 +375,7 @@ void Context::ForgetJob(const std::string& job) {
     }
   }
   jobs_.erase(job);
+  rank_comm_.erase(job);
   EraseJob(tasks_, job);
   for (auto it = holders_.begin(); it != holders_.end();) {
     it = it->second.job == job ? holders_.erase(it) : std::next(it);

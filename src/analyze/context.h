@@ -70,11 +70,9 @@ struct TaskView {
   // minute (rules/task_steps learns them; net_congestion reads them).
   std::optional<double> comm_base_share;
   std::deque<std::pair<double, double>> comm_share;  // (t, share)
-  // The job's own step time after warm-up (rules/task_steps learns it), and each rank's median
-  // exposed comm over the straggler window: what a finding's cost is measured against, and who
-  // the others wait for (the least comm).
+  // The job's own step time after warm-up (rules/task_steps learns it): what a finding's cost
+  // is measured against.
   std::optional<double> base_step_s;
-  std::map<uint32_t, double> rank_comm_s;
 
   // The median of `durations`; 0 when there are none.
   double MedianStep() const;
@@ -122,6 +120,10 @@ class Context {
   const JobView* Job(const std::string& job) const;
   // The nodes `job` runs on (start records and its own records).
   std::set<std::string> NodesOf(const std::string& job) const;
+  // Each rank's median exposed comm over the straggler window, across the job's nodes
+  // (rules/task_steps learns it): who the others wait for (the least comm). nullptr: not known.
+  const std::map<uint32_t, double>* RankComm(const std::string& job) const;
+  void SetRankComm(const std::string& job, std::map<uint32_t, double> comm_s);
 
   // ---- template baselines (step_regression, impact) ----
   void SetTemplateBaselines(const std::vector<TemplateStep>& baselines);
@@ -174,6 +176,7 @@ class Context {
   std::map<std::pair<std::string, uint32_t>, Holder> holders_;
   std::map<std::pair<std::string, std::string>, TaskView> tasks_;
   std::map<std::string, JobView> jobs_;
+  std::map<std::string, std::map<uint32_t, double>> rank_comm_;            // by job
   std::map<std::pair<std::string, std::string>, TemplateStep> templates_;  // (template, shape)
   std::map<std::string, std::vector<Maintenance>> maintenance_;            // per node
   // (cause, rule, node, gpu, nic, job, rank, info): an info finding (a trend, a finding inside

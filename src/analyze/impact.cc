@@ -53,10 +53,11 @@ void CardOrLinkImpact(Finding& f, const Context& ctx) {
     im.reference_step_s = *tv.base_step_s;
     im.reference = "its own steps after warm-up";
   }
-  if (!tv.rank_comm_s.empty()) {
-    auto slowest =
-        std::min_element(tv.rank_comm_s.begin(), tv.rank_comm_s.end(),
-                         [](const auto& a, const auto& b) { return a.second < b.second; });
+  // The rank the others wait for, on any node of the job; its GPU where it runs on this node.
+  if (const auto* comm = ctx.RankComm(job->first); comm && !comm->empty()) {
+    auto slowest = std::min_element(comm->begin(), comm->end(), [](const auto& a, const auto& b) {
+      return a.second < b.second;
+    });
     im.slowest_rank = static_cast<int>(slowest->first);
     if (auto g = tv.rank_gpu.find(slowest->first); g != tv.rank_gpu.end()) {
       im.slowest_gpu = static_cast<int>(g->second);

@@ -374,15 +374,12 @@ void TaskStepsRule::Straggler(const trace::TraceRecord& r, const trace::TraceSte
     if (n >= 5) medians.push_back({m, rank});
   }
   if (medians.size() < 3) return;
-  // Each node's view of the job learns every rank's comm: a card finding's cost names the
-  // rank the others wait for (impact.cc), wherever it runs.
+  // A card finding's cost names the rank the others wait for (impact.cc), wherever it runs.
   std::map<uint32_t, double> rank_comm;
   for (const auto& [c, rank] : medians) rank_comm[rank] = c;
+  ctx.SetRankComm(*st.job, std::move(rank_comm));
   std::set<std::string> nodes;
-  for (const auto& [rank, rs] : jr.ranks) nodes.insert(rs.node);
-  for (const std::string& node : nodes) {
-    if (TaskView* tv = ctx.MutableTask(node, *st.job)) tv->rank_comm_s = rank_comm;
-  }
+  for (const auto& [c, rank] : medians) nodes.insert(jr.ranks.at(rank).node);
   std::sort(medians.begin(), medians.end());
   std::vector<double> others;
   for (size_t i = 1; i < medians.size(); ++i) others.push_back(medians[i].first);

@@ -1,17 +1,30 @@
 #!/usr/bin/env bash
-# A local fleet on loopback (issue 19): a hub with a tokens file and two agents on the mock
-# NVML, each with its own --hostname, pushing to it with a write token. The hub is SIGKILLed
-# for FLEET_OUTAGE_S seconds (30 by default) and one agent is restarted in the middle of the
-# outage. After the hub comes back and the agents' backlogs drain, every GPU sample each agent
-# kept in its own store is on the hub once: the same timestamps, no hole where the hub was
-# down, nothing counted twice; the record streams have no gap; /api/v1/nodes lists both nodes,
-# a failure snapshot taken on the hub holds both nodes' records, and an agent with a wrong
-# token raises an alert instead of looping.
+# A local fleet on loopback (issue 19): a hub with a tokens file and three agents on the mock
+# NVML, each with its own --hostname, pushing to it with a write token, and one training job
+# across the three nodes: six ranks (tests/fleet_rank.py, the Python SDK), two a node, each
+# reporting to its own node's agent over the job socket, each attributed to its GPU through the
+# mock's process list. The job carries three faults that only the nodes seen together show, and
+# the hub must name each at its place:
+# - rank 3 on node-b GPU 1 is the straggler: the other five ranks, on all three nodes, wait for
+#   it in communication (straggler_gpu, node-b GPU 1; two ranks a node, so only a comparison
+#   across nodes finds it);
+# - node-c's clock runs 1.5 s ahead: its ranks' steps end 1.5 s after the same steps elsewhere
+#   (clock_skew, node-c);
+# - node-c's driver differs from the others' (version_mismatch, node-c).
+# Then the hub is SIGKILLed for FLEET_OUTAGE_S seconds (30 by default) while the job runs on, and
+# node-b's agent is restarted in the middle of the outage. After the hub comes back and the
+# agents' backlogs drain, every GPU sample each agent kept in its own store is on the hub once:
+# the same timestamps, no hole where the hub was down, nothing counted twice; the record streams
+# have no gap; /api/v1/nodes lists the nodes, a failure snapshot taken on the hub holds every
+# node's records, and an agent with a wrong token raises an alert instead of looping.
 GPUWATCH=$1 MOCK=$2
 . "$(dirname "$0")/lib.sh"
 OUTAGE_S=${FLEET_OUTAGE_S:-30}
+PYTHONPATH="$(cd "$(dirname "$0")/.." && pwd)/sdk/python"
+export PYTHONPATH PYTHONDONTWRITEBYTECODE=1
 
 HUB_PORT=$(free_port) A_PORT=$(free_port) B_PORT=$(free_port) C_PORT=$(free_port)
+D_PORT=$(free_port)
 HUB="http://127.0.0.1:$HUB_PORT"
 WRITE=$("$GPUWATCH" token new write | cut -d' ' -f1)
 READ=$("$GPUWATCH" token new read | cut -d' ' -f1)
@@ -28,9 +41,14 @@ start_hub() {
   wait_http "$HUB/healthz" 20 || { cat "$TMP/hub.log"; fail "hub did not start"; }
 }
 start_agent() {  # start_agent NAME PORT TOKEN_FILE: sets AGENT_PID
-  GPUWATCH_MOCK_NVML=2xL40S "$GPUWATCH" up --listen "127.0.0.1:$2" --nvml-lib "$MOCK" \
-    --hostname "$1" --data-dir "$TMP/$1" --job-socket off --kmsg off --gpu-interval 1s \
-    --hub "$HUB" --hub-token-file "$3" --hub-interval 1s >>"$TMP/$1.log" 2>&1 &
+  # A node of the job has its own scenario (its driver, its ranks' processes on its GPUs) and
+  # job socket.
+  local mock=2xL40S socket=off
+  if [ -f "$TMP/$1.mock.json" ]; then mock=$TMP/$1.mock.json socket=$TMP/$1.sock; fi
+  GPUWATCH_MOCK_NVML=$mock "$GPUWATCH" up --listen "127.0.0.1:$2" --nvml-lib "$MOCK" \
+    --hostname "$1" --data-dir "$TMP/$1" --job-socket "$socket" --kmsg off --gpu-interval 1s \
+    --process-interval 1s --hub "$HUB" --hub-token-file "$3" --hub-interval 1s \
+    >>"$TMP/$1.log" 2>&1 &
   AGENT_PID=$!
   PIDS+=("$AGENT_PID")
   wait_http "http://127.0.0.1:$2/healthz" 20 || { cat "$TMP/$1.log"; fail "agent $1 did not start"; }
@@ -40,19 +58,85 @@ metric() {  # metric PORT NAME: the value of an unlabelled-but-Hostname metric
   curl -fsS "http://127.0.0.1:$1/metrics" | awk -v n="$2" '$1 ~ "^"n"[{ ]" || $1 == n {print $2}' | head -1
 }
 
+# The job: ranks 2k and 2k+1 on node k's GPUs 0 and 1, a step every 0.5 s on one grid. The ranks
+# start first (each waits for its agent's socket): the mock NVML lists their pids on their GPUs.
+JOB=fleet-7
+GRID_T0=$(date +%s)
+declare -A RANK_PID
+start_rank() {  # start_rank NODE RANK COMM_S [ARGS...]
+  local node=$1 rank=$2 comm=$3
+  shift 3
+  python3 "$(dirname "$0")/fleet_rank.py" "$TMP/$node.sock" "$JOB" "$rank" 6 "$GRID_T0" 0.5 \
+    "$comm" "$@" >>"$TMP/ranks.log" 2>&1 &
+  RANK_PID[$rank]=$!
+  PIDS+=("$!")
+}
+start_rank node-a 0 0.3
+start_rank node-a 1 0.3
+start_rank node-b 2 0.3
+start_rank node-b 3 0.02
+start_rank node-c 4 0.3 --clock-offset-s 1.5
+start_rank node-c 5 0.3 --clock-offset-s 1.5
+scenario() {  # scenario NODE DRIVER RANK_ON_GPU0 RANK_ON_GPU1
+  cat >"$TMP/$1.mock.json" <<JSON
+{"shape": "2xL40S", "driver_version": "$2",
+ "gpus": [{"gpu": 0, "processes": [{"pid": ${RANK_PID[$3]}, "used_memory_mib": 30000}]},
+          {"gpu": 1, "processes": [{"pid": ${RANK_PID[$4]}, "used_memory_mib": 30000}]}]}
+JSON
+}
+scenario node-a 550.90.07 0 1
+scenario node-b 550.90.07 2 3
+scenario node-c 535.183.01 4 5
+
 start_hub
 start_agent node-a "$A_PORT" "$TMP/write.token"
 A_PID=$AGENT_PID
 start_agent node-b "$B_PORT" "$TMP/write.token"
 B_PID=$AGENT_PID
+start_agent node-c "$C_PORT" "$TMP/write.token"
 
-# Both nodes arrive: their records (the node record names their GPUs) and their series.
+# The three nodes arrive: their records (the node record names their GPUs) and their series.
 for ((i = 0; i < 100; i++)); do
   n=$(hub_get /api/v1/nodes | python3 -c 'import json,sys; print(sum(1 for n in json.load(sys.stdin)["nodes"] if n["gpus"] == 2))')
-  [ "$n" = 2 ] && break
+  [ "$n" = 3 ] && break
   sleep 0.2
 done
-[ "$n" = 2 ] || { hub_get /api/v1/nodes; fail "the hub does not list both nodes with their GPUs"; }
+[ "$n" = 3 ] || { hub_get /api/v1/nodes; fail "the hub does not list the three nodes with their GPUs"; }
+
+# The hub names the job's three cross-node faults, each at its place, and nothing else of those
+# causes. The straggler must hold for 30 s of steps before it is named (straggler_window_s).
+want='clock_skew node-c -
+straggler_gpu node-b 1
+version_mismatch node-c -'
+for ((i = 0; i < 120; i++)); do
+  got=$(hub_get /api/v1/findings | python3 -c '
+import json, sys
+causes = ("clock_skew", "straggler_gpu", "version_mismatch")
+for f in sorted(json.load(sys.stdin)["findings"], key=lambda f: (f["cause"], f["node"])):
+    if f["cause"] in causes:
+        print(f["cause"], f["node"], f.get("gpu", "-"))')
+  [ "$got" = "$want" ] && break
+  sleep 1
+done
+[ "$got" = "$want" ] || fail "hub findings:
+$got
+want:
+$want
+all: $(hub_get /api/v1/findings | head -c 3000)
+ranks: $(tail -5 "$TMP/ranks.log")"
+# The job is one job on the hub: its three nodes and six ranks, each on its node.
+hub_get "/api/v1/jobs/$JOB" >"$TMP/job.json"
+python3 - "$TMP/job.json" <<'PY' || fail "job: $(head -c 1500 "$TMP/job.json")"
+import json, sys
+j = json.load(open(sys.argv[1]))
+assert [n["node"] for n in j["nodes"]] == ["node-a", "node-b", "node-c"], j["nodes"]
+assert all(n["gpus"] == [0, 1] for n in j["nodes"]), j["nodes"]
+ranks = {r["rank"]: r for r in j["ranks"]}
+assert sorted(ranks) == list(range(6)), ranks.keys()
+for rank, r in ranks.items():
+    assert r["node"] == "node-" + "abc"[rank // 2], r
+PY
+
 T0=$(date +%s)
 sleep 3
 
@@ -118,11 +202,14 @@ hub_get /api/v1/nodes >"$TMP/nodes.json"
 python3 - "$TMP/nodes.json" <<'EOF' || fail "nodes: $(cat "$TMP/nodes.json")"
 import json, sys
 nodes = {n["node"]: n for n in json.load(open(sys.argv[1]))["nodes"]}
-assert set(nodes) == {"node-a", "node-b"}, nodes.keys()
+assert set(nodes) == {"node-a", "node-b", "node-c"}, nodes.keys()
 for name, n in nodes.items():
     assert n["gap_entries"] == 0, f"{name} lost {n['gap_entries']} record entries"
     assert n["health"] in ("healthy", "degraded"), n
-    assert n["driver_version"] == "550.90.07", n
+    assert n["driver_version"] == ("535.183.01" if name == "node-c" else "550.90.07"), n
+# node-b holds the straggler: degraded, and the reason says which GPU.
+assert nodes["node-b"]["health"] == "degraded", nodes["node-b"]
+assert "straggler_gpu on GPU 1" in nodes["node-b"]["reason"], nodes["node-b"]
 EOF
 
 # A failure snapshot on the hub holds every node's records (the merged window).
@@ -135,19 +222,19 @@ for ((i = 0; i < 100; i++)); do
   sleep 0.2
 done
 zcat "$TMP/snap.gz" >"$TMP/snap.jsonl"  # not piped into grep -q: pipefail and SIGPIPE
-for node in node-a node-b; do
+for node in node-a node-b node-c; do
   grep -q "\"node\":\"$node\"" "$TMP/snap.jsonl" || fail "the hub's snapshot has no record of $node"
 done
 
 # A wrong token: the agent raises an alert and keeps its data; the hub's log shows no token.
-start_agent node-c "$C_PORT" "$TMP/wrong.token"
+start_agent node-d "$D_PORT" "$TMP/wrong.token"
 for ((i = 0; i < 100; i++)); do
-  curl -fsS "http://127.0.0.1:$C_PORT/api/v1/alerts" | grep -q gpuwatch_hub_push_refused && break
+  curl -fsS "http://127.0.0.1:$D_PORT/api/v1/alerts" | grep -q gpuwatch_hub_push_refused && break
   sleep 0.2
 done
-curl -fsS "http://127.0.0.1:$C_PORT/api/v1/alerts" | grep -q gpuwatch_hub_push_refused ||
+curl -fsS "http://127.0.0.1:$D_PORT/api/v1/alerts" | grep -q gpuwatch_hub_push_refused ||
   fail "a refused token raised no alert on the agent"
-[ "$(metric "$C_PORT" gpuwatch_hub_push_auth_refused)" = 1 ] || fail "auth_refused is not 1"
+[ "$(metric "$D_PORT" gpuwatch_hub_push_auth_refused)" = 1 ] || fail "auth_refused is not 1"
 for f in "$TMP"/*.log; do
   if grep -qF -e "$WRITE" -e "$(cat "$TMP/wrong.token")" "$f"; then fail "a token is in $f"; fi
 done

@@ -97,16 +97,6 @@ Status HubIngest::Load() {
     if (!e.is_directory() || !ValidNodeName(name)) continue;
     auto node = NodeFor(name);
     if (!node.ok()) return node.status();
-    // The node's latest node record: what /api/v1/nodes says of it, and the first record of
-    // its stream for the diagnosis (the agent sends one only at start and on a change).
-    if (auto text = ReadNodeRecord(root + "/" + name + "/node.json"); !text.empty()) {
-      json r = json::parse(text, nullptr, false);
-      if (r.is_object() && r.contains("t") && r["t"].is_number()) {
-        NoteNodeRecord(r, &(*node)->status);
-        (*node)->recorder->AddNodeRecord(
-            static_cast<int64_t>(std::llround(r["t"].get<double>() * 1000)), text, name);
-      }
-    }
     // The newest entry logged is the stream's position.
     Spool& log = *(*node)->log;
     const SpoolStats st = log.Stats();
@@ -118,10 +108,85 @@ Status HubIngest::Load() {
                            &(*node)->status.next_seq, &lines))
         ++(*node)->status.next_seq;
     }
+    const bool node_record_reloaded = ReloadRecent(name, **node);
+    // The node's latest node record: what /api/v1/nodes says of it, and the first record of
+    // its stream for the diagnosis (the agent sends one only at start and on a change). When
+    // the entries reloaded hold a node record, they hold this one (it came in the newest entry
+    // that had one).
+    if (auto text = ReadNodeRecord(root + "/" + name + "/node.json"); !text.empty()) {
+      json r = json::parse(text, nullptr, false);
+      if (r.is_object() && r.contains("t") && r["t"].is_number()) {
+        NoteNodeRecord(r, &(*node)->status);
+        if (!node_record_reloaded)
+          (*node)->recorder->AddNodeRecord(
+              static_cast<int64_t>(std::llround(r["t"].get<double>() * 1000)), text, name);
+      }
+    }
   }
   if (ec) return Status::IoError("cannot list " + root + ": " + ec.message());
   GW_LOG_INFO("hub: {} nodes known from {}", nodes_.size(), root);
   return Status::Ok();
+}
+
+// The newest entries of the node's log, back into its flight recorder and the job list: a
+// restarted hub diagnoses its nodes' recent past again, so a finding that needs minutes of
+// steps (a straggler, a data stall) is back as soon as the agents push again, and a running
+// job is listed with its ranks before its next start record. Read back from the newest entry,
+// doubling, until the entries hold the recorder's byte bound (the recorder keeps its age bound
+// itself) or the log's start. The accounting ledger is not fed: it keeps its own file.
+bool HubIngest::ReloadRecent(const std::string& name, Node& n) {
+  const SpoolStats st = n.log->Stats();
+  if (st.next_seq <= st.first_seq) return false;
+  const uint64_t want_bytes = options_.node_recorder_bytes;
+  std::vector<SpoolEntry> tail;
+  for (uint64_t back = 8;; back *= 2) {
+    const uint64_t from = st.next_seq - st.first_seq > back ? st.next_seq - back : st.first_seq;
+    auto got = n.log->Read(from, 4 * want_bytes);
+    // Cut short by the byte cap before the newest entry: the previous, shorter tail holds
+    // enough already.
+    if (!got.ok() || got->empty() || got->back().seq + 1 != st.next_seq) {
+      if (!got.ok()) GW_LOG_WARN("hub: records of {}: {}", name, got.status().message());
+      break;
+    }
+    tail = std::move(*got);
+    uint64_t bytes = 0;
+    for (const SpoolEntry& e : tail) bytes += e.payload.size();
+    if (from == st.first_seq || bytes >= want_bytes) break;
+  }
+  size_t records = 0;
+  bool node_record = false;
+  for (const SpoolEntry& e : tail) {
+    std::string id;
+    uint64_t seq = 0;
+    std::string_view lines;
+    if (!ParseEntryHeader(e.payload, &id, &seq, &lines)) continue;
+    for (size_t pos = 0; pos < lines.size();) {
+      size_t end = lines.find('\n', pos);
+      if (end == std::string_view::npos) end = lines.size();
+      std::string_view line = lines.substr(pos, end - pos);
+      pos = end + 1;
+      if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
+      // Checked when taken; a line that no longer parses (a damaged disk) is skipped.
+      json r = json::parse(line, nullptr, false);
+      if (!r.is_object() || !r.contains("t") || !r["t"].is_number() || !r.contains("type") ||
+          !r["type"].is_string())
+        continue;
+      const int64_t t_ms = static_cast<int64_t>(std::llround(r["t"].get<double>() * 1000));
+      const std::string& type = r["type"].get_ref<const std::string&>();
+      if (type == "node") {
+        n.recorder->AddNodeRecord(t_ms, std::string(line), name);
+        node_record = true;
+      } else {
+        n.recorder->Add(t_ms, std::string(line));
+      }
+      if (type == "job" || type == "step") jobs_.Add(name, r, t_ms);
+      n.status.newest_record_ms = std::max(n.status.newest_record_ms, t_ms);
+      ++records;
+    }
+  }
+  if (records > 0)
+    GW_LOG_INFO("hub: node {}: {} recent records reloaded from its log", name, records);
+  return node_record;
 }
 
 Result<HubIngest::Node*> HubIngest::NodeFor(const std::string& name) {

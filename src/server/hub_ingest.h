@@ -15,7 +15,8 @@
 // entry prefixed with "<spool id> <seq>\n", synced before the reply), then to that node's
 // flight recorder, which the hub's diagnosis reads through Window. On a restart the newest entry of
 // each node's log gives its stream position back, so an agent resending what the hub had taken just
-// before dying is answered "duplicate".
+// before dying is answered "duplicate", and the newest entries (up to the recorder's bounds) go
+// back into the recorder and the job list: the diagnosis reads the recent past again.
 //
 // Every 400 says what was wrong (the line number and the field); a 400 is not retried by the
 // agent. The body is bounded by the HTTP route; the number of nodes by max_nodes (a new node
@@ -130,6 +131,8 @@ class HubIngest {
   };
   explicit HubIngest(HubIngestOptions options) : options_(std::move(options)) {}
   Status Load();
+  // Whether a node record was among the records reloaded. REQUIRES: mu_ held; n.log.
+  bool ReloadRecent(const std::string& name, Node& n);
   Result<Node*> NodeFor(const std::string& name);  // REQUIRES: mu_ held
 
   const HubIngestOptions options_;

@@ -54,22 +54,23 @@ TEST_F(HubIngestTest, AnEntryIsTakenOnceAcrossRetriesAndHubRestarts) {
   // The hub restarts: its log gives the stream position back.
   hub.reset();
   hub = Open();
-  // What it knew of the node, and its node record for the diagnosis, come back too.
+  // What it knew of the node, and its recent records for the diagnosis (its node record
+  // once), come back too.
   ASSERT_EQ(hub->Nodes().size(), 1u);
   EXPECT_EQ(hub->Nodes()[0].driver_version, "550.90.07");
   EXPECT_EQ(hub->Nodes()[0].gpus, 2u);
-  EXPECT_EQ(hub->RecordedLines(), 1u);
+  EXPECT_EQ(hub->RecordedLines(), 2u);
   r = hub->HandleRecords(body, "gpu-a01", kSpool, "1", kNowMs);
   EXPECT_NE(r.body.find("\"duplicate\":true"), std::string::npos) << r.body;
-  EXPECT_EQ(hub->RecordedLines(), 1u);
+  EXPECT_EQ(hub->RecordedLines(), 2u);
   r = hub->HandleRecords(GpuLine("gpu-a01", 1764460802), "gpu-a01", kSpool, "2", kNowMs);
   EXPECT_EQ(r.status, 200) << r.body;
-  EXPECT_EQ(hub->RecordedLines(), 2u);
+  EXPECT_EQ(hub->RecordedLines(), 3u);
   // A new spool (the agent's data dir was wiped) is a new stream from 1.
   r = hub->HandleRecords(GpuLine("gpu-a01", 1764460803), "gpu-a01",
                          "fedcba9876543210fedcba9876543210", "1", kNowMs);
   EXPECT_EQ(r.status, 200) << r.body;
-  EXPECT_EQ(hub->RecordedLines(), 3u);
+  EXPECT_EQ(hub->RecordedLines(), 4u);
   // Entries the agent's spool dropped are a gap, counted.
   r = hub->HandleRecords(GpuLine("gpu-a01", 1764460804), "gpu-a01",
                          "fedcba9876543210fedcba9876543210", "5", kNowMs);
@@ -133,6 +134,48 @@ TEST_F(HubIngestTest, TheDiagnosisReadsANodeThatPushedLate) {
   EXPECT_EQ(
       hub->Window(static_cast<int64_t>(t0 * 1000), static_cast<int64_t>((t0 + 8) * 1000)).size(),
       5u);
+}
+
+// A restarted hub reads its nodes' recent past again: the newest entries of each node's log go
+// back into its recorder (the diagnosis reads them, the node record first) and the job list
+// (a running job keeps its ranks), bounded by the recorder's bytes: of 400 entries of ~9 KiB
+// with a 64 KiB recorder, only the newest few are read back.
+TEST_F(HubIngestTest, ARestartedHubReadsItsNodesRecentPastAgain) {
+  HubIngestOptions o;
+  o.data_dir = dir_;
+  o.sync = false;
+  o.node_recorder_bytes = 64 << 10;
+  auto hub = std::move(HubIngest::Open(o)).value();
+  const double t0 = kNowMs / 1000 - 600;
+  const std::string pad(9000, 'x');
+  for (int i = 0; i < 400; ++i) {
+    std::string body = i == 0 ? NodeLine("a", t0, "550.90.07") + "\n" : "";
+    const double t = t0 + 1 + i;
+    body += R"({"t":)" + std::to_string(t) +
+            R"(,"type":"step","node":"a","job":"j7","rank":1,"gpu":1,"step":)" + std::to_string(i) +
+            R"(,"duration_s":1.0,"comm_s":0.2,"note":")" + pad + "\"}\n";
+    ASSERT_EQ(hub->HandleRecords(body, "a", kSpool, std::to_string(i + 1), kNowMs).status, 200);
+  }
+  hub.reset();
+  hub = std::move(HubIngest::Open(o)).value();
+  // The job is listed again, its rank on its node and GPU.
+  auto job = hub->jobs().Job("j7");
+  ASSERT_TRUE(job.has_value());
+  ASSERT_EQ(job->ranks.size(), 1u);
+  EXPECT_EQ(job->ranks[0].node, "a");
+  // The diagnosis reads the reloaded steps, the newest last, after the node record in force.
+  auto window = hub->DiagnosisWindow(static_cast<int64_t>((t0 + 400) * 1000));
+  ASSERT_GE(window.size(), 3u);
+  EXPECT_NE(window[0].find(R"("type":"node")"), std::string::npos) << window[0].substr(0, 80);
+  EXPECT_NE(window.back().find(R"("step":399)"), std::string::npos);
+  // Bounded: a few entries' worth, not the log's 400.
+  EXPECT_LE(window.size(), 1u + (64 << 10) / 9000 + 1);
+  EXPECT_LE(hub->RecordedLines(), 1u + (64 << 10) / 9000 + 1);
+  // The stream goes on from where it was: the next entry is taken, an old one is a duplicate.
+  EXPECT_NE(
+      hub->HandleRecords(GpuLine("a", t0 + 401), "a", kSpool, "400", kNowMs).body.find("duplicate"),
+      std::string::npos);
+  EXPECT_EQ(hub->HandleRecords(GpuLine("a", t0 + 401), "a", kSpool, "401", kNowMs).status, 200);
 }
 
 TEST_F(HubIngestTest, EveryRefusalSaysWhyAndKeepsNothing) {

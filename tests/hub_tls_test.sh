@@ -3,7 +3,8 @@
 # Python one with a certificate from a test CA, standing in for nginx or Caddy, docs/deploy.md).
 # An agent given the CA (--hub-ca-file) pushes through it; one without it refuses the
 # certificate, sends nothing, and keeps its data in the spool. Then hubs that read their series
-# back through it (--read-from https://…, --read-from-ca-file), as from a TLS cluster.
+# back through it (--read-from https://…, --read-from-ca-file), as from a TLS cluster. Last, a
+# hub serving HTTPS itself (--tls-cert-file, --tls-key-file) with an agent pushing to it.
 GPUWATCH=$(realpath "$1") MOCK=$(realpath "$2")
 . "$(dirname "$0")/lib.sh"
 need_peer openssl openssl
@@ -113,3 +114,56 @@ grep -qi 'ssl\|certificate' "$TMP/untrusting.json" || fail "its error does not n
   --read-from-ca-file "$TMP/ca.pem" >"$TMP/bad.log" 2>&1 && fail "a CA file with an http:// --read-from was taken"
 grep -q 'https://' "$TMP/bad.log" || fail "the refusal does not say why: $(cat "$TMP/bad.log")"
 echo "PASS hub → cluster (--read-from) over TLS"
+
+# The hub's own HTTPS listener (--tls-cert-file, --tls-key-file): no proxy. An agent given the CA
+# pushes to it; a token is still needed over TLS; plain HTTP to the HTTPS port gets no answer
+# and is counted; a key that does not load stops the hub with the file named.
+S_PORT=$(free_port) C_PORT=$(free_port)
+WRITE=$("$GPUWATCH" token new write | cut -d' ' -f1)
+READ=$("$GPUWATCH" token new read | cut -d' ' -f1)
+printf '%s write\n%s read\n' "$WRITE" "$READ" >"$TMP/tokens"
+echo "$WRITE" >"$TMP/write.token"
+chmod 600 "$TMP/tokens" "$TMP/write.token"
+"$GPUWATCH" hub --listen "127.0.0.1:$S_PORT" --data-dir "$TMP/tls-hub" --tokens "$TMP/tokens" \
+  --tls-cert-file "$TMP/hub.pem" --tls-key-file "$TMP/hub.key" >"$TMP/tls-hub.log" 2>&1 &
+PIDS+=($!)
+for ((i = 0; i < 100; i++)); do
+  curl -fsS --cacert ca.pem "https://127.0.0.1:$S_PORT/healthz" >/dev/null 2>&1 && break
+  sleep 0.2
+done
+curl -fsS --cacert ca.pem "https://127.0.0.1:$S_PORT/healthz" >/dev/null ||
+  { cat "$TMP/tls-hub.log"; fail "the HTTPS hub did not start"; }
+GPUWATCH_MOCK_NVML=2xL40S "$GPUWATCH" up --listen "127.0.0.1:$C_PORT" --nvml-lib "$MOCK" \
+  --hostname node-c --data-dir "$TMP/node-c" --job-socket off --kmsg off --gpu-interval 1s \
+  --hub "https://127.0.0.1:$S_PORT" --hub-token-file "$TMP/write.token" --hub-ca-file "$TMP/ca.pem" \
+  >"$TMP/node-c.log" 2>&1 &
+PIDS+=($!)
+wait_http "http://127.0.0.1:$C_PORT/healthz" 20 || { cat "$TMP/node-c.log"; fail "agent node-c did not start"; }
+code=$(curl -s -o /dev/null -w '%{http_code}' --cacert ca.pem "https://127.0.0.1:$S_PORT/api/v1/nodes")
+[ "$code" = 401 ] || fail "the HTTPS hub answered $code to a request without a token"
+n=0
+for ((i = 0; i < 100; i++)); do
+  n=$(curl -fsSG --cacert ca.pem -H "Authorization: Bearer $READ" "https://127.0.0.1:$S_PORT/api/v1/query" \
+    --data-urlencode 'query=count(DCGM_FI_DEV_GPU_TEMP{Hostname="node-c"})' |
+    python3 -c 'import json,sys; r=json.load(sys.stdin)["data"]["result"]; print(r[0]["value"][1] if r else 0)')
+  [ "$n" = 2 ] && break
+  sleep 0.2
+done
+[ "$n" = 2 ] || { cat "$TMP/node-c.log"; fail "node-c's GPU series on the HTTPS hub: $n, want 2"; }
+curl -fsS --cacert ca.pem -H "Authorization: Bearer $READ" "https://127.0.0.1:$S_PORT/api/v1/nodes" |
+  grep -q '"node-c"' || fail "node-c's records did not arrive at the HTTPS hub"
+# Plain HTTP to the HTTPS port: no HTTP answer (curl reads nothing it can parse), counted.
+curl -s -m 5 "http://127.0.0.1:$S_PORT/healthz" >"$TMP/plain.out" 2>&1 &&
+  fail "plain HTTP to the HTTPS port was answered: $(cat "$TMP/plain.out")"
+curl -fsS --cacert ca.pem -H "Authorization: Bearer $READ" "https://127.0.0.1:$S_PORT/metrics" |
+  grep -q 'gpuwatch_http_refused_total{.*reason="tls_handshake".*} [1-9]' ||
+  fail "the refused handshake is not counted"
+if "$GPUWATCH" hub --listen "127.0.0.1:$(free_port)" --data-dir "$TMP/badkey" \
+  --tls-cert-file "$TMP/hub.pem" --tls-key-file "$TMP/ca.key" >"$TMP/badkey.log" 2>&1; then
+  fail "a hub started with a key that is not its certificate's"
+fi
+grep -q 'ca.key' "$TMP/badkey.log" || fail "the refusal does not name the key file: $(cat "$TMP/badkey.log")"
+for f in "$TMP"/*.log; do
+  if grep -qF "$WRITE" "$f"; then fail "the write token is in $f"; fi
+done
+echo "PASS agent → hub over the hub's own HTTPS"

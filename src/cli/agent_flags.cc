@@ -142,6 +142,12 @@ void AddServingFlags(CLI::App* app, AgentFlags* f) {
                   "Reverse proxies (CIDRs, comma-separated, e.g. 127.0.0.1) whose "
                   "X-Forwarded-For names the client: the wrong-token limit and the series bound "
                   "per sender then count clients, not the proxy (docs/deploy.md, TLS)");
+  app->add_option("--tls-cert-file", f->tls_cert_file,
+                  "Serve HTTPS with this certificate chain (PEM, the server's certificate "
+                  "first; system OpenSSL, TLS 1.2 or later); needs --tls-key-file. Without it, "
+                  "plain HTTP (TLS at a reverse proxy: docs/deploy.md)");
+  app->add_option("--tls-key-file", f->tls_key_file,
+                  "The private key of --tls-cert-file (PEM, unencrypted; keep it mode 0600)");
   app->add_flag("--insecure-listen", f->insecure_listen,
                 "Serve reads beyond loopback with no token (open to the network; writes keep "
                 "their tokens); logged as a warning");
@@ -342,6 +348,8 @@ std::map<std::string, std::string*> FlagFields(AgentFlags* f) {
           {"write-token-file", &f->write_token_file},
           {"tokens", &f->tokens_file},
           {"trusted-proxy", &f->trusted_proxy},
+          {"tls-cert-file", &f->tls_cert_file},
+          {"tls-key-file", &f->tls_key_file},
           {"hub", &f->hub},
           {"hub-token-file", &f->hub_token_file},
           {"hub-ca-file", &f->hub_ca_file},
@@ -612,6 +620,11 @@ Result<server::HttpOptions> MakeHttpOptions(const AgentFlags& f) {
     if (!block.ok()) return Status::InvalidArgument("--trusted-proxy: " + block.status().message());
     o.trusted_proxies.push_back(*block);
   }
+  if (f.tls_cert_file.empty() != f.tls_key_file.empty())
+    return Status::InvalidArgument(
+        "--tls-cert-file and --tls-key-file go together: give both to serve HTTPS, or neither");
+  o.tls_cert_file = f.tls_cert_file;
+  o.tls_key_file = f.tls_key_file;
   auto addr = server::ParseListenAddress(f.listen);
   if (!addr.ok()) return addr.status();
   const bool loopback = server::IsLoopbackHost(addr->host);

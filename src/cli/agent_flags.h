@@ -74,6 +74,8 @@ struct AgentFlags {
   std::string sacct_interval = "5m";
   // Reverse proxies whose X-Forwarded-For names the client (http/forwarded.h): CIDRs, commas.
   std::string trusted_proxy;
+  // Serve HTTPS (http::Server::EnableTls): the certificate chain and its key, PEM.
+  std::string tls_cert_file, tls_key_file;
   // Push to a hub (server/hub_push.h).
   std::string hub;        // URL; "" is off
   std::string hub_token;  // on the command line: visible in ps; --hub-token-file is better

@@ -4,6 +4,8 @@
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <openssl/err.h>
+#include <openssl/ssl.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
@@ -160,6 +162,8 @@ std::string_view RefusalName(Refusal r) {
       return "too_many_per_source";
     case Refusal::kQueueFull:
       return "queue_full";
+    case Refusal::kTlsHandshake:
+      return "tls_handshake";
     case Refusal::kBodyBudget:
       return "body_budget";
     case Refusal::kUnauthorized:
@@ -192,8 +196,16 @@ void Response::SetHeader(std::string name, std::string value) {
 
 struct Server::Conn {
   enum class Phase { kIdle, kHead, kBody, kRunning, kWriting, kDraining };
+  ~Conn() {
+    if (ssl != nullptr) SSL_free(ssl);
+  }
   uint64_t id = 0;
   int fd = -1;
+  SSL* ssl = nullptr;      // with TLS
+  bool handshake = false;  // its TLS handshake is not done yet
+  // A TLS read that must write first, or a write that must read first (a TLS 1.3 key update):
+  // the other readiness resumes it.
+  bool read_wants_write = false, write_wants_read = false;
   std::string source;
   Phase phase = Phase::kIdle;
   Clock::time_point deadline;
@@ -219,7 +231,108 @@ struct Server::Conn {
   std::shared_ptr<std::atomic<bool>> cancel;
 };
 
+struct Server::TlsContext {
+  ~TlsContext() { SSL_CTX_free(ctx); }
+  SSL_CTX* ctx = nullptr;
+};
+
+namespace {
+
+// OpenSSL's last error as text ("" when none), the queue cleared.
+std::string OpenSslError() {
+  std::string out;
+  while (const unsigned long e = ERR_get_error()) {
+    char buf[256];
+    ERR_error_string_n(e, buf, sizeof(buf));
+    if (!out.empty()) out += "; ";
+    out += buf;
+  }
+  return out;
+}
+
+// One read or write on a connection, plain or through its SSL.
+enum class Io { kDone, kEof, kAgain, kError };
+struct IoResult {
+  Io io;
+  size_t n = 0;
+  bool want_write = false;  // kAgain: the SSL needs the socket writable (else readable)
+};
+
+IoResult TlsResult(SSL* ssl, int ret, size_t n) {
+  if (ret == 1) return {Io::kDone, n};
+  switch (SSL_get_error(ssl, ret)) {
+    case SSL_ERROR_WANT_READ:
+      return {Io::kAgain};
+    case SSL_ERROR_WANT_WRITE:
+      return {Io::kAgain, 0, true};
+    case SSL_ERROR_ZERO_RETURN:  // close_notify, or (SSL_OP_IGNORE_UNEXPECTED_EOF) a bare EOF
+      return {Io::kEof};
+    default:
+      ERR_clear_error();
+      return {Io::kError};
+  }
+}
+
+IoResult ReadSome(int fd, SSL* ssl, char* buf, size_t cap) {
+  if (ssl != nullptr) {
+    ERR_clear_error();
+    size_t n = 0;
+    const int ret = SSL_read_ex(ssl, buf, cap, &n);
+    return TlsResult(ssl, ret, n);
+  }
+  for (;;) {
+    const ssize_t n = ::recv(fd, buf, cap, 0);
+    if (n > 0) return {Io::kDone, static_cast<size_t>(n)};
+    if (n == 0) return {Io::kEof};
+    if (errno == EINTR) continue;
+    if (errno == EAGAIN || errno == EWOULDBLOCK) return {Io::kAgain};
+    return {Io::kError};
+  }
+}
+
+IoResult WriteSome(int fd, SSL* ssl, const char* data, size_t len) {
+  if (ssl != nullptr) {
+    ERR_clear_error();
+    size_t n = 0;
+    const int ret = SSL_write_ex(ssl, data, len, &n);
+    return TlsResult(ssl, ret, n);
+  }
+  for (;;) {
+    const ssize_t n = ::send(fd, data, len, MSG_NOSIGNAL);
+    if (n >= 0) return {Io::kDone, static_cast<size_t>(n)};
+    if (errno == EINTR) continue;
+    if (errno == EAGAIN || errno == EWOULDBLOCK) return {Io::kAgain, 0, true};
+    return {Io::kError};
+  }
+}
+
+}  // namespace
+
 Server::Server(ServerLimits limits) : limits_(std::move(limits)) {}
+
+Status Server::EnableTls(const std::string& cert_chain_file, const std::string& key_file) {
+  auto t = std::make_unique<TlsContext>();
+  ERR_clear_error();
+  t->ctx = SSL_CTX_new(TLS_server_method());
+  if (t->ctx == nullptr) return Status::Internal("TLS: cannot make a context: " + OpenSslError());
+  SSL_CTX_set_min_proto_version(t->ctx, TLS1_2_VERSION);
+  // No renegotiation (a client-driven CPU cost, and a read that would need to write); a client
+  // that closes without close_notify is an ordinary end of stream, as on plain TCP.
+  SSL_CTX_set_options(t->ctx, SSL_OP_NO_RENEGOTIATION | SSL_OP_IGNORE_UNEXPECTED_EOF |
+                                  SSL_OP_CIPHER_SERVER_PREFERENCE);
+  // A write retried after WANT_WRITE passes the rest of the same buffer, from a new offset.
+  SSL_CTX_set_mode(t->ctx, SSL_MODE_ENABLE_PARTIAL_WRITE | SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER);
+  if (SSL_CTX_use_certificate_chain_file(t->ctx, cert_chain_file.c_str()) != 1)
+    return Status::InvalidArgument("TLS certificate " + cert_chain_file + ": " + OpenSslError());
+  if (SSL_CTX_use_PrivateKey_file(t->ctx, key_file.c_str(), SSL_FILETYPE_PEM) != 1)
+    return Status::InvalidArgument("TLS key " + key_file + ": " + OpenSslError());
+  if (SSL_CTX_check_private_key(t->ctx) != 1) {
+    return Status::InvalidArgument("TLS key " + key_file + " does not match the certificate " +
+                                   cert_chain_file + ": " + OpenSslError());
+  }
+  tls_ = std::move(t);
+  return Status::Ok();
+}
 
 Server::~Server() {
   Stop();
@@ -336,8 +449,9 @@ ServerStats Server::Stats() const {
 void Server::Loop() {
   epoll_event evs[64];
   auto last_sweep = Clock::now();
+  bool tls_pending = false;  // an SSL held bytes after the last round: look again at once
   while (!stopping_) {
-    const int n = ::epoll_wait(epoll_fd_, evs, 64, 100);
+    const int n = ::epoll_wait(epoll_fd_, evs, 64, tls_pending ? 0 : 100);
     if (n < 0 && errno != EINTR) {
       GW_LOG_ERROR("HTTP: epoll_wait: {}", std::strerror(errno));
       break;
@@ -357,8 +471,27 @@ void Server::Loop() {
       auto it = conns_.find(key);
       if (it == conns_.end() || it->second->dead) continue;
       Conn& c = *it->second;
+      if (c.handshake) {
+        Handshake(c);
+        continue;
+      }
+      if (c.read_wants_write && (evs[i].events & EPOLLOUT)) {
+        c.read_wants_write = false;
+        OnReadable(c);
+        continue;
+      }
+      if (c.write_wants_read && (evs[i].events & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR))) {
+        c.write_wants_read = false;
+        OnWritable(c);
+        continue;
+      }
       if (evs[i].events & EPOLLOUT) OnWritable(c);
       if (!c.dead && (evs[i].events & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR))) OnReadable(c);
+    }
+    tls_pending = false;
+    if (tls_) {
+      ReadTlsPending();
+      for (const auto& [id, c] : conns_) tls_pending |= !c->dead && c->ssl && SSL_pending(c->ssl);
     }
     if (Clock::now() - last_sweep >= 100ms) {
       Sweep();
@@ -405,17 +538,37 @@ void Server::Accept() {
       return;  // EAGAIN, or an error the next readiness event retries
     }
     const std::string source = PeerAddress(ss);
+    // Refused before any handshake: a TLS client gets no answer it could read.
+    auto refuse = [&](std::string_view message) {
+      if (tls_)
+        ::close(fd);
+      else
+        SendAndClose(fd, "503 Service Unavailable", message);
+    };
     if (conns_.size() >= limits_.max_connections) {
       Count(Refusal::kTooManyConnections);
-      SendAndClose(fd, "503 Service Unavailable", "too many connections\n");
+      refuse("too many connections\n");
       continue;
     }
     size_t& from_source = per_source_[source];
     if (from_source >= limits_.max_connections_per_source &&
         !InAnyBlock(trusted_proxies_, source)) {
       Count(Refusal::kTooManyPerSource);
-      SendAndClose(fd, "503 Service Unavailable", "too many connections from " + source + "\n");
+      refuse("too many connections from " + source + "\n");
       continue;
+    }
+    SSL* ssl = nullptr;
+    if (tls_) {
+      ERR_clear_error();
+      ssl = SSL_new(tls_->ctx);
+      if (ssl == nullptr || SSL_set_fd(ssl, fd) != 1) {
+        GW_LOG_WARN("HTTP: cannot start TLS on a connection: {}", OpenSslError());
+        if (ssl != nullptr) SSL_free(ssl);
+        ::close(fd);
+        if (from_source == 0) per_source_.erase(source);
+        continue;
+      }
+      SSL_set_accept_state(ssl);
     }
     ++from_source;
     const int one = 1;
@@ -423,6 +576,8 @@ void Server::Accept() {
     auto c = std::make_unique<Conn>();
     c->id = next_id_++;
     c->fd = fd;
+    c->ssl = ssl;
+    c->handshake = ssl != nullptr;
     c->source = source;
     // A connection that sends nothing is held to the head deadline, like one that trickles.
     c->deadline = Clock::now() + limits_.header_timeout;
@@ -430,6 +585,41 @@ void Server::Accept() {
     conns_.emplace(c->id, std::move(c));
     open_.fetch_add(1);
     SetInterest(ref, EPOLLIN | EPOLLRDHUP);
+  }
+}
+
+void Server::Handshake(Conn& c) {
+  ERR_clear_error();
+  const int ret = SSL_do_handshake(c.ssl);
+  if (ret == 1) {
+    c.handshake = false;
+    SetInterest(c, EPOLLIN | EPOLLRDHUP);
+    OnReadable(c);  // the request may have come with the handshake's last flight
+    return;
+  }
+  const IoResult r = TlsResult(c.ssl, ret, 0);
+  if (r.io == Io::kAgain) {
+    SetInterest(c, r.want_write ? EPOLLOUT : EPOLLIN | EPOLLRDHUP);
+    return;
+  }
+  // Not TLS (plain HTTP to an HTTPS port), no shared protocol or cipher, or the client gave up.
+  if (r.io == Io::kError) Count(Refusal::kTlsHandshake);
+  Close(c.id);
+}
+
+// The loop waits on sockets, but an SSL may already hold decrypted bytes of a request the socket
+// will never signal again (read in one record with what came before, or left when a read slice
+// ended). Connections waiting to read get them read now.
+void Server::ReadTlsPending() {
+  std::vector<uint64_t> ids;
+  for (const auto& [id, c] : conns_) {
+    if (!c->dead && c->ssl && !c->handshake && (c->events & EPOLLIN) &&
+        c->phase != Conn::Phase::kRunning && SSL_pending(c->ssl) > 0)
+      ids.push_back(id);
+  }
+  for (uint64_t id : ids) {
+    auto it = conns_.find(id);
+    if (it != conns_.end() && !it->second->dead) OnReadable(*it->second);
   }
 }
 
@@ -462,14 +652,15 @@ void Server::OnReadable(Conn& c) {
   char buf[64 * 1024];
   size_t got = 0;
   while (got < kReadSliceBytes) {
-    const ssize_t n = ::recv(c.fd, buf, sizeof(buf), 0);
-    if (n > 0) {
-      got += static_cast<size_t>(n);
+    const IoResult r = ReadSome(c.fd, c.ssl, buf, sizeof(buf));
+    if (r.io == Io::kDone) {
+      const size_t n = r.n;
+      got += n;
       if (c.phase == Conn::Phase::kDraining) {
-        c.drained += static_cast<size_t>(n);
+        c.drained += n;
         if (c.drained > kMaxDrainBytes) return Close(c.id);
       } else {
-        c.in.append(buf, static_cast<size_t>(n));
+        c.in.append(buf, n);
         // Past a head that cannot be complete, stop reading: Process refuses it.
         if ((c.phase == Conn::Phase::kIdle || c.phase == Conn::Phase::kHead) &&
             c.in.size() > limits_.head.max_head_bytes)
@@ -478,13 +669,19 @@ void Server::OnReadable(Conn& c) {
       }
       continue;
     }
-    if (n == 0) {
+    if (r.io == Io::kEof) {
       c.peer_eof = true;
       break;
     }
-    if (errno == EINTR) continue;
-    if (errno == EAGAIN || errno == EWOULDBLOCK) break;
-    return Close(c.id);  // reset by peer
+    if (r.io == Io::kAgain) {
+      if (r.want_write) {  // TLS: wait for writability, then read again
+        c.read_wants_write = true;
+        SetInterest(c, EPOLLOUT);
+        return;
+      }
+      break;
+    }
+    return Close(c.id);  // reset by peer, or a TLS record that does not decrypt
   }
   if (c.phase == Conn::Phase::kDraining) {
     if (c.peer_eof) Close(c.id);
@@ -503,15 +700,14 @@ void Server::OnReadable(Conn& c) {
 
 void Server::OnWritable(Conn& c) {
   while (c.out_off < c.out.size()) {
-    const ssize_t n =
-        ::send(c.fd, c.out.data() + c.out_off, c.out.size() - c.out_off, MSG_NOSIGNAL);
-    if (n > 0) {
-      c.out_off += static_cast<size_t>(n);
+    const IoResult r = WriteSome(c.fd, c.ssl, c.out.data() + c.out_off, c.out.size() - c.out_off);
+    if (r.io == Io::kDone && r.n > 0) {
+      c.out_off += r.n;
       continue;
     }
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-      SetInterest(c, EPOLLOUT);
+    if (r.io == Io::kAgain) {
+      c.write_wants_read = !r.want_write;  // TLS: wait for readability, then write again
+      SetInterest(c, r.want_write ? EPOLLOUT : EPOLLIN | EPOLLRDHUP);
       return;
     }
     return Close(c.id);
@@ -526,6 +722,11 @@ void Server::OnWritable(Conn& c) {
   if (c.close_after || c.peer_eof || stopping_) {
     if (!c.in.empty() || c.body_left > 0 || c.chunked) {
       // Unread request bytes: drain briefly so the client reads the answer, not a reset.
+      if (c.ssl != nullptr) {
+        ERR_clear_error();
+        SSL_shutdown(c.ssl);  // close_notify, best effort: the socket is shut next
+        ERR_clear_error();
+      }
       ::shutdown(c.fd, SHUT_WR);
       c.phase = Conn::Phase::kDraining;
       c.deadline = Clock::now() + kDrainTime;

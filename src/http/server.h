@@ -14,8 +14,15 @@
 // its request runs, or the server stops, the request's cancellation flag is set; long handlers
 // (queries) poll it. Every refusal is counted by reason for /metrics.
 //
-// Thread-safety: Route/SetAuthorizer before Start; Start/Stop from one thread; handlers run
-// concurrently on the workers (and inline routes on the I/O thread) and must be thread-safe.
+// TLS (EnableTls): the same loop over the system's OpenSSL, non-blocking. A connection first
+// completes its handshake (held to the head deadline: a client that stalls it is a slow head),
+// then reads and writes through its SSL; a connection refused at accept is closed without a
+// word (a plain-text 503 means nothing to a TLS client); a handshake that fails is counted
+// (reason tls_handshake). TLS 1.2 at least, no renegotiation.
+//
+// Thread-safety: Route/SetAuthorizer/EnableTls before Start; Start/Stop from one thread;
+// handlers run concurrently on the workers (and inline routes on the I/O thread) and must be
+// thread-safe.
 #pragma once
 
 #include <array>
@@ -58,6 +65,7 @@ enum class Refusal {
   kQueueFull,           // every worker busy and max_queued requests waiting (503)
   kBodyBudget,          // all bodies being received together over max_buffered_body_bytes (503)
   kUnauthorized,        // the authorizer refused (401/403)
+  kTlsHandshake,        // a TLS handshake failed (not TLS, no shared cipher, bad certificate)
   kCount,
 };
 std::string_view RefusalName(Refusal r);
@@ -161,6 +169,11 @@ class Server {
     trusted_proxies_ = std::move(proxies);
   }
 
+  // Serves HTTPS: the certificate chain (PEM, the server's certificate first) and its private
+  // key (PEM, unencrypted). An error names the file and what OpenSSL said of it.
+  Status EnableTls(const std::string& cert_chain_file, const std::string& key_file);
+  bool tls() const { return tls_ != nullptr; }
+
   // Binds host:port (port 0 picks a free one) exclusively: no SO_REUSEPORT, so a second server
   // on the same address fails with "address in use". Then serves on background threads.
   Status Start(const std::string& host, int port);
@@ -178,6 +191,7 @@ class Server {
     RouteOptions options;
   };
   struct Conn;
+  struct TlsContext;
   struct Job {
     uint64_t conn_id;
     std::shared_ptr<Request> request;
@@ -195,6 +209,9 @@ class Server {
   void Accept();
   void OnReadable(Conn& c);
   void OnWritable(Conn& c);
+  void Handshake(Conn& c);
+  void ReadTlsPending();  // connections whose SSL holds decrypted bytes the socket no longer
+                          // signals
   void Process(Conn& c);
   bool StartRequest(Conn& c, size_t head_end);
   bool ReadBody(Conn& c);
@@ -215,6 +232,7 @@ class Server {
   std::vector<RouteEntry> routes_;
   Authorizer authorizer_;
   std::vector<AddressBlock> trusted_proxies_;
+  std::unique_ptr<TlsContext> tls_;
   int listen_fd_ = -1;
   int epoll_fd_ = -1;
   int wake_fd_ = -1;  // eventfd: completions and stop

@@ -151,7 +151,7 @@ constexpr std::array<OtherMetricDesc, 103> kOther = {{
   // Limits (docs/limits.md): what the agent refused to keep itself and its data safe.
   {"gpuwatch_http_requests_total", kC, "Hostname", "HTTP requests read in full and routed."},
   {"gpuwatch_http_connections", kG, "Hostname", "HTTP connections open now."},
-  {"gpuwatch_http_refused_total", kC, "Hostname, reason", "HTTP connections or requests refused by a limit: bad_request, head_too_large, body_too_large, head_timeout, body_timeout, write_timeout, too_many_connections, too_many_per_source, queue_full, body_budget, unauthorized."},
+  {"gpuwatch_http_refused_total", kC, "Hostname, reason", "HTTP connections or requests refused by a limit: bad_request, head_too_large, body_too_large, head_timeout, body_timeout, write_timeout, too_many_connections, too_many_per_source, queue_full, body_budget, unauthorized, tls_handshake."},
   {"gpuwatch_queries_refused_total", kC, "Hostname, reason", "PromQL queries stopped or refused: concurrency (over --query-max-concurrency), timeout (--query-timeout), cancelled (the client left), limit (samples, series or work)."},
   {"gpuwatch_remote_write_series", kG, "Hostname", "Series created by remote-write senders since the agent started (bounded by --max-series)."},
   {"gpuwatch_remote_write_refused_samples_total", kC, "Hostname, reason", "Remote-write samples refused: series_limit (a new series over --max-series or --max-series-per-sender), out_of_bounds (timestamp before 1970 or after 2262)."},

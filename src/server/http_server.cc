@@ -678,6 +678,8 @@ Status HttpServer::Start(const ListenAddress& addr) {
   AddRoutes();
   server_.SetAuthorizer(MakeAuthorizer(options_.auth));
   server_.SetTrustedProxies(options_.trusted_proxies);
+  if (!options_.tls_cert_file.empty())
+    GW_RETURN_IF_ERROR(server_.EnableTls(options_.tls_cert_file, options_.tls_key_file));
   return server_.Start(addr.host, addr.port);
 }
 

@@ -39,6 +39,8 @@ struct HttpOptions {
   AuthConfig auth;  // who may change state (server/auth.h)
   // Reverse proxies whose X-Forwarded-For names the client (http/forwarded.h).
   std::vector<http::AddressBlock> trusted_proxies;
+  // Both set: serve HTTPS with this certificate chain and key (PEM).
+  std::string tls_cert_file, tls_key_file;
   RemoteWriteOptions remote_write;
   // Pushes (remote-write, records) being handled at once beyond which the next is told 429
   // with Retry-After: a hub that falls behind sheds load instead of queueing every worker.

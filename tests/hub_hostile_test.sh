@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Hostile agents against a hub (issue 19), each holding a valid write token: an oversized push,
-# a snappy bomb, a label explosion over the per-sender series limit, records from a clock two
+# a snappy bomb, a label explosion over the per-sender series limit (a sender: a token, an
+# address and the node an agent names), records from a clock two
 # hours ahead, records that speak for another node, junk lines and a wrong content type. Each
 # is refused with a status that tells a sender not to retry and a body that says why; the hub's
 # memory stays bounded and it keeps taking a good agent's data. Then the same against a relaying
@@ -54,8 +55,12 @@ now = int(time.time() * 1000)
 # 1500 new series from one sender: over --max-series-per-sender 1000.
 body = b"".join(series([("__name__", "junk_metric"), ("id", str(i))], now, 1.0) for i in range(1500))
 open(f"{tmp}/explosion.snappy", "wb").write(snappy_literals(body))
+body = b"".join(series([("__name__", "junk2_metric"), ("id", str(i))], now, 1.0) for i in range(1500))
+open(f"{tmp}/explosion2.snappy", "wb").write(snappy_literals(body))
 # One good series.
 open(f"{tmp}/good.snappy", "wb").write(snappy_literals(series([("__name__", "good_metric"), ("node", "ok")], now, 7.0)))
+open(f"{tmp}/good2.snappy", "wb").write(snappy_literals(series([("__name__", "good_metric"), ("node", "two")], now, 7.0)))
+open(f"{tmp}/good3.snappy", "wb").write(snappy_literals(series([("__name__", "good_metric"), ("node", "three")], now, 7.0)))
 # A bomb: claims 3 GiB once inflated.
 open(f"{tmp}/bomb.snappy", "wb").write(varint(3 << 30) + b"\x00" * 100)
 # 5 MiB of literals: over --write-max-body 4MiB.
@@ -114,8 +119,17 @@ curl -fsS -H "Authorization: Bearer $READ" "$HUB/api/v1/nodes" | grep -q '"node"
   fail "a refused node is listed"
 
 # Another agent's push still goes in (the limit is per sender), and the hub's memory stayed
-# bounded.
+# bounded. A sender is a token, an address and the node an agent names: with the exploding
+# sender's own token and address, a new series is refused, but an agent naming its node (as
+# `gpuwatch up --hub` does) has a budget of its own; a node that explodes is held to it too.
 WRITE=$GOOD expect 204 "" /api/v1/write "$TMP/good.snappy" application/x-protobuf "${RW[@]}"
+expect 400 "series limit" /api/v1/write "$TMP/good2.snappy" application/x-protobuf "${RW[@]}"
+expect 204 "" /api/v1/write "$TMP/good2.snappy" application/x-protobuf "${RW[@]}" \
+  -H "X-Gpuwatch-Node: node-good"
+expect 400 "series limit" /api/v1/write "$TMP/explosion2.snappy" application/x-protobuf "${RW[@]}" \
+  -H "X-Gpuwatch-Node: node-evil"
+WRITE=$GOOD expect 204 "" /api/v1/write "$TMP/good3.snappy" application/x-protobuf "${RW[@]}" \
+  -H "X-Gpuwatch-Node: node-good"
 rss_kb=$(awk '/VmRSS/ {print $2}' "/proc/$HUB_PID/status")
 [ "$rss_kb" -lt $((400 * 1024)) ] || fail "hub RSS is ${rss_kb} KiB after the hostile pushes"
 kill -0 "$HUB_PID" || fail "the hub died"

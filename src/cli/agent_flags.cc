@@ -190,8 +190,8 @@ void AddServingFlags(CLI::App* app, AgentFlags* f) {
                   "Series in the store's head beyond which remote-write may create no new one "
                   "(default 1000000); samples of further new series get 400");
   app->add_option("--max-series-per-sender", f->max_series_per_sender,
-                  "New series one remote-write sender (token and address) may create (default "
-                  "200000)");
+                  "New series one remote-write sender (token, address and the node an agent "
+                  "names) may create (default 200000)");
   app->add_option("--http-workers", f->http_workers, "Threads that run HTTP handlers (default 8)");
   app->add_option("--limit", f->limits,
                   "Set any limit of docs/limits.md, NAME=VALUE (repeatable, or comma-separated), "

@@ -161,7 +161,8 @@ const std::vector<Limit>& Table() {
         +[](HttpT& o) -> uint64_t& { return o.remote_write.max_series; }));
     t.push_back(Field(
         "write.max_series_per_sender", Kind::kCount,
-        "new series one sender (token and address) may create", "--max-series-per-sender",
+        "new series one sender (token, address, and the node an agent names) may create",
+        "--max-series-per-sender",
         "gpuwatch_remote_write_refused_samples_total{reason=\"series_limit\"} (400)", kHttp,
         +[](HttpT& o) -> uint64_t& { return o.remote_write.max_series_per_sender; }));
     t.push_back(

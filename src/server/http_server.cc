@@ -17,6 +17,7 @@
 #include "server/exposition.h"
 #include "server/gzip.h"
 #include "server/http_cache.h"
+#include "server/hub_ingest.h"
 #include "server/panel_api.h"
 #include "server/query_api.h"
 #include "server/remote_write_handler.h"
@@ -584,8 +585,13 @@ void HttpServer::AddQueryRoutes() {
       [this, forward, relay = options_.read_from ? f : nullptr](const Request& req, Response& res) {
         const auto slot = AdmitPush(res);
         if (!slot) return;
-        // Series are counted per sender: the token's principal and the address it came from.
-        const std::string sender = req.principal + "@" + req.remote_address;
+        // Series are counted per sender: the token's principal, the address it came from, and
+        // the node an agent names (X-Gpuwatch-Node): agents behind one address with one token
+        // each keep their own budget, so one node's label explosion does not stop another's
+        // new series. (A writer that names many nodes is still held by max_series in all.)
+        std::string sender = req.principal + "@" + req.remote_address;
+        if (const std::string node = req.Header("X-Gpuwatch-Node"); ValidNodeName(node))
+          sender += "#" + node;
         HttpReply r;
         if (relay) {
           // While the destination is behind, agents keep their data in their own

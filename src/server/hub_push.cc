@@ -231,8 +231,14 @@ bool HubPusher::SendSamples() {
   if (!blocks.empty()) {
     auto body = store::SnappyJoin(blocks);
     if (body.ok()) {
-      o = Post(write_path_, *body, "application/x-protobuf",
-               {{"Content-Encoding", "snappy"}, {"X-Prometheus-Remote-Write-Version", "0.1.0"}});
+      // To a hub, the node it comes from: the hub bounds the series of each node apart
+      // (docs/limits.md, The hub), so agents that share a token and an address (a NAT, a
+      // proxy it does not trust, a test on loopback) do not share one budget.
+      std::vector<std::pair<std::string, std::string>> headers = {
+          {"Content-Encoding", "snappy"}, {"X-Prometheus-Remote-Write-Version", "0.1.0"}};
+      if (options_.records && !options_.node.empty())
+        headers.emplace_back("X-Gpuwatch-Node", options_.node);
+      o = Post(write_path_, *body, "application/x-protobuf", headers);
     } else {
       GW_LOG_ERROR("{}: samples entries {}..{} are skipped: {}", options_.label,
                    entries->front().seq, (*entries)[taken - 1].seq, body.status().message());

@@ -8,11 +8,11 @@ import htm from "htm";
 import uPlot from "uplot";
 import { formatHash, num, parseHash, zoomParams } from "./view_state.js";
 import { REASON_BY_NAME } from "./throttle.js";
-import { byGpuKey, gpuNaming, nodesOf } from "./series.js";
+import { byGpuKey, gpuNaming, nodesOf, seriesStyles } from "./series.js";
 
 export const html = htm.bind(h);
 
-export const PALETTE = ["#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f", "#edc948", "#b07aa1", "#ff9da7"];
+export { PALETTE, colorOf } from "./series.js";
 export const SEVERITY_COLOR = { critical: "#c62828", warning: "#ef6c00", info: "#607d8b" };
 
 // The view's range becomes [a, b] (Unix seconds) as a new history entry.
@@ -20,12 +20,6 @@ export function zoomTo(a, b) {
   const v = parseHash(location.hash);
   const p = zoomParams(v.params, a, b);
   if (p) location.hash = formatHash({ ...v, params: p });
-}
-
-// A GPU has one colour on every chart; other series take theirs by position.
-export function colorOf(metric, i) {
-  const g = metric.gpu === undefined || metric.gpu === "" ? NaN : Number(metric.gpu);
-  return PALETTE[(Number.isInteger(g) ? g : i) % PALETTE.length];
 }
 
 export const gpuLabel = (m) =>
@@ -113,7 +107,8 @@ export function BandChart({ data, name, title, unit, height = 200, scale = 1, ev
   const multi = data ? nodesOf(data.series).length > 1 : false;
   const label = (m) => (multi && m.Hostname ? m.Hostname + " " : "") + labelOf(m);
   const n = data ? data.series.length : 0;
-  const styles = data ? data.series.map((s, i) => ({ color: colorOf(s.metric, i), ...(styleOf ? styleOf(s.metric, i) : {}) })) : [];
+  const base = data ? seriesStyles(data.series) : [];
+  const styles = data ? data.series.map((s, i) => ({ ...base[i], ...(styleOf ? styleOf(s.metric, i) : {}) })) : [];
   useEffect(() => {
     if (!el.current || !data || !n) return;
     const xs = data.times;

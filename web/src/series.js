@@ -69,6 +69,30 @@ export const byGpuKey = (a, b) => {
   return na.localeCompare(nb) || Number(ga) - Number(gb);
 };
 
+export const PALETTE = ["#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f", "#edc948", "#b07aa1", "#ff9da7"];
+
+// A GPU has one colour on every chart of one node; other series take theirs by position.
+export function colorOf(metric, i) {
+  const g = metric.gpu === undefined || metric.gpu === "" ? NaN : Number(metric.gpu);
+  return PALETTE[(Number.isInteger(g) ? g : i) % PALETTE.length];
+}
+
+// Each series' {color, dash}. On one node, by GPU index (colorOf). When the series span nodes
+// (a hub's panel), each node's GPU 0 would share a colour: there a GPU's colour goes by its
+// place among the panel's GPUs in node order, and past the palette's eight the lines are dashed,
+// so sixteen GPUs are still told apart.
+export function seriesStyles(series) {
+  if (nodesOf(series).length <= 1) return series.map((s, i) => ({ color: colorOf(s.metric, i) }));
+  const naming = gpuNaming(series);
+  const hasGpu = (m) => m.gpu !== undefined && m.gpu !== "";
+  const keys = [...new Set(series.filter((s) => hasGpu(s.metric)).map((s) => naming.key(s.metric)))].sort(byGpuKey);
+  return series.map((s, i) => {
+    const k = hasGpu(s.metric) ? keys.indexOf(naming.key(s.metric)) : -1;
+    const j = k >= 0 ? k : i;
+    return { color: PALETTE[j % PALETTE.length], ...(Math.floor(j / PALETTE.length) % 2 ? { dash: [6, 3] } : {}) };
+  });
+}
+
 // The name of a gpuNaming key: "GPU 3", or "node-a GPU 3".
 export const gpuKeyName = (k) => (String(k).includes("/") ? String(k).replace("/", " GPU ") : "GPU " + k);
 

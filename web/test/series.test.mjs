@@ -1,7 +1,7 @@
 // node --test web/test: counter rates, increases and per-GPU counts from panel series.
 import test from "node:test";
 import assert from "node:assert/strict";
-import { counterIncrease, counterRates, countsByGpu, everAboveZero, lastValue } from "../src/series.js";
+import { PALETTE, counterIncrease, counterRates, countsByGpu, everAboveZero, lastValue, seriesStyles } from "../src/series.js";
 
 test("counter rates between buckets, across gaps and resets", () => {
   assert.deepEqual(counterRates([0, 10, 20, 30, 40], [100, 200, null, 400, 50]), [null, 10, null, 10, 5]);
@@ -38,4 +38,21 @@ test("counts per GPU and name, XIDs by code", () => {
   assert.equal(everAboveZero(p.series[0]), true);
   assert.equal(everAboveZero(p.series[3]), false);
   assert.deepEqual(countsByGpu(null), {});
+});
+
+test("series styles: by GPU index on one node; on a hub, each node's GPUs apart, dashed past the palette", () => {
+  const s = (metric) => ({ metric });
+  // One node: GPU 3 has GPU 3's colour wherever it is drawn; a series without a GPU by position.
+  assert.deepEqual(seriesStyles([s({ gpu: "3" }), s({ gpu: "0" }), s({ interface: "ib0" })]), [
+    { color: PALETTE[3] }, { color: PALETTE[0] }, { color: PALETTE[2] },
+  ]);
+  // Two nodes, each with GPU 0 and 1, listed out of order: colours by node, then GPU.
+  const hub = [s({ Hostname: "b", gpu: "0" }), s({ Hostname: "a", gpu: "1" }), s({ Hostname: "a", gpu: "0" }), s({ Hostname: "b", gpu: "1" })];
+  assert.deepEqual(seriesStyles(hub).map((x) => x.color), [PALETTE[2], PALETTE[1], PALETTE[0], PALETTE[3]]);
+  // Twelve GPUs on two nodes: none shares both colour and dash with another.
+  const many = [];
+  for (const node of ["n1", "n2"]) for (let g = 0; g < 6; g++) many.push(s({ Hostname: node, gpu: String(g) }));
+  const styles = seriesStyles(many);
+  assert.equal(new Set(styles.map((x) => x.color + (x.dash ? "-" : ""))).size, 12);
+  assert.deepEqual(styles[8], { color: PALETTE[0], dash: [6, 3] });
 });

@@ -152,6 +152,19 @@ done
 [ "$n" = 2 ] || { cat "$TMP/node-c.log"; fail "node-c's GPU series on the HTTPS hub: $n, want 2"; }
 curl -fsS --cacert ca.pem -H "Authorization: Bearer $READ" "https://127.0.0.1:$S_PORT/api/v1/nodes" |
   grep -q '"node-c"' || fail "node-c's records did not arrive at the HTTPS hub"
+# The CLI reads an HTTPS hub with the CA in $GPUWATCH_CA_FILE (and a read token); without the
+# CA it says the certificate could not be verified.
+echo "$READ" >"$TMP/read.token"
+chmod 600 "$TMP/read.token"
+GPUWATCH_TOKEN_FILE="$TMP/read.token" GPUWATCH_CA_FILE="$TMP/ca.pem" \
+  "$GPUWATCH" report --hub "https://127.0.0.1:$S_PORT" --by project --since 1d --json >"$TMP/report.json" ||
+  fail "gpuwatch report over HTTPS: $(cat "$TMP/report.json")"
+python3 -c 'import json,sys; json.load(open(sys.argv[1]))' "$TMP/report.json" || fail "report: not JSON"
+if GPUWATCH_TOKEN_FILE="$TMP/read.token" "$GPUWATCH" jobs --agent "https://127.0.0.1:$S_PORT" \
+  >"$TMP/jobs.out" 2>&1; then
+  fail "gpuwatch jobs trusted the hub's certificate without its CA"
+fi
+grep -qi 'ssl\|certificate' "$TMP/jobs.out" || fail "the CLI does not say why: $(cat "$TMP/jobs.out")"
 # Plain HTTP to the HTTPS port: no HTTP answer (curl reads nothing it can parse), counted.
 curl -s -m 5 "http://127.0.0.1:$S_PORT/healthz" >"$TMP/plain.out" 2>&1 &&
   fail "plain HTTP to the HTTPS port was answered: $(cat "$TMP/plain.out")"

@@ -12,6 +12,7 @@
 #include "cli/agent_flags.h"
 #include "common/strings.h"
 #include "server/auth.h"
+#include "server/http_client_tls.h"
 
 namespace gpuwatch::cli {
 namespace {
@@ -159,6 +160,15 @@ std::string UrlHost(std::string_view url) {
   return std::string(url.substr(0, url.find_first_of(":/")));
 }
 
+// The CLI's client of an agent or hub: an https:// URL is verified against the system's CAs,
+// or the bundle $GPUWATCH_CA_FILE names (a private CA, as `--hub-ca-file` is for agents).
+void ConfigureClient(httplib::Client& c, const std::string& url) {
+  c.set_connection_timeout(3);
+  c.set_read_timeout(30);
+  const char* ca = std::getenv("GPUWATCH_CA_FILE");
+  server::VerifyServer(c, url, ca != nullptr ? ca : "");
+}
+
 std::string ErrorOf(const std::string& body) {
   json j = json::parse(body, nullptr, false);
   if (!j.is_discarded() && j.is_object() && j.contains("error") && j["error"].is_string())
@@ -169,8 +179,7 @@ std::string ErrorOf(const std::string& body) {
 
 Result<std::string> AgentGet(const std::string& agent_url, const std::string& path) {
   httplib::Client c(agent_url);
-  c.set_connection_timeout(3);
-  c.set_read_timeout(30);
+  ConfigureClient(c, agent_url);
   // Reads need a token where the agent listens beyond loopback or has a tokens file: the one
   // in $GPUWATCH_TOKEN_FILE, else (for an agent on this machine only: a token is never sent to
   // another host unasked) the local admin token, tried after a 401.
@@ -242,8 +251,7 @@ Result<json> AgentSendJson(const std::string& agent_url, const std::string& meth
   auto headers = AuthHeaders(token_file);
   if (!headers.ok()) return headers.status();
   httplib::Client c(agent_url);
-  c.set_connection_timeout(3);
-  c.set_read_timeout(30);
+  ConfigureClient(c, agent_url);
   auto res = method == "DELETE" ? c.Delete(path, *headers)
                                 : c.Post(path, *headers, body, "application/json");
   if (!res)
@@ -266,7 +274,7 @@ Status AgentAnnotate(const std::string& agent_url, const std::string& text, cons
   json e = {{"kind", "annotation"}, {"severity", "info"}, {"text", text}};
   if (!job.empty()) e["job"] = job;
   httplib::Client c(agent_url);
-  c.set_connection_timeout(3);
+  ConfigureClient(c, agent_url);
   auto res = c.Post("/api/v1/events", *headers,
                     json::array({e}).dump(-1, ' ', false, json::error_handler_t::replace),
                     "application/json");

@@ -488,11 +488,7 @@ void Server::Loop() {
       if (evs[i].events & EPOLLOUT) OnWritable(c);
       if (!c.dead && (evs[i].events & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR))) OnReadable(c);
     }
-    tls_pending = false;
-    if (tls_) {
-      ReadTlsPending();
-      for (const auto& [id, c] : conns_) tls_pending |= !c->dead && c->ssl && SSL_pending(c->ssl);
-    }
+    tls_pending = tls_ && ReadTlsPending();
     if (Clock::now() - last_sweep >= 100ms) {
       Sweep();
       last_sweep = Clock::now();
@@ -610,17 +606,23 @@ void Server::Handshake(Conn& c) {
 // The loop waits on sockets, but an SSL may already hold decrypted bytes of a request the socket
 // will never signal again (read in one record with what came before, or left when a read slice
 // ended). Connections waiting to read get them read now.
-void Server::ReadTlsPending() {
+bool Server::ReadTlsPending() {
+  auto waiting = [](const Conn& c) {
+    return !c.dead && c.ssl && !c.handshake && (c.events & EPOLLIN) &&
+           c.phase != Conn::Phase::kRunning && c.phase != Conn::Phase::kWriting &&
+           SSL_pending(c.ssl) > 0;
+  };
   std::vector<uint64_t> ids;
-  for (const auto& [id, c] : conns_) {
-    if (!c->dead && c->ssl && !c->handshake && (c->events & EPOLLIN) &&
-        c->phase != Conn::Phase::kRunning && SSL_pending(c->ssl) > 0)
-      ids.push_back(id);
-  }
+  for (const auto& [id, c] : conns_)
+    if (waiting(*c)) ids.push_back(id);
+  bool more = false;
   for (uint64_t id : ids) {
     auto it = conns_.find(id);
-    if (it != conns_.end() && !it->second->dead) OnReadable(*it->second);
+    if (it == conns_.end() || it->second->dead) continue;
+    OnReadable(*it->second);
+    more |= waiting(*it->second);  // a read slice ended with more held: look again at once
   }
+  return more;
 }
 
 void Server::SetInterest(Conn& c, uint32_t events) {

@@ -210,8 +210,9 @@ class Server {
   void OnReadable(Conn& c);
   void OnWritable(Conn& c);
   void Handshake(Conn& c);
-  void ReadTlsPending();  // connections whose SSL holds decrypted bytes the socket no longer
-                          // signals
+  // Reads the connections whose SSL holds decrypted bytes the socket no longer signals; whether
+  // some still hold more.
+  bool ReadTlsPending();
   void Process(Conn& c);
   bool StartRequest(Conn& c, size_t head_end);
   bool ReadBody(Conn& c);

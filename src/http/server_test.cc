@@ -13,23 +13,14 @@
 #include <chrono>
 #include <thread>
 
+#include "http/testing/loopback.h"
+
 namespace gpuwatch::http {
 namespace {
 
 using Clock = std::chrono::steady_clock;
 
-int Connect(int port) {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_port = htons(static_cast<uint16_t>(port));
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0) {
-    ::close(fd);
-    return -1;
-  }
-  return fd;
-}
+int Connect(int port) { return testing::ConnectLoopback(port); }
 
 bool SendAll(int fd, std::string_view s) {
   while (!s.empty()) {

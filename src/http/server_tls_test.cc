@@ -22,6 +22,7 @@
 #include <thread>
 
 #include "http/server.h"
+#include "http/testing/loopback.h"
 
 namespace gpuwatch::http {
 namespace {
@@ -66,21 +67,6 @@ TestCert MakeCert(const std::string& name) {
   return c;
 }
 
-int TcpConnect(int port) {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_port = htons(static_cast<uint16_t>(port));
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0) {
-    ::close(fd);
-    return -1;
-  }
-  timeval tv{10, 0};  // a test that hangs fails instead
-  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-  return fd;
-}
-
 // A blocking TLS client on one connection, trusting only `ca_file`.
 class TlsClient {
  public:
@@ -88,7 +74,7 @@ class TlsClient {
     ctx_ = SSL_CTX_new(TLS_client_method());
     SSL_CTX_load_verify_locations(ctx_, ca_file.c_str(), nullptr);
     SSL_CTX_set_verify(ctx_, SSL_VERIFY_PEER, nullptr);
-    fd_ = TcpConnect(port);
+    fd_ = testing::ConnectLoopback(port, 10);
     ssl_ = SSL_new(ctx_);
     SSL_set_fd(ssl_, fd_);
     X509_VERIFY_PARAM_set1_ip_asc(SSL_get0_param(ssl_), "127.0.0.1");
@@ -210,7 +196,7 @@ TEST_F(ServerTlsTest, LargeBodiesAndResponsesCrossManyRecords) {
 
 TEST_F(ServerTlsTest, PlainHttpAndUntrustedClientsGetNoAnswer) {
   Start();
-  const int fd = TcpConnect(server_.port());
+  const int fd = testing::ConnectLoopback(server_.port(), 10);
   ASSERT_GE(fd, 0);
   const std::string req = "GET /hello HTTP/1.1\r\nHost: x\r\n\r\n";
   ASSERT_EQ(::send(fd, req.data(), req.size(), MSG_NOSIGNAL), static_cast<ssize_t>(req.size()));

@@ -150,8 +150,8 @@ for ((i = 0; i < 100; i++)); do
   sleep 0.2
 done
 [ "$n" = 2 ] || { cat "$TMP/node-c.log"; fail "node-c's GPU series on the HTTPS hub: $n, want 2"; }
-curl -fsS --cacert ca.pem -H "Authorization: Bearer $READ" "https://127.0.0.1:$S_PORT/api/v1/nodes" |
-  grep -q '"node-c"' || fail "node-c's records did not arrive at the HTTPS hub"
+url_has "https://127.0.0.1:$S_PORT/api/v1/nodes" '"node-c"' --cacert ca.pem \
+  -H "Authorization: Bearer $READ" || fail "node-c's records did not arrive at the HTTPS hub"
 # The CLI reads an HTTPS hub with the CA in $GPUWATCH_CA_FILE (and a read token); without the
 # CA it says the certificate could not be verified.
 echo "$READ" >"$TMP/read.token"
@@ -168,9 +168,8 @@ grep -qi 'ssl\|certificate' "$TMP/jobs.out" || fail "the CLI does not say why: $
 # Plain HTTP to the HTTPS port: no HTTP answer (curl reads nothing it can parse), counted.
 curl -s -m 5 "http://127.0.0.1:$S_PORT/healthz" >"$TMP/plain.out" 2>&1 &&
   fail "plain HTTP to the HTTPS port was answered: $(cat "$TMP/plain.out")"
-curl -fsS --cacert ca.pem -H "Authorization: Bearer $READ" "https://127.0.0.1:$S_PORT/metrics" |
-  grep -q 'gpuwatch_http_refused_total{.*reason="tls_handshake".*} [1-9]' ||
-  fail "the refused handshake is not counted"
+url_has "https://127.0.0.1:$S_PORT/metrics" 'gpuwatch_http_refused_total{.*reason="tls_handshake".*} [1-9]' \
+  --cacert ca.pem -H "Authorization: Bearer $READ" || fail "the refused handshake is not counted"
 if "$GPUWATCH" hub --listen "127.0.0.1:$(free_port)" --data-dir "$TMP/badkey" \
   --tls-cert-file "$TMP/hub.pem" --tls-key-file "$TMP/ca.key" >"$TMP/badkey.log" 2>&1; then
   fail "a hub started with a key that is not its certificate's"

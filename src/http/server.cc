@@ -13,6 +13,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <csignal>
 #include <cstring>
 
 #include "common/log.h"
@@ -320,6 +321,10 @@ Status Server::EnableTls(const std::string& cert_chain_file, const std::string& 
   // that closes without close_notify is an ordinary end of stream, as on plain TCP.
   SSL_CTX_set_options(t->ctx, SSL_OP_NO_RENEGOTIATION | SSL_OP_IGNORE_UNEXPECTED_EOF |
                                   SSL_OP_CIPHER_SERVER_PREFERENCE);
+  // OpenSSL writes to the socket with write(), not send(MSG_NOSIGNAL): a client that resets
+  // the connection mid-response would raise SIGPIPE, which kills a process that has not ignored
+  // it (the agent and the hub do; any other user of the server is covered here).
+  ::signal(SIGPIPE, SIG_IGN);
   // A write retried after WANT_WRITE passes the rest of the same buffer, from a new offset.
   SSL_CTX_set_mode(t->ctx, SSL_MODE_ENABLE_PARTIAL_WRITE | SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER);
   if (SSL_CTX_use_certificate_chain_file(t->ctx, cert_chain_file.c_str()) != 1)
@@ -476,12 +481,12 @@ void Server::Loop() {
         continue;
       }
       if (c.read_wants_write && (evs[i].events & EPOLLOUT)) {
-        c.read_wants_write = false;
+        SetInterest(c, EPOLLIN | EPOLLRDHUP);  // back to reading; OnReadable may change it
         OnReadable(c);
         continue;
       }
       if (c.write_wants_read && (evs[i].events & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR))) {
-        c.write_wants_read = false;
+        SetInterest(c, EPOLLOUT);
         OnWritable(c);
         continue;
       }
@@ -651,6 +656,7 @@ void Server::OnReadable(Conn& c) {
     SetInterest(c, 0 | EPOLLET);
     return;
   }
+  c.read_wants_write = false;  // set again below when this read must wait for writability
   char buf[64 * 1024];
   size_t got = 0;
   while (got < kReadSliceBytes) {
@@ -701,6 +707,7 @@ void Server::OnReadable(Conn& c) {
 }
 
 void Server::OnWritable(Conn& c) {
+  c.write_wants_read = false;  // set again below when this write must wait for readability
   while (c.out_off < c.out.size()) {
     const IoResult r = WriteSome(c.fd, c.ssl, c.out.data() + c.out_off, c.out.size() - c.out_off);
     if (r.io == Io::kDone && r.n > 0) {
@@ -737,6 +744,11 @@ void Server::OnWritable(Conn& c) {
       c.body_left = 0;
       SetInterest(c, EPOLLIN | EPOLLRDHUP);
       return;
+    }
+    if (c.ssl != nullptr) {  // close_notify: the client sees the end, not a truncation
+      ERR_clear_error();
+      SSL_shutdown(c.ssl);
+      ERR_clear_error();
     }
     return Close(c.id);
   }

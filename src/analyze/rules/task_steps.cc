@@ -113,17 +113,20 @@ class TaskStepsRule : public Rule {
     double template_slow_since = -1;  // the same, against the template's baseline
   };
   // One job's ranks across its nodes, for straggler_gpu.
+  // Nothing here compares the times of two nodes' records: their clocks may be off, and a node
+  // resending its backlog is minutes behind. Times are only compared within one rank.
   struct RankSteps {
     std::string node;
     uint64_t count = 0;  // steps seen: the step number where a record gives none
-    // (step, t, seconds) of its recent steps, in the rank's own time: within the window of its
-    // latest step.
+    // (step, t, seconds) of its recent steps: within the window of its own latest step, and
+    // the last kMaxSteps at most.
     std::deque<std::tuple<uint64_t, double, double>> comm, data;
   };
+  static constexpr size_t kMaxSteps = 64;
   struct JobRanks {
     std::map<uint32_t, RankSteps> ranks;
-    double next_t = 0;           // when to judge next (a record's time)
-    double straggle_since = -1;  // the record time at which the current straggler run began
+    size_t since_judged = 0;     // step records since the last judgement
+    double straggle_since = -1;  // the straggler's own time when its current run began
     uint32_t straggler = 0;      // that run's rank
   };
   // Both keyed by (node, job); the same node string and job id the Context keys tasks by.
@@ -327,28 +330,34 @@ void TaskStepsRule::Straggler(const trace::TraceRecord& r, const trace::TraceSte
   const uint64_t step = st.step.value_or(me.count);
   ++me.count;
   auto window = [&](auto& q, double v) {
-    // A rank restarted from a checkpoint counts its steps again: what it did before is not
-    // the same steps as the others' now.
-    if (!q.empty() && std::get<0>(q.back()) >= step) q.clear();
+    // The same step again (a resend) is not a new one; a lower one is a rank restarted from a
+    // checkpoint, counting again: what it did before is not the same steps as the others' now.
+    if (!q.empty() && std::get<0>(q.back()) == step) return;
+    if (!q.empty() && std::get<0>(q.back()) > step) q.clear();
     q.emplace_back(step, r.t, v);
-    while (std::get<1>(q.front()) < r.t - o_.straggler_window_s) q.pop_front();
+    while (q.size() > kMaxSteps || std::get<1>(q.front()) < r.t - o_.straggler_window_s)
+      q.pop_front();
   };
   if (st.comm_s) window(me.comm, *st.comm_s);
   if (st.data_wait_s) window(me.data, *st.data_wait_s);
-  // Judged once a step, at most once a second of the records' time, on whichever rank's step
-  // comes (a lead rank that exited must not stop the judging). A time far behind the last
-  // judgement (the records of a node whose clock is off) waits like any other.
-  const double every_s = std::max(1.0, ts.MedianStep());
-  if (r.t < jr.next_t && r.t > jr.next_t - 2 * o_.straggler_window_s) return;
-  jr.next_t = r.t + every_s;
+  // Judged about once a step of the whole job (once as many step records as it has ranks came
+  // in), on whichever rank's record that is: a lead rank that exited must not stop it, and the
+  // cost is a few medians a record whatever the job's size.
+  if (++jr.since_judged < jr.ranks.size()) return;
+  jr.since_judged = 0;
 
-  // The steps every rank with comm times holds: [lo, hi]. A rank that stopped reporting (it
-  // ended or exited) leaves the comparison once its latest step is a window behind.
+  // A rank whose newest step is more than the kept steps behind the newest of any rank has
+  // stopped reporting (it ended or exited) or is far behind in arriving: it leaves the
+  // comparison until it catches up.
+  uint64_t newest = 0;
+  for (const auto& [rank, rs] : jr.ranks)
+    if (!rs.comm.empty()) newest = std::max(newest, std::get<0>(rs.comm.back()));
+  // The steps every rank with comm times holds: [lo, hi].
   uint64_t lo = 0, hi = UINT64_MAX;
   size_t compared = 0;
   for (auto it = jr.ranks.begin(); it != jr.ranks.end();) {
     const auto& q = it->second.comm;
-    if (!q.empty() && std::get<1>(q.back()) < r.t - 2 * o_.straggler_window_s) {
+    if (!q.empty() && std::get<0>(q.back()) + kMaxSteps < newest) {
       it = jr.ranks.erase(it);
       continue;
     }
@@ -359,7 +368,10 @@ void TaskStepsRule::Straggler(const trace::TraceRecord& r, const trace::TraceSte
     }
     ++it;
   }
-  if (compared < 3 || lo > hi) return;
+  if (compared < 3 || lo > hi) {
+    ctx.SetRankComm(*st.job, {});
+    return;
+  }
   auto median_in_range = [&](const std::deque<std::tuple<uint64_t, double, double>>& q, size_t* n) {
     std::vector<double> v;
     for (const auto& [s, t, x] : q)
@@ -373,7 +385,10 @@ void TaskStepsRule::Straggler(const trace::TraceRecord& r, const trace::TraceSte
     const double m = median_in_range(rs.comm, &n);
     if (n >= 5) medians.push_back({m, rank});
   }
-  if (medians.size() < 3) return;
+  if (medians.size() < 3) {
+    ctx.SetRankComm(*st.job, {});
+    return;
+  }
   // A card finding's cost names the rank the others wait for (impact.cc), wherever it runs.
   std::map<uint32_t, double> rank_comm;
   for (const auto& [c, rank] : medians) rank_comm[rank] = c;
@@ -407,11 +422,14 @@ void TaskStepsRule::Straggler(const trace::TraceRecord& r, const trace::TraceSte
     jr.straggle_since = -1;
     return;
   }
+  // The hold is measured in the straggler's own time (its node's clock), and so is first_seen:
+  // the finding is placed on its node.
+  const double slow_now = std::get<1>(slow.comm.back());
   if (jr.straggle_since < 0 || jr.straggler != slow_rank) {
-    jr.straggle_since = r.t;
+    jr.straggle_since = slow_now;
     jr.straggler = slow_rank;
   }
-  if (r.t - jr.straggle_since < o_.straggler_window_s / 2) return;
+  if (slow_now - jr.straggle_since < o_.straggler_window_s / 2) return;
   const TaskView* slow_task = ctx.Task(slow.node, *st.job);
   if (!slow_task || !slow_task->rank_gpu.count(slow_rank)) return;
   const uint32_t gpu = slow_task->rank_gpu.at(slow_rank);

@@ -11,7 +11,9 @@
 # and one ctest test per gtest binary (CMakeLists.txt), a clean clone on this 2-core machine
 # took 20 min 27 s in all on 2026-12-06 (18 min 46 s on 12-05, before the fleet's tests):
 # packages and the ASan build about 11 min, the suite 9.3 min (557 s, 63 tests; the 13 "waits"
-# tests beside it).
+# tests beside it). On 2026-12-07 it had grown to 25 min 7 s (the suite 717 s); with the
+# trace, diagnosis, simulator and eval libraries at -O1 in this build (CMakeLists.txt) it took
+# 21 min 23 s (the suite 492 s, 68 tests, the 14 "waits" tests beside it).
 #
 # GPUWATCH_TEST_BUILD=plain runs the same suite on an unsanitized -O1 build instead (build/test):
 # a quicker local loop (its build is 7 min, its tests 2.5). Build trees are reused.

@@ -195,7 +195,8 @@ int ServeAgent(const AgentFlags* flags, const server::AgentOptions& agent_opts,
         "--rules needs --data-dir and --keep-history on (the rules query the agent's store), "
         "or --read-from"));
   if (opts->hub) {
-    GW_LOG_INFO("hub: agents push to http://{}/api/v1/write and /api/v1/records", flags->listen);
+    GW_LOG_INFO("hub: agents push to {}://{}/api/v1/write and /api/v1/records",
+                flags->tls_cert_file.empty() ? "http" : "https", flags->listen);
   } else {
     if (int rc = StartNodeInputs(flags, &agent); rc != 0) return rc;
   }
@@ -211,8 +212,9 @@ int ServeAgent(const AgentFlags* flags, const server::AgentOptions& agent_opts,
   // An IPv6 host goes in brackets, or the URL reads "http://:::9470".
   const std::string url_host =
       addr->host.find(':') != std::string::npos ? "[" + addr->host + "]" : addr->host;
-  GW_LOG_INFO("gpuwatch {} {} on {} serving http://{}:{}/metrics", GPUWATCH_VERSION,
-              opts->hub ? "hub" : "agent", opts->hostname, url_host, http.port());
+  GW_LOG_INFO("gpuwatch {} {} on {} serving {}://{}:{}/metrics", GPUWATCH_VERSION,
+              opts->hub ? "hub" : "agent", opts->hostname,
+              flags->tls_cert_file.empty() ? "http" : "https", url_host, http.port());
   if (!agent.job_socket_path().empty()) GW_LOG_INFO("jobs report to {}", agent.job_socket_path());
   if (const std::string_view why = server::DashboardNotBuiltReason(); !why.empty())
     GW_LOG_WARN("the dashboard at / was not built into this binary: {}", why);

@@ -32,6 +32,17 @@ bool ParseEntryHeader(std::string_view payload, std::string* spool_id, uint64_t*
   return true;
 }
 
+// The line of `text` that starts at *pos, without its "\n" or "\r\n"; *pos moves past it. An
+// entry's records are JSON Lines, both when taken and when read back from the log.
+std::string_view NextLine(std::string_view text, size_t* pos) {
+  size_t end = text.find('\n', *pos);
+  if (end == std::string_view::npos) end = text.size();
+  std::string_view line = text.substr(*pos, end - *pos);
+  *pos = end + 1;
+  if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
+  return line;
+}
+
 std::string ReadNodeRecord(const std::string& path) {
   std::ifstream in(path);
   std::string line;
@@ -161,11 +172,7 @@ bool HubIngest::ReloadRecent(const std::string& name, Node& n) {
     std::string_view lines;
     if (!ParseEntryHeader(e.payload, &id, &seq, &lines)) continue;
     for (size_t pos = 0; pos < lines.size();) {
-      size_t end = lines.find('\n', pos);
-      if (end == std::string_view::npos) end = lines.size();
-      std::string_view line = lines.substr(pos, end - pos);
-      pos = end + 1;
-      if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
+      const std::string_view line = NextLine(lines, &pos);
       // Checked when taken; a line that no longer parses (a damaged disk) is skipped.
       json r = json::parse(line, nullptr, false);
       if (!r.is_object() || !r.contains("t") || !r["t"].is_number() || !r.contains("type") ||
@@ -235,12 +242,8 @@ HttpReply HubIngest::HandleRecords(std::string_view body, std::string_view node,
   std::string accounting_lines;                       // for the ledger
   size_t line_no = 0;
   for (size_t pos = 0; pos < body.size();) {
-    size_t end = body.find('\n', pos);
-    if (end == std::string_view::npos) end = body.size();
-    std::string_view line = body.substr(pos, end - pos);
-    pos = end + 1;
+    const std::string_view line = NextLine(body, &pos);
     ++line_no;
-    if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
     if (line.empty()) continue;
     if (lines.size() >= options_.max_lines_per_entry)
       return {413,

@@ -137,6 +137,14 @@ for rank, r in ranks.items():
     assert r["node"] == "node-" + "abc"[rank // 2], r
 PY
 
+# The hub has saved its job list once (every 30 s): its death below then tests the replay of
+# the logs past that save, not only a cold start.
+for ((i = 0; i < 400; i++)); do
+  [ -s "$TMP/hub/fleet-jobs.json" ] && break
+  sleep 0.1
+done
+[ -s "$TMP/hub/fleet-jobs.json" ] || fail "the hub never saved its job list"
+
 T0=$(date +%s)
 sleep 3
 
@@ -211,6 +219,27 @@ for name, n in nodes.items():
 assert nodes["node-b"]["health"] == "degraded", nodes["node-b"]
 assert "straggler_gpu on GPU 1" in nodes["node-b"]["reason"], nodes["node-b"]
 EOF
+
+# node-a's ranks stop; once its last records are on the hub, the hub counts each rank's steps as
+# the agent that took them does: none lost or counted twice across the hub's death.
+kill "${RANK_PID[0]}" "${RANK_PID[1]}"
+steps() {  # steps URL [CURL_ARGS...]: "rank:steps_total ..." of ranks 0 and 1
+  local url=$1
+  shift
+  curl -fsS "$@" "$url" | python3 -c '
+import json, sys
+j = json.load(sys.stdin)
+ranks = sorted((r["rank"], r["steps_total"]) for r in j["ranks"] if r["rank"] < 2)
+print(" ".join("%d:%d" % r for r in ranks))'
+}
+for ((i = 0; i < 100; i++)); do
+  on_agent=$(steps "http://127.0.0.1:$A_PORT/api/v1/jobs/$JOB" || true)
+  on_hub=$(steps "$HUB/api/v1/jobs/$JOB" -H "Authorization: Bearer $READ" || true)
+  [ -n "$on_agent" ] && [ "$on_agent" = "$on_hub" ] && break
+  sleep 0.2
+done
+[ -n "$on_agent" ] && [ "$on_agent" = "$on_hub" ] ||
+  fail "node-a's ranks' steps: the agent counts $on_agent, the hub $on_hub"
 
 # A failure snapshot on the hub holds every node's records (the merged window).
 ADMIN=$(cat "$TMP/hub/admin.token")

@@ -973,6 +973,7 @@ void Agent::Stop() {
   if (snapshots_) snapshots_->Stop();
   if (sacct_) sacct_->Stop();
   if (was_running) TickAccounting();
+  if (was_running && hub_) SaveFleetJobs();
   // After the last drain: its records reach the spool, sent at the next start.
   if (pusher_) pusher_->Stop();
   if (forwarder_) forwarder_->Stop();
@@ -1015,6 +1016,9 @@ void Agent::StartTiers() {
   tiers.push_back(tier("diagnosis", milliseconds(5000), &Agent::TickDiagnosis));
   tiers.push_back(
       tier("accounting", milliseconds(60000), &Agent::TickAccounting, milliseconds(60000)));
+  if (hub_)
+    tiers.push_back(
+        tier("fleet-jobs", milliseconds(30000), &Agent::SaveFleetJobs, milliseconds(30000)));
   // The agent's own overhead, by tier (gpuwatch_agent_tier_cpu_seconds_total).
   tiers_.Start(std::move(tiers), [this](const std::string& name, double cpu_s) {
     std::lock_guard<std::mutex> lock(mu_);
@@ -1026,6 +1030,10 @@ void Agent::TickAccounting() {
   if (!ledger_) return;
   if (Status s = ledger_->Checkpoint(clock_.NowMs()); !s.ok())
     GW_LOG_WARN("accounting: {}", s.message());
+}
+
+void Agent::SaveFleetJobs() {
+  if (Status s = hub_->SaveJobs(); !s.ok()) GW_LOG_WARN("hub: the job list: {}", s.message());
 }
 
 void Agent::RunEvents() {

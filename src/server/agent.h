@@ -172,6 +172,7 @@ class Agent {
   void TickDiagnosis();
   // Writes the ledger's changed tallies (each minute and at Stop).
   void TickAccounting();
+  void SaveFleetJobs();  // a hub's job list to its data dir (HubIngest::SaveJobs)
   // Maintenance windows (silences marked maintenance, of this node) on the timeline: a
   // maintenance_start event when one begins, maintenance_end when it ends or is expired, so the
   // diagnosis and anyone reading the events know (tier thread).

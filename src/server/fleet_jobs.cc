@@ -1,7 +1,10 @@
 #include "server/fleet_jobs.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cmath>
+#include <stdexcept>
 
 #include "common/stats.h"
 
@@ -45,11 +48,49 @@ void FillWindow(std::vector<double>* durations, double step_s, double data_s, do
 }  // namespace
 
 void FleetJobs::Add(const std::string& node, const json& r, int64_t t_ms) {
+  std::lock_guard<std::mutex> lock(mu_);
+  AddLocked(node, r, t_ms, /*count=*/true);
+}
+
+void FleetJobs::AddEntry(const std::string& node, uint64_t log_seq,
+                         const std::vector<TimedRecord>& records) {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (const auto& [r, t_ms] : records) AddLocked(node, r, t_ms, /*count=*/true);
+  uint64_t& pos = positions_[node];
+  pos = std::max(pos, log_seq);
+  ++changes_;
+}
+
+void FleetJobs::Replay(const std::string& node, uint64_t log_seq,
+                       const std::vector<TimedRecord>& records) {
+  std::unique_lock<std::mutex> lock(mu_);
+  auto pos = positions_.find(node);
+  if (pos == positions_.end() || log_seq > pos->second) {
+    lock.unlock();
+    AddEntry(node, log_seq, records);
+    return;
+  }
+  for (const auto& [r, t_ms] : records) AddLocked(node, r, t_ms, /*count=*/false);
+}
+
+uint64_t FleetJobs::Position(const std::string& node) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = positions_.find(node);
+  return it == positions_.end() ? 0 : it->second;
+}
+
+uint64_t FleetJobs::Changes() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return changes_;
+}
+
+void FleetJobs::AddLocked(const std::string& node, const json& r, int64_t t_ms, bool count) {
   const std::string type = Str(r, "type");
   if (type != "job" && type != "step") return;
   const std::string id = Str(r, "job");
   if (id.empty() || id.size() > 256) return;
-  std::lock_guard<std::mutex> lock(mu_);
+  if (!count && !jobs_.count(id)) return;  // forgotten over max_jobs before the snapshot
+  ++changes_;
   auto [it, fresh] = jobs_.try_emplace(id);
   JobRec& j = it->second;
   j.last_seen_ms = std::max(j.last_seen_ms, t_ms);
@@ -88,9 +129,14 @@ void FleetJobs::Add(const std::string& node, const json& r, int64_t t_ms) {
     Rank& rk = j.ranks[static_cast<uint32_t>(*rank)];
     rk.node = node;
     if (auto g = Num(r, "gpu"); g && *g >= 0 && *g < 1024) rk.gpu = static_cast<unsigned>(*g);
-    ++rk.steps_total;
+    if (count) ++rk.steps_total;
+    const auto step_no = static_cast<uint64_t>(std::max(0.0, Num(r, "step").value_or(0)));
+    if (t_ms >= rk.last_step_ms) {
+      rk.last_step = step_no;
+      rk.last_step_ms = t_ms;
+    }
     Step s{t_ms,
-           static_cast<uint64_t>(std::max(0.0, Num(r, "step").value_or(0))),
+           step_no,
            *duration,
            Num(r, "samples").value_or(0),
            Num(r, "data_wait_s"),
@@ -137,8 +183,7 @@ jobs::JobView FleetJobs::View(const std::string& id, const JobRec& j) const {
   for (const auto& [node, gpus] : j.gpus_by_node)
     v.nodes[node] = std::vector<unsigned>(gpus.begin(), gpus.end());
   int64_t newest_ms = 0;
-  for (const auto& [n, rk] : j.ranks)
-    if (!rk.recent.empty()) newest_ms = std::max(newest_ms, rk.recent.back().t_ms);
+  for (const auto& [n, rk] : j.ranks) newest_ms = std::max(newest_ms, rk.last_step_ms);
   v.last_step_ms = newest_ms;
   const int64_t from_ms = newest_ms - options_.window_ms;
   const double window_s = static_cast<double>(options_.window_ms) / 1000;
@@ -161,11 +206,9 @@ jobs::JobView FleetJobs::View(const std::string& id, const JobRec& j) const {
     r.steps_total = rk.steps_total;
     std::vector<double> durations, all;
     for (const Step& s : rk.recent) all.push_back(s.duration_s);
-    if (!rk.recent.empty()) {
-      r.last_step = rk.recent.back().step;
-      r.last_step_ms = rk.recent.back().t_ms;
-      r.median_step_s = Median(all);
-    }
+    r.last_step = rk.last_step;
+    r.last_step_ms = rk.last_step_ms;
+    if (!rk.recent.empty()) r.median_step_s = Median(all);
     jobs::WindowStats& w = r.window;
     w.end_ms = newest_ms;
     w.window_s = window_s;
@@ -227,6 +270,105 @@ std::optional<jobs::JobView> FleetJobs::Job(const std::string& id) const {
   auto it = jobs_.find(id);
   if (it == jobs_.end()) return std::nullopt;
   return View(id, it->second);
+}
+
+json FleetJobs::Snapshot(uint64_t* changes) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (changes) *changes = changes_;
+  json jobs = json::array();
+  for (const auto& [id, j] : jobs_) {
+    json ranks = json::array();
+    for (const auto& [n, rk] : j.ranks) {
+      json r = {{"rank", n},
+                {"node", rk.node},
+                {"steps_total", rk.steps_total},
+                {"last_step_ms", rk.last_step_ms}};
+      if (rk.gpu) r["gpu"] = *rk.gpu;
+      if (rk.last_step) r["last_step"] = *rk.last_step;
+      ranks.push_back(std::move(r));
+    }
+    json gpus = json::object();
+    for (const auto& [node, g] : j.gpus_by_node) gpus[node] = g;
+    json o = {{"id", id},
+              {"template", j.template_name},
+              {"user", j.user},
+              {"project", j.project},
+              {"start_ms", j.start_ms},
+              {"end_ms", j.end_ms},
+              {"last_seen_ms", j.last_seen_ms},
+              {"gpus_by_node", std::move(gpus)},
+              {"started", j.started},
+              {"ended", j.ended},
+              {"failed", j.failed},
+              {"ranks", std::move(ranks)}};
+    if (j.world_size) o["world_size"] = *j.world_size;
+    jobs.push_back(std::move(o));
+  }
+  return {{"version", 1}, {"positions", positions_}, {"jobs", std::move(jobs)}};
+}
+
+Status FleetJobs::Restore(const json& snap) {
+  // Read whole into new maps first: a damaged snapshot changes nothing. Any type error is
+  // named by where it is; nlohmann's own message says which type it found.
+  std::map<std::string, JobRec> jobs;
+  std::map<std::string, uint64_t> positions;
+  std::string where = "the snapshot";
+  // nlohmann converts -4 to 2^64-4 when asked for an unsigned number: counts are checked.
+  auto count = [&where](const json& v, const char* what) -> uint64_t {
+    if (!v.is_number_unsigned())
+      throw std::invalid_argument(fmt::format("{}: {} is {}, not a count", where, what, v.dump()));
+    return v.get<uint64_t>();
+  };
+  try {
+    if (!snap.is_object() || snap.value("version", 0) != 1)
+      return Status::InvalidArgument("not a job list snapshot of version 1");
+    where = "\"positions\"";
+    for (const auto& [node, seq] : snap.at("positions").items())
+      positions[node] = count(seq, node.c_str());
+    size_t i = 0;
+    for (const json& o : snap.at("jobs")) {
+      where = fmt::format("job {}", i++);
+      const std::string id = o.at("id").get<std::string>();
+      if (id.empty() || id.size() > 256) return Status::InvalidArgument(where + ": a bad id");
+      where = "job " + id;
+      JobRec& j = jobs[id];
+      j.template_name = o.at("template").get<std::string>();
+      j.user = o.at("user").get<std::string>();
+      j.project = o.at("project").get<std::string>();
+      j.start_ms = o.at("start_ms").get<int64_t>();
+      j.end_ms = o.at("end_ms").get<int64_t>();
+      j.last_seen_ms = o.at("last_seen_ms").get<int64_t>();
+      if (o.contains("world_size"))
+        j.world_size = static_cast<uint32_t>(count(o["world_size"], "world_size"));
+      for (const auto& [node, g] : o.at("gpus_by_node").items())
+        for (const json& x : g.is_array() ? g : json::array({g}))
+          j.gpus_by_node[node].insert(static_cast<unsigned>(count(x, "a GPU")));
+      j.started = o.at("started").get<std::set<std::string>>();
+      j.ended = o.at("ended").get<std::set<std::string>>();
+      j.failed = o.at("failed").get<bool>();
+      for (const json& r : o.at("ranks")) {
+        const uint64_t n = count(r.at("rank"), "a rank");
+        if (n >= options_.max_ranks_per_job)
+          return Status::InvalidArgument(fmt::format("{}: rank {} is out of range", where, n));
+        Rank& rk = j.ranks[static_cast<uint32_t>(n)];
+        rk.node = r.at("node").get<std::string>();
+        if (r.contains("gpu")) rk.gpu = static_cast<unsigned>(count(r["gpu"], "a GPU"));
+        rk.steps_total = count(r.at("steps_total"), "steps_total");
+        if (r.contains("last_step")) rk.last_step = count(r["last_step"], "last_step");
+        rk.last_step_ms = r.at("last_step_ms").get<int64_t>();
+      }
+    }
+  } catch (const json::exception& e) {
+    return Status::InvalidArgument(fmt::format("{}: {}", where, e.what()));
+  } catch (const std::invalid_argument& e) {
+    return Status::InvalidArgument(e.what());
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  jobs_ = std::move(jobs);
+  positions_ = std::move(positions);
+  ++changes_;
+  Evict();
+  return Status::Ok();
 }
 
 }  // namespace gpuwatch::server

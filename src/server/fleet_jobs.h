@@ -13,6 +13,13 @@
 // recent steps a rank, max_jobs jobs (ended ones are forgotten oldest first, then running
 // ones that have been silent longest).
 //
+// Durable across the hub's restarts (Snapshot / Restore, HubIngest keeps the file): every job
+// with its state, owner, nodes and ranks' step counts, and for each node the position in the
+// hub's record log (HubIngest) up to which its entries are counted in. The recent steps are not
+// kept: the restarted hub rebuilds them by Replay of the log's newest entries, where an entry at
+// or below the node's position only refills the windows and one past it is counted — so a step
+// is counted once whether the hub stopped cleanly, crashed between snapshots or never saved.
+//
 // Thread-safe.
 #pragma once
 
@@ -26,6 +33,7 @@
 #include <string>
 #include <vector>
 
+#include "common/status.h"
 #include "jobs/job_registry.h"
 
 namespace gpuwatch::server {
@@ -43,6 +51,27 @@ class FleetJobs {
 
   // A record of `node` (its `job` and `step` records count; others are ignored).
   void Add(const std::string& node, const nlohmann::json& record, int64_t t_ms);
+  // The job and step records of one entry of the node's record log, `log_seq` its sequence
+  // number there: counted in, and the node's position moves to it.
+  struct TimedRecord {
+    nlohmann::json record;
+    int64_t t_ms;
+  };
+  void AddEntry(const std::string& node, uint64_t log_seq, const std::vector<TimedRecord>& records);
+  // An entry read back from the log after a restart: at or below the node's position it only
+  // refills the recent steps of jobs already known (their counts hold it); past it, AddEntry.
+  void Replay(const std::string& node, uint64_t log_seq, const std::vector<TimedRecord>& records);
+  // The node's position (0: none).
+  uint64_t Position(const std::string& node) const;
+
+  // Everything but the recent steps, with the positions: {"version":1,"positions":{node:seq},
+  // "jobs":[...]}. `changes` (optional): the change counter it was taken at.
+  nlohmann::json Snapshot(uint64_t* changes = nullptr) const;
+  // Replaces the state with a snapshot's; a snapshot that does not read (a damaged file) is an
+  // error naming what was wrong, and leaves the state as it was.
+  Status Restore(const nlohmann::json& snapshot);
+  // Bumped by every change (a snapshot is due when it moved).
+  uint64_t Changes() const;
 
   // Running first, then ended, newest first.
   std::vector<jobs::JobView> Jobs() const;
@@ -59,6 +88,8 @@ class FleetJobs {
     std::string node;
     std::optional<unsigned> gpu;
     uint64_t steps_total = 0;
+    std::optional<uint64_t> last_step;  // kept beside `recent`: a restored rank has no steps
+    int64_t last_step_ms = 0;
     std::deque<Step> recent;
   };
   struct JobRec {
@@ -72,11 +103,16 @@ class FleetJobs {
     bool running() const { return !started.empty() && ended.size() < started.size(); }
   };
   jobs::JobView View(const std::string& id, const JobRec& j) const;
+  // `count`: false when replaying what a restored job already counts (only `recent` fills,
+  // and only for jobs known). REQUIRES: mu_ held.
+  void AddLocked(const std::string& node, const nlohmann::json& record, int64_t t_ms, bool count);
   void Evict();  // REQUIRES: mu_ held
 
   const FleetJobsOptions options_;
   mutable std::mutex mu_;
   std::map<std::string, JobRec> jobs_;
+  std::map<std::string, uint64_t> positions_;  // node -> its newest log entry counted in
+  uint64_t changes_ = 0;
 };
 
 }  // namespace gpuwatch::server

@@ -91,5 +91,109 @@ TEST(FleetJobsTest, JunkRecordsAreIgnored) {
   EXPECT_FALSE(fj.Job("y"));
 }
 
+std::vector<FleetJobs::TimedRecord> OneStep(const std::string& node, int rank, int step,
+                                            int64_t t_ms) {
+  return {{Step(node, rank, rank, step, 1.0, 0.2), t_ms}};
+}
+
+// The snapshot keeps what a restarted hub cannot rebuild from its logs' tails: an ended job,
+// its owner, nodes and ranks' step counts. The recent steps it leaves out come back by Replay,
+// which counts only the entries past each node's position.
+TEST(FleetJobsTest, ASnapshotAndReplayCountEveryStepOnce) {
+  FleetJobs fj({.window_ms = 10'000});
+  const int64_t t0 = 1'000'000;
+  fj.AddEntry("n1", 1, {{Start("n1", 2, {0}), t0}});
+  fj.AddEntry("n2", 1, {{Start("n2", 2, {1}), t0}});
+  // Entries 2..11 of each node: steps 0..9.
+  for (int s = 0; s < 10; ++s) {
+    fj.AddEntry("n1", 2 + s, OneStep("n1", 0, s, t0 + 1000 * (s + 1)));
+    fj.AddEntry("n2", 2 + s, OneStep("n2", 1, s, t0 + 1000 * (s + 1)));
+  }
+  uint64_t changes = 0;
+  const auto snap = fj.Snapshot(&changes);
+  EXPECT_EQ(changes, fj.Changes());
+  EXPECT_EQ(snap["positions"], (json{{"n1", 11}, {"n2", 11}}));
+  // Two more entries of n1 after the snapshot (then the hub dies).
+  fj.AddEntry("n1", 12, OneStep("n1", 0, 10, t0 + 11'000));
+  fj.AddEntry("n1", 13, OneStep("n1", 0, 11, t0 + 12'000));
+
+  FleetJobs back({.window_ms = 10'000});
+  ASSERT_TRUE(back.Restore(json::parse(snap.dump())).ok());
+  auto j = back.Job("42");
+  ASSERT_TRUE(j);
+  EXPECT_EQ(j->state, "running");
+  EXPECT_EQ(j->project, "nlp");
+  EXPECT_EQ(j->start_ms, t0);
+  EXPECT_EQ(j->nodes.at("n2"), (std::vector<unsigned>{1}));
+  ASSERT_EQ(j->ranks.size(), 2u);
+  EXPECT_EQ(j->ranks[0].steps_total, 10u);
+  EXPECT_EQ(j->ranks[0].last_step, 9u);
+  EXPECT_EQ(j->ranks[0].last_step_ms, t0 + 10'000);
+  EXPECT_EQ(j->window.steps, 0u);  // no recent steps until the logs are replayed
+  EXPECT_EQ(back.Position("n1"), 11u);
+  EXPECT_EQ(back.Position("n3"), 0u);
+
+  // The logs' tails replayed: n1's entries 8..13 and n2's 8..11. The first only refill the
+  // windows; n1's 12 and 13 are counted.
+  for (uint64_t e = 8; e <= 13; ++e)
+    back.Replay("n1", e, OneStep("n1", 0, static_cast<int>(e) - 2, t0 + 1000 * (e - 1)));
+  for (uint64_t e = 8; e <= 11; ++e)
+    back.Replay("n2", e, OneStep("n2", 1, static_cast<int>(e) - 2, t0 + 1000 * (e - 1)));
+  j = back.Job("42");
+  EXPECT_EQ(j->ranks[0].steps_total, 12u);
+  EXPECT_EQ(j->ranks[1].steps_total, 10u);
+  EXPECT_EQ(j->ranks[0].last_step, 11u);
+  EXPECT_EQ(j->window.steps, 6u + 4u);
+  EXPECT_EQ(back.Position("n1"), 13u);
+  // What the hub that never died says, step for step.
+  const auto live = fj.Job("42");
+  EXPECT_EQ(j->ranks[0].steps_total, live->ranks[0].steps_total);
+  EXPECT_EQ(j->ranks[1].steps_total, live->ranks[1].steps_total);
+}
+
+TEST(FleetJobsTest, AnEndedJobOutlivesTheRestartAndARestartedRankStaysEnded) {
+  FleetJobs fj;
+  fj.AddEntry("n", 1, {{Start("n", 1, {0}), 1000}});
+  fj.AddEntry("n", 2,
+              {{{{"type", "job"}, {"job", "42"}, {"state", "end"}, {"exit_code", 3}}, 9000}});
+  FleetJobs back;
+  ASSERT_TRUE(back.Restore(fj.Snapshot()).ok());
+  // Replaying the start and end again (both at or below the position) changes nothing.
+  back.Replay("n", 1, {{Start("n", 1, {0}), 1000}});
+  EXPECT_EQ(back.Job("42")->state, "running");  // mid-replay, as when it ran
+  back.Replay("n", 2,
+              {{{{"type", "job"}, {"job", "42"}, {"state", "end"}, {"exit_code", 3}}, 9000}});
+  auto j = back.Job("42");
+  EXPECT_EQ(j->state, "failed");
+  EXPECT_EQ(j->end_ms, 9000);
+  EXPECT_EQ(j->user, "ann");
+  // A job the snapshot had forgotten (over max_jobs) is not brought back by a replayed entry.
+  back.Replay("n", 2, {{{{"type", "job"}, {"job", "old"}, {"state", "start"}}, 500}});
+  EXPECT_FALSE(back.Job("old"));
+}
+
+TEST(FleetJobsTest, ADamagedSnapshotIsRefusedByWhatIsWrongAndChangesNothing) {
+  FleetJobs fj;
+  fj.AddEntry("n", 1, {{Start("n", 1, {0}), 1000}});
+  json snap = fj.Snapshot();
+  FleetJobs back;
+  back.Add("n", {{"type", "job"}, {"job", "mine"}, {"state", "start"}}, 5);
+  json bad = snap;
+  bad["jobs"][0]["ranks"] = json::array({{{"rank", "zero"}}});
+  Status st = back.Restore(bad);
+  EXPECT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("job 42"), std::string::npos) << st.message();
+  bad = snap;
+  bad["version"] = 2;
+  EXPECT_NE(back.Restore(bad).message().find("version 1"), std::string::npos);
+  bad = snap;
+  bad["positions"]["n"] = -4;
+  EXPECT_NE(back.Restore(bad).message().find("positions"), std::string::npos);
+  EXPECT_FALSE(back.Restore(json::array()).ok());
+  EXPECT_TRUE(back.Job("mine"));
+  EXPECT_FALSE(back.Job("42"));
+  EXPECT_EQ(back.Position("n"), 0u);
+}
+
 }  // namespace
 }  // namespace gpuwatch::server

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 
 #include "common/file_io.h"
 #include "common/log.h"
@@ -103,6 +104,16 @@ Status HubIngest::Load() {
   fs::create_directories(root, ec);
   if (ec) return Status::IoError("cannot create " + root + ": " + ec.message());
   std::lock_guard<std::mutex> lock(mu_);
+  if (std::ifstream in(JobsPath(), std::ios::binary); in) {
+    const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    json snap = json::parse(text, nullptr, false);
+    Status st = snap.is_discarded() ? Status::InvalidArgument("not JSON") : jobs_.Restore(snap);
+    if (st.ok())
+      jobs_restored_ = true;
+    else
+      GW_LOG_WARN("hub: {}: {}; the job list starts again from the records' logs", JobsPath(),
+                  st.message());
+  }
   for (const auto& e : fs::directory_iterator(root, ec)) {
     const std::string name = e.path().filename().string();
     if (!e.is_directory() || !ValidNodeName(name)) continue;
@@ -142,14 +153,16 @@ Status HubIngest::Load() {
 // The newest entries of the node's log, back into its flight recorder and the job list: a
 // restarted hub diagnoses its nodes' recent past again, so a finding that needs minutes of
 // steps (a straggler, a data stall) is back as soon as the agents push again, and a running
-// job is listed with its ranks before its next start record. Read back from the newest entry,
-// doubling, until the entries hold the recorder's byte bound (the recorder keeps its age bound
-// itself) or the log's start. The accounting ledger is not fed: it keeps its own file.
+// job's windows fill before its next steps. The recorder gets the entries from the newest back,
+// doubling, until they hold its byte bound (it keeps its age bound itself) or the log's start.
+// The job list gets those and, further back where its snapshot is older, every entry past the
+// node's position in it (FleetJobs::Replay counts those in, and only those). The accounting
+// ledger is not fed: it keeps its own file.
 bool HubIngest::ReloadRecent(const std::string& name, Node& n) {
   const SpoolStats st = n.log->Stats();
   if (st.next_seq <= st.first_seq) return false;
   const uint64_t want_bytes = options_.node_recorder_bytes;
-  std::vector<SpoolEntry> tail;
+  uint64_t recorder_from = st.next_seq;
   for (uint64_t back = 8;; back *= 2) {
     const uint64_t from = st.next_seq - st.first_seq > back ? st.next_seq - back : st.first_seq;
     auto got = n.log->Read(from, 4 * want_bytes);
@@ -159,41 +172,76 @@ bool HubIngest::ReloadRecent(const std::string& name, Node& n) {
       if (!got.ok()) GW_LOG_WARN("hub: records of {}: {}", name, got.status().message());
       break;
     }
-    tail = std::move(*got);
+    recorder_from = got->front().seq;
     uint64_t bytes = 0;
-    for (const SpoolEntry& e : tail) bytes += e.payload.size();
+    for (const SpoolEntry& e : *got) bytes += e.payload.size();
     if (from == st.first_seq || bytes >= want_bytes) break;
   }
+  const uint64_t position = jobs_.Position(name);
+  if (position >= st.next_seq)
+    GW_LOG_WARN(
+        "hub: the job list counts node {}'s records up to entry {}, past its log's end "
+        "({}): the log was replaced; its steps may be counted twice",
+        name, position, st.next_seq - 1);
+  // A node the snapshot does not name pushed first after it was taken: all of its log counts.
+  // Without a snapshot (none saved yet, or a damaged one), only what the recorder reloads.
+  const uint64_t jobs_from = jobs_restored_ ? position + 1 : recorder_from;
   size_t records = 0;
   bool node_record = false;
-  for (const SpoolEntry& e : tail) {
-    std::string id;
-    uint64_t seq = 0;
-    std::string_view lines;
-    if (!ParseEntryHeader(e.payload, &id, &seq, &lines)) continue;
-    for (size_t pos = 0; pos < lines.size();) {
-      const std::string_view line = NextLine(lines, &pos);
-      // Checked when taken; a line that no longer parses (a damaged disk) is skipped.
-      json r = json::parse(line, nullptr, false);
-      if (!r.is_object() || !r.contains("t") || !r["t"].is_number() || !r.contains("type") ||
-          !r["type"].is_string())
-        continue;
-      const int64_t t_ms = static_cast<int64_t>(std::llround(r["t"].get<double>() * 1000));
-      const std::string& type = r["type"].get_ref<const std::string&>();
-      if (type == "node") {
-        n.recorder->AddNodeRecord(t_ms, std::string(line), name);
-        node_record = true;
-      } else {
-        n.recorder->Add(t_ms, std::string(line));
+  for (uint64_t next = std::max(st.first_seq, std::min(recorder_from, jobs_from));
+       next < st.next_seq;) {
+    auto got = n.log->Read(next, 4 * want_bytes);
+    if (!got.ok() || got->empty()) {
+      if (!got.ok()) GW_LOG_WARN("hub: records of {}: {}", name, got.status().message());
+      break;
+    }
+    for (const SpoolEntry& e : *got) {
+      next = e.seq + 1;
+      const bool to_recorder = e.seq >= recorder_from;
+      std::string id;
+      uint64_t seq = 0;
+      std::string_view lines;
+      if (!ParseEntryHeader(e.payload, &id, &seq, &lines)) continue;
+      std::vector<FleetJobs::TimedRecord> job_records;
+      for (size_t pos = 0; pos < lines.size();) {
+        const std::string_view line = NextLine(lines, &pos);
+        // Checked when taken; a line that no longer parses (a damaged disk) is skipped.
+        json r = json::parse(line, nullptr, false);
+        if (!r.is_object() || !r.contains("t") || !r["t"].is_number() || !r.contains("type") ||
+            !r["type"].is_string())
+          continue;
+        const int64_t t_ms = static_cast<int64_t>(std::llround(r["t"].get<double>() * 1000));
+        const std::string& type = r["type"].get_ref<const std::string&>();
+        n.status.newest_record_ms = std::max(n.status.newest_record_ms, t_ms);
+        if (type == "job" || type == "step") job_records.push_back({std::move(r), t_ms});
+        if (!to_recorder) continue;
+        if (type == "node") {
+          n.recorder->AddNodeRecord(t_ms, std::string(line), name);
+          node_record = true;
+        } else {
+          n.recorder->Add(t_ms, std::string(line));
+        }
+        ++records;
       }
-      if (type == "job" || type == "step") jobs_.Add(name, r, t_ms);
-      n.status.newest_record_ms = std::max(n.status.newest_record_ms, t_ms);
-      ++records;
+      if (!job_records.empty() || e.seq > position) jobs_.Replay(name, e.seq, job_records);
     }
   }
   if (records > 0)
     GW_LOG_INFO("hub: node {}: {} recent records reloaded from its log", name, records);
   return node_record;
+}
+
+std::string HubIngest::JobsPath() const { return options_.data_dir + "/fleet-jobs.json"; }
+
+Status HubIngest::SaveJobs() {
+  if (options_.data_dir.empty()) return Status::Ok();
+  std::lock_guard<std::mutex> lock(save_mu_);
+  if (jobs_.Changes() == saved_changes_) return Status::Ok();
+  uint64_t changes = 0;
+  const std::string text = jobs_.Snapshot(&changes).dump() + "\n";
+  GW_RETURN_IF_ERROR(WriteFileAtomically(JobsPath(), text));
+  saved_changes_ = changes;
+  return Status::Ok();
 }
 
 Result<HubIngest::Node*> HubIngest::NodeFor(const std::string& name) {
@@ -237,9 +285,9 @@ HttpReply HubIngest::HandleRecords(std::string_view body, std::string_view node,
   };
   std::vector<Parsed> lines;
   NodeStatus node_info;
-  std::string_view node_line;                         // the entry's last node record
-  std::vector<std::pair<json, int64_t>> job_records;  // for the fleet's job list
-  std::string accounting_lines;                       // for the ledger
+  std::string_view node_line;                       // the entry's last node record
+  std::vector<FleetJobs::TimedRecord> job_records;  // for the fleet's job list
+  std::string accounting_lines;                     // for the ledger
   size_t line_no = 0;
   for (size_t pos = 0; pos < body.size();) {
     const std::string_view line = NextLine(body, &pos);
@@ -277,7 +325,7 @@ HttpReply HubIngest::HandleRecords(std::string_view body, std::string_view node,
       accounting_lines += '\n';
     }
     if (type_name == "job" || type_name == "step")
-      job_records.emplace_back(std::move(r), static_cast<int64_t>(std::llround(t_s * 1000)));
+      job_records.push_back({std::move(r), static_cast<int64_t>(std::llround(t_s * 1000))});
     else if (node_record) {
       NoteNodeRecord(r, &node_info);
       node_line = line;
@@ -311,14 +359,20 @@ HttpReply HubIngest::HandleRecords(std::string_view body, std::string_view node,
       return {200, fmt::format(R"({{"duplicate":true,"next_seq":{}}})", s.next_seq) + "\n"};
     }
     // On disk first: a reply of 200 means the entry survives the hub's crash.
+    uint64_t log_seq = 0;
     if (n->log) {
       std::string payload = fmt::format("{} {}\n", spool_id, seq);
       payload.append(body);
-      if (auto st = n->log->Append(payload); !st.ok()) {
-        GW_LOG_ERROR("hub: records of {}: {}", node, st.status().message());
-        return {500, "cannot keep the records: " + st.status().message() + "\n"};
+      auto appended = n->log->Append(payload);
+      if (!appended.ok()) {
+        GW_LOG_ERROR("hub: records of {}: {}", node, appended.status().message());
+        return {500, "cannot keep the records: " + appended.status().message() + "\n"};
       }
+      log_seq = *appended;
     }
+    // Counted in under the lock, in the log's order: the job list's position for the node
+    // (FleetJobs::AddEntry) then never passes an entry it has not counted.
+    jobs_.AddEntry(std::string(node), log_seq, job_records);
     if (s.next_seq != 0 && seq > s.next_seq) s.gap_entries += seq - s.next_seq;
     s.next_seq = seq + 1;
     s.last_push_ms = now_ms;
@@ -345,8 +399,6 @@ HttpReply HubIngest::HandleRecords(std::string_view body, std::string_view node,
     else
       n->recorder->Add(p.t_ms, std::string(p.line));
   }
-  const std::string node_name(node);
-  for (const auto& [r, t_ms] : job_records) jobs_.Add(node_name, r, t_ms);
   if (!accounting_lines.empty()) options_.accounting_sink(accounting_lines);
   return {200, fmt::format(R"({{"taken":{},"next_seq":{}}})", lines.size(), seq + 1) + "\n"};
 }

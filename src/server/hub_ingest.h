@@ -18,6 +18,10 @@
 // before dying is answered "duplicate", and the newest entries (up to the recorder's bounds) go
 // back into the recorder and the job list: the diagnosis reads the recent past again.
 //
+// The job list (FleetJobs) is saved to <data-dir>/fleet-jobs.json by SaveJobs (the hub calls it
+// every 30 s and when it stops) and read back on a restart before the logs' newest entries are
+// replayed into it: ended jobs stay listed, and a step is counted once.
+//
 // Every 400 says what was wrong (the line number and the field); a 400 is not retried by the
 // agent. The body is bounded by the HTTP route; the number of nodes by max_nodes (a new node
 // over it is 429: a hostile or misconfigured fleet cannot exhaust the hub).
@@ -117,6 +121,9 @@ class HubIngest {
   std::vector<NodeStatus> Nodes() const;
   // The jobs across nodes, from the job and step records taken.
   const FleetJobs& jobs() const { return jobs_; }
+  // Writes the job list to <data-dir>/fleet-jobs.json (atomically) if it changed since the
+  // last save; nothing without a data dir.
+  Status SaveJobs();
   // GET /api/v1/nodes: {"nodes": [{node, health, reason, last_push_ms, ...}]}. The health
   // comes from the findings open on each node (hardware causes advise a drain) and from how
   // long the node has been silent.
@@ -134,11 +141,15 @@ class HubIngest {
   // Whether a node record was among the records reloaded. REQUIRES: mu_ held; n.log.
   bool ReloadRecent(const std::string& name, Node& n);
   Result<Node*> NodeFor(const std::string& name);  // REQUIRES: mu_ held
+  std::string JobsPath() const;
 
   const HubIngestOptions options_;
   mutable std::mutex mu_;
   std::map<std::string, Node> nodes_;
   FleetJobs jobs_;
+  bool jobs_restored_ = false;  // Load read a snapshot of the job list
+  std::mutex save_mu_;
+  uint64_t saved_changes_ = 0;  // FleetJobs::Changes() at the last save
 };
 
 // A node name the hub takes (a hostname: [A-Za-z0-9._-], 1 to 253 characters).

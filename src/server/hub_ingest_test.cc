@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <fstream>
 #include <nlohmann/json.hpp>
 
 #include "store/testing/scratch_dir.h"
@@ -176,6 +177,74 @@ TEST_F(HubIngestTest, ARestartedHubReadsItsNodesRecentPastAgain) {
       hub->HandleRecords(GpuLine("a", t0 + 401), "a", kSpool, "400", kNowMs).body.find("duplicate"),
       std::string::npos);
   EXPECT_EQ(hub->HandleRecords(GpuLine("a", t0 + 401), "a", kSpool, "401", kNowMs).status, 200);
+}
+
+// The job list outlives the hub (fleet-jobs.json): a job that ended long before the logs' tails
+// is still listed, and every step is counted once whether the hub saved just before it died,
+// long before, or never could read its file.
+TEST_F(HubIngestTest, TheJobListOutlivesARestartCountingEveryStepOnce) {
+  HubIngestOptions o;
+  o.data_dir = dir_;
+  o.sync = false;
+  o.node_recorder_bytes = 64 << 10;
+  const double t0 = kNowMs / 1000 - 600;
+  const std::string pad(9000, 'x');
+  auto entry = [&](int i) {
+    std::string body;
+    if (i == 0)
+      body = NodeLine("a", t0, "550.90.07") + "\n" + R"({"t":)" + std::to_string(t0) +
+             R"(,"type":"job","node":"a","job":"j6","state":"start","user":"ann"})" + "\n" +
+             R"({"t":)" + std::to_string(t0 + 0.5) +
+             R"(,"type":"job","node":"a","job":"j6","state":"end","exit_code":0})" + "\n";
+    return body + R"({"t":)" + std::to_string(t0 + 1 + i) +
+           R"(,"type":"step","node":"a","job":"j7","rank":1,"gpu":1,"step":)" + std::to_string(i) +
+           R"(,"duration_s":1.0,"comm_s":0.2,"note":")" + pad + "\"}\n";
+  };
+  auto push = [&](HubIngest& hub, int from, int to) {
+    for (int i = from; i < to; ++i)
+      ASSERT_EQ(hub.HandleRecords(entry(i), "a", kSpool, std::to_string(i + 1), kNowMs).status,
+                200);
+  };
+  auto steps_of_j7 = [](HubIngest& hub) {
+    auto j = hub.jobs().Job("j7");
+    return j && j->ranks.size() == 1 ? j->ranks[0].steps_total : 0;
+  };
+  auto hub = std::move(HubIngest::Open(o)).value();
+  push(*hub, 0, 200);
+  ASSERT_TRUE(hub->SaveJobs().ok());
+  push(*hub, 200, 300);  // then the hub is killed: 100 entries past the snapshot
+  hub.reset();
+
+  hub = std::move(HubIngest::Open(o)).value();
+  EXPECT_EQ(steps_of_j7(*hub), 300u);
+  auto j6 = hub->jobs().Job("j6");
+  ASSERT_TRUE(j6.has_value());
+  EXPECT_EQ(j6->state, "finished");
+  EXPECT_EQ(j6->user, "ann");
+  // The windows are refilled from the tail: the newest steps, not all 300.
+  auto j7 = hub->jobs().Job("j7");
+  EXPECT_GT(j7->window.steps, 0u);
+  EXPECT_EQ(j7->ranks[0].last_step, 299u);
+  push(*hub, 300, 310);
+  EXPECT_EQ(steps_of_j7(*hub), 310u);
+
+  // Saved when it stops: nothing is counted again on the next start.
+  ASSERT_TRUE(hub->SaveJobs().ok());
+  hub.reset();
+  hub = std::move(HubIngest::Open(o)).value();
+  EXPECT_EQ(steps_of_j7(*hub), 310u);
+
+  // A damaged file: the hub starts, and the job list is what the logs' tails hold (j6, long
+  // before them, is gone; j7 counts only the steps reloaded).
+  hub.reset();
+  {
+    std::ofstream out(dir_ + "/fleet-jobs.json", std::ios::trunc);
+    out << R"({"version":1,"positions":{"a":3},"jobs":[{"id":)";
+  }
+  hub = std::move(HubIngest::Open(o)).value();
+  EXPECT_FALSE(hub->jobs().Job("j6").has_value());
+  EXPECT_GT(steps_of_j7(*hub), 0u);
+  EXPECT_LT(steps_of_j7(*hub), 20u);
 }
 
 TEST_F(HubIngestTest, EveryRefusalSaysWhyAndKeepsNothing) {

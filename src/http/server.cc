@@ -1,22 +1,27 @@
 #include "http/server.h"
 
 #include <arpa/inet.h>
+#include <fmt/format.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <openssl/err.h>
 #include <openssl/ssl.h>
+#include <openssl/x509.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <csignal>
 #include <cstring>
+#include <ctime>
 
 #include "common/log.h"
+#include "common/time_base.h"
 
 namespace gpuwatch::http {
 namespace {
@@ -232,9 +237,12 @@ struct Server::Conn {
   std::shared_ptr<std::atomic<bool>> cancel;
 };
 
+// An SSL made from the context holds a reference to it (SSL_new), so a context replaced by a
+// reload is freed here while its connections go on with it.
 struct Server::TlsContext {
   ~TlsContext() { SSL_CTX_free(ctx); }
   SSL_CTX* ctx = nullptr;
+  int64_t not_after_s = 0;  // the certificate's
 };
 
 namespace {
@@ -311,7 +319,30 @@ IoResult WriteSome(int fd, SSL* ssl, const char* data, size_t len) {
 
 Server::Server(ServerLimits limits) : limits_(std::move(limits)) {}
 
-Status Server::EnableTls(const std::string& cert_chain_file, const std::string& key_file) {
+namespace {
+
+// What tells a changed file from the one loaded: its identity (a symlink swap or a rename
+// makes a new inode), size and mtime, through symlinks. "-" when it cannot be read now.
+std::string FileStamp(const std::string& path) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) return "-";
+  return fmt::format("{}:{}:{}:{}.{}", st.st_dev, st.st_ino, st.st_size, st.st_mtim.tv_sec,
+                     st.st_mtim.tv_nsec);
+}
+
+// The certificate's notAfter as Unix seconds (0 when it cannot be read).
+int64_t NotAfterSeconds(SSL_CTX* ctx) {
+  X509* cert = SSL_CTX_get0_certificate(ctx);
+  if (cert == nullptr) return 0;
+  std::tm tm{};
+  if (ASN1_TIME_to_tm(X509_get0_notAfter(cert), &tm) != 1) return 0;
+  return static_cast<int64_t>(timegm(&tm));
+}
+
+}  // namespace
+
+Result<std::unique_ptr<Server::TlsContext>> Server::LoadTls(const std::string& cert_chain_file,
+                                                            const std::string& key_file) {
   auto t = std::make_unique<TlsContext>();
   ERR_clear_error();
   t->ctx = SSL_CTX_new(TLS_server_method());
@@ -321,10 +352,6 @@ Status Server::EnableTls(const std::string& cert_chain_file, const std::string& 
   // that closes without close_notify is an ordinary end of stream, as on plain TCP.
   SSL_CTX_set_options(t->ctx, SSL_OP_NO_RENEGOTIATION | SSL_OP_IGNORE_UNEXPECTED_EOF |
                                   SSL_OP_CIPHER_SERVER_PREFERENCE);
-  // OpenSSL writes to the socket with write(), not send(MSG_NOSIGNAL): a client that resets
-  // the connection mid-response would raise SIGPIPE, which kills a process that has not ignored
-  // it (the agent and the hub do; any other user of the server is covered here).
-  ::signal(SIGPIPE, SIG_IGN);
   // A write retried after WANT_WRITE passes the rest of the same buffer, from a new offset.
   SSL_CTX_set_mode(t->ctx, SSL_MODE_ENABLE_PARTIAL_WRITE | SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER);
   if (SSL_CTX_use_certificate_chain_file(t->ctx, cert_chain_file.c_str()) != 1)
@@ -335,8 +362,49 @@ Status Server::EnableTls(const std::string& cert_chain_file, const std::string& 
     return Status::InvalidArgument("TLS key " + key_file + " does not match the certificate " +
                                    cert_chain_file + ": " + OpenSslError());
   }
-  tls_ = std::move(t);
+  t->not_after_s = NotAfterSeconds(t->ctx);
+  return t;
+}
+
+Status Server::EnableTls(const std::string& cert_chain_file, const std::string& key_file) {
+  // OpenSSL writes to the socket with write(), not send(MSG_NOSIGNAL): a client that resets
+  // the connection mid-response would raise SIGPIPE, which kills a process that has not ignored
+  // it (the agent and the hub do; any other user of the server is covered here).
+  ::signal(SIGPIPE, SIG_IGN);
+  // Stamped before the load: a change while loading is loaded again later.
+  std::string stamp = FileStamp(cert_chain_file) + " " + FileStamp(key_file);
+  auto t = LoadTls(cert_chain_file, key_file);
+  if (!t.ok()) return t.status();
+  tls_ = std::move(t).value();
+  tls_not_after_s_ = tls_->not_after_s;
+  tls_enabled_ = true;
+  tls_cert_file_ = cert_chain_file;
+  tls_key_file_ = key_file;
+  tls_stamp_ = std::move(stamp);
   return Status::Ok();
+}
+
+void Server::MaybeReloadTls() {
+  const auto now = Clock::now();
+  if (!tls_ || now < tls_next_look_) return;
+  tls_next_look_ = now + std::chrono::seconds(1);
+  std::string stamp = FileStamp(tls_cert_file_) + " " + FileStamp(tls_key_file_);
+  if (stamp == tls_stamp_) return;
+  tls_stamp_ = std::move(stamp);
+  auto t = LoadTls(tls_cert_file_, tls_key_file_);
+  if (!t.ok()) {
+    tls_reload_failures_.fetch_add(1);
+    GW_LOG_WARN(
+        "TLS: the certificate or key changed but cannot be used ({}); still serving the "
+        "previous certificate",
+        t.status().message());
+    return;
+  }
+  tls_ = std::move(t).value();
+  tls_not_after_s_ = tls_->not_after_s;
+  tls_reloads_.fetch_add(1);
+  GW_LOG_INFO("TLS: loaded the changed certificate {} (valid until {}); new connections get it",
+              tls_cert_file_, FormatUtc(tls_->not_after_s * 1000));
 }
 
 Server::~Server() {
@@ -442,6 +510,9 @@ ServerStats Server::Stats() const {
   s.requests = requests_.load();
   s.connections_open = open_.load();
   s.body_bytes_buffered = body_bytes_.load();
+  s.tls_not_after_s = tls_not_after_s_.load();
+  s.tls_reloads = tls_reloads_.load();
+  s.tls_reload_failures = tls_reload_failures_.load();
   {
     std::lock_guard<std::mutex> lock(mu_);
     s.requests_queued = queue_.size();
@@ -528,6 +599,7 @@ void Server::Loop() {
 }
 
 void Server::Accept() {
+  MaybeReloadTls();
   for (;;) {
     sockaddr_storage ss{};
     socklen_t len = sizeof(ss);

@@ -145,6 +145,10 @@ using Authorizer = std::function<std::optional<Response>(Request&, const RouteOp
 
 struct ServerStats {
   std::array<uint64_t, static_cast<size_t>(Refusal::kCount)> refused{};
+  // The certificate served now: its notAfter (Unix seconds; 0 without TLS), and how many times
+  // changed files were loaded or refused (EnableTls).
+  int64_t tls_not_after_s = 0;
+  uint64_t tls_reloads = 0, tls_reload_failures = 0;
   uint64_t requests = 0;
   uint64_t connections_open = 0;
   uint64_t requests_queued = 0;
@@ -171,8 +175,15 @@ class Server {
 
   // Serves HTTPS: the certificate chain (PEM, the server's certificate first) and its private
   // key (PEM, unencrypted). An error names the file and what OpenSSL said of it.
+  //
+  // The two files are watched: when either changes (its inode, size or mtime: a renewal by
+  // certbot or cert-manager, a Kubernetes secret's symlink swap), the next connection accepted
+  // at least a second after the last look loads them again, and new connections get the new
+  // certificate; open ones keep theirs. A pair that does not load (the key not yet written
+  // beside the new certificate) is logged and the previous one kept until the files change
+  // again. No restart and no signal: a hub's agents would otherwise queue behind it.
   Status EnableTls(const std::string& cert_chain_file, const std::string& key_file);
-  bool tls() const { return tls_ != nullptr; }
+  bool tls() const { return tls_enabled_; }
 
   // Binds host:port (port 0 picks a free one) exclusively: no SO_REUSEPORT, so a second server
   // on the same address fails with "address in use". Then serves on background threads.
@@ -207,6 +218,10 @@ class Server {
   void Loop();
   void Worker();
   void Accept();
+  // Loads the certificate and key again if either file changed (EnableTls). Loop thread only.
+  void MaybeReloadTls();
+  static Result<std::unique_ptr<TlsContext>> LoadTls(const std::string& cert_chain_file,
+                                                     const std::string& key_file);
   void OnReadable(Conn& c);
   void OnWritable(Conn& c);
   void Handshake(Conn& c);
@@ -233,7 +248,13 @@ class Server {
   std::vector<RouteEntry> routes_;
   Authorizer authorizer_;
   std::vector<AddressBlock> trusted_proxies_;
-  std::unique_ptr<TlsContext> tls_;
+  std::unique_ptr<TlsContext> tls_;  // the loop thread's, once Start has run
+  bool tls_enabled_ = false;
+  std::string tls_cert_file_, tls_key_file_;
+  std::string tls_stamp_;  // the files' identity, size and mtime when last loaded or tried
+  std::chrono::steady_clock::time_point tls_next_look_{};
+  std::atomic<int64_t> tls_not_after_s_{0};
+  std::atomic<uint64_t> tls_reloads_{0}, tls_reload_failures_{0};
   int listen_fd_ = -1;
   int epoll_fd_ = -1;
   int wake_fd_ = -1;  // eventfd: completions and stop

@@ -1,7 +1,8 @@
 // The HTTP server over TLS (Server::EnableTls) against real loopback sockets and a real OpenSSL
 // client: requests on one kept-alive connection, a body and a response large enough to take
 // many TLS records and partial reads and writes, plain HTTP to the TLS port refused and counted,
-// and certificate files that do not load named in the error.
+// certificate files that do not load named in the error, and a renewed certificate served to new
+// connections without a restart.
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
@@ -16,6 +17,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <ctime>
 #include <filesystem>
 #include <memory>
 #include <string>
@@ -34,7 +36,7 @@ struct TestCert {
   std::string dir, cert, key;
 };
 
-TestCert MakeCert(const std::string& name) {
+TestCert MakeCert(const std::string& name, long valid_s = 3600) {
   TestCert c;
   c.dir =
       (fs::temp_directory_path() / ("gw_tls_" + name + "_" + std::to_string(::getpid()))).string();
@@ -45,7 +47,7 @@ TestCert MakeCert(const std::string& name) {
   X509* x = X509_new();
   ASN1_INTEGER_set(X509_get_serialNumber(x), 1);
   X509_gmtime_adj(X509_getm_notBefore(x), -60);
-  X509_gmtime_adj(X509_getm_notAfter(x), 3600);
+  X509_gmtime_adj(X509_getm_notAfter(x), valid_s);
   X509_set_pubkey(x, pkey);
   X509_NAME* subject = X509_get_subject_name(x);
   X509_NAME_add_entry_by_txt(subject, "CN", MBSTRING_ASC,
@@ -233,6 +235,62 @@ TEST_F(ServerTlsTest, FilesThatDoNotLoadAreNamed) {
   EXPECT_NE(st.message().find("key values mismatch"), std::string::npos) << st.message();
   fs::remove_all(other.dir);
   EXPECT_FALSE(s.tls());
+}
+
+// A renewal renames new files over the old (certbot swaps a symlink, cert-manager a secret's;
+// either is a new inode): the next connection gets the new certificate, one already open goes
+// on with the old, and a pair that does not match is refused while the last good one serves.
+TEST_F(ServerTlsTest, ARenewedCertificateIsServedWithoutARestart) {
+  Start();
+  const int64_t now_s = ::time(nullptr);
+  EXPECT_NEAR(server_.Stats().tls_not_after_s, now_s + 3600, 10);
+  const TestCert renewed = MakeCert("renewed", 86400);
+  const std::string old_ca = cert_.dir + "/old.pem", new_ca = renewed.dir + "/ca.pem";
+  fs::copy_file(cert_.cert, old_ca);
+  fs::copy_file(renewed.cert, new_ca);
+  TlsClient before(server_.port(), old_ca);
+  ASSERT_TRUE(before.connected());
+
+  fs::rename(renewed.cert, cert_.cert);
+  fs::rename(renewed.key, cert_.key);
+  // The files are looked at again at most once a second, when a connection comes.
+  bool renewed_served = false;
+  for (int i = 0; i < 40 && !renewed_served; ++i) {
+    TlsClient c(server_.port(), new_ca);
+    renewed_served = c.connected();
+    if (!renewed_served) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  ASSERT_TRUE(renewed_served);
+  ServerStats st = server_.Stats();
+  EXPECT_EQ(st.tls_reloads, 1u);
+  EXPECT_EQ(st.tls_reload_failures, 0u);
+  EXPECT_NEAR(st.tls_not_after_s, now_s + 86400, 10);
+  {
+    TlsClient c(server_.port(), new_ca);
+    ASSERT_TRUE(c.connected());
+    ASSERT_TRUE(c.Send("GET /hello?who=renewed HTTP/1.1\r\nHost: x\r\n\r\n"));
+    EXPECT_NE(c.Response().find("hello renewed"), std::string::npos);
+  }
+  // The connection opened before the renewal still works, on its old certificate.
+  ASSERT_TRUE(before.Send("GET /hello?who=before HTTP/1.1\r\nHost: x\r\n\r\n"));
+  EXPECT_NE(before.Response().find("hello before"), std::string::npos);
+
+  // Half a renewal: a new certificate beside the old key. Refused; the last good pair serves.
+  const TestCert half = MakeCert("half");
+  fs::rename(half.cert, cert_.cert);
+  for (int i = 0; i < 40 && server_.Stats().tls_reload_failures == 0; ++i) {
+    TlsClient c(server_.port(), new_ca);
+    EXPECT_TRUE(c.connected());
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  st = server_.Stats();
+  EXPECT_EQ(st.tls_reload_failures, 1u);
+  EXPECT_EQ(st.tls_reloads, 1u);
+  EXPECT_NEAR(st.tls_not_after_s, now_s + 86400, 10);
+  TlsClient after(server_.port(), new_ca);
+  EXPECT_TRUE(after.connected());
+  fs::remove_all(renewed.dir);
+  fs::remove_all(half.dir);
 }
 
 }  // namespace

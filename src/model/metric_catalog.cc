@@ -64,7 +64,7 @@ constexpr std::array<GpuMetricDesc, kNumGpuMetrics> kGpu = {{
 }};
 
 constexpr MetricType kI = MetricType::kInfo;
-constexpr std::array<OtherMetricDesc, 103> kOther = {{
+constexpr std::array<OtherMetricDesc, 105> kOther = {{
   // GPU, beyond scalars.
   {"gpuwatch_gpu_info", kI, "serial, vbios_version, minor_number, mig_mode", "Static facts of a GPU; value 1."},
   {"gpuwatch_gpu_up", kG, "", "1 while the GPU answers NVML, 0 after it was lost (XID 79, GPU_IS_LOST)."},
@@ -152,6 +152,8 @@ constexpr std::array<OtherMetricDesc, 103> kOther = {{
   {"gpuwatch_http_requests_total", kC, "Hostname", "HTTP requests read in full and routed."},
   {"gpuwatch_http_connections", kG, "Hostname", "HTTP connections open now."},
   {"gpuwatch_http_refused_total", kC, "Hostname, reason", "HTTP connections or requests refused by a limit: bad_request, head_too_large, body_too_large, head_timeout, body_timeout, write_timeout, too_many_connections, too_many_per_source, queue_full, body_budget, unauthorized, tls_handshake."},
+  {"gpuwatch_http_tls_certificate_not_after_seconds", kG, "Hostname", "When the certificate served over HTTPS expires (Unix seconds; --tls-cert-file, reloaded when the file changes). Absent without TLS."},
+  {"gpuwatch_http_tls_reloads_total", kC, "Hostname, result", "Changed TLS certificate or key files loaded (loaded) or refused and the previous pair kept (refused: the pair does not load or match; the log says why)."},
   {"gpuwatch_queries_refused_total", kC, "Hostname, reason", "PromQL queries stopped or refused: concurrency (over --query-max-concurrency), timeout (--query-timeout), cancelled (the client left), limit (samples, series or work)."},
   {"gpuwatch_remote_write_series", kG, "Hostname", "Series created by remote-write senders since the agent started (bounded by --max-series)."},
   {"gpuwatch_remote_write_refused_samples_total", kC, "Hostname, reason", "Remote-write samples refused: series_limit (a new series over --max-series or --max-series-per-sender), out_of_bounds (timestamp before 1970 or after 2262)."},

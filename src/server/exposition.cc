@@ -555,6 +555,11 @@ void RenderLimitCounters(std::string_view hostname, const LimitCounters& c, std:
   one("gpuwatch_http_requests_total", static_cast<double>(c.http_requests));
   one("gpuwatch_http_connections", static_cast<double>(c.http_connections));
   by_reason("gpuwatch_http_refused_total", c.http_refused);
+  if (c.tls_not_after_s) {
+    one("gpuwatch_http_tls_certificate_not_after_seconds", static_cast<double>(*c.tls_not_after_s));
+    by_label("gpuwatch_http_tls_reloads_total", "result",
+             {{"loaded", c.tls_reloads}, {"refused", c.tls_reload_failures}});
+  }
   by_reason("gpuwatch_queries_refused_total", c.queries_refused);
   one("gpuwatch_remote_write_series", static_cast<double>(c.remote_write_series));
   by_reason("gpuwatch_remote_write_refused_samples_total",

@@ -22,7 +22,10 @@ void RenderPrometheus(const AgentState& state, std::string* out);
 struct LimitCounters {
   uint64_t http_requests = 0;
   uint64_t http_connections = 0;
-  std::vector<std::pair<std::string_view, uint64_t>> http_refused;     // by reason
+  std::vector<std::pair<std::string_view, uint64_t>> http_refused;  // by reason
+  // The certificate served (http::Server::EnableTls); absent without TLS.
+  std::optional<int64_t> tls_not_after_s;
+  uint64_t tls_reloads = 0, tls_reload_failures = 0;
   std::vector<std::pair<std::string_view, uint64_t>> queries_refused;  // by reason
   uint64_t remote_write_series = 0;
   uint64_t remote_write_refused_series_limit = 0;

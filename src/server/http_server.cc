@@ -696,6 +696,11 @@ LimitCounters HttpServer::Counters() const {
   const http::ServerStats st = server_.Stats();
   c.http_requests = st.requests;
   c.http_connections = st.connections_open;
+  if (server_.tls()) {
+    c.tls_not_after_s = st.tls_not_after_s;
+    c.tls_reloads = st.tls_reloads;
+    c.tls_reload_failures = st.tls_reload_failures;
+  }
   for (size_t i = 0; i < st.refused.size(); ++i)
     c.http_refused.emplace_back(http::RefusalName(static_cast<http::Refusal>(i)), st.refused[i]);
   static constexpr std::string_view kQueryReasons[] = {"concurrency", "timeout", "cancelled",

@@ -20,7 +20,9 @@
 // - a round of proc records where one or a few ranks are gone while most remain;
 // - the job ending with a non-zero exit code, with one rank's own error lines ("[rank5]:
 //   Traceback …", a CUDA error, an out-of-memory) before the others';
-// - the kernel's OOM killer naming the rank's pid.
+// - the kernel's OOM killer naming the rank's pid;
+// - with one rank a node, the job's only process on a node gone while its ranks on the other
+//   nodes run on, their GPUs spinning with no step ended (waiting for it in a collective).
 // The finding is dated by the earliest of these for the rank (its own last lines, the kill, the
 // round it was missing from, the launcher's line). Not a rank_exit: the teardown of a hung job
 // (the NCCL watchdog's timeout, or no step for the hang limit, before the failure: that is the
@@ -85,6 +87,7 @@ class TaskLivenessRule : public Rule {
     if (r.t >= checked + 1) {
       checked = r.t;
       CheckHangs(r.node, r.t, ctx);
+      CheckProcRounds(r.node, r.t, ctx);
     }
   }
 
@@ -102,7 +105,7 @@ class TaskLivenessRule : public Rule {
   }
 
   size_t JobEntries() const override {
-    size_t n = hangs_.size() + deaths_.size() + exited_.size();
+    size_t n = hangs_.size() + deaths_.size() + exited_.size() + lone_exits_.size();
     for (const auto& [node, pr] : proc_rounds_) n += pr.current.size() + pr.previous.size();
     return n;
   }
@@ -116,6 +119,7 @@ class TaskLivenessRule : public Rule {
     for (auto it = exited_.begin(); it != exited_.end();) {
       it = it->second == job ? exited_.erase(it) : std::next(it);
     }
+    std::erase_if(lone_exits_, [&job](const LoneExit& e) { return e.job == job; });
   }
 
  private:
@@ -128,7 +132,18 @@ class TaskLivenessRule : public Rule {
   // being read and, per job, the (gpu → pid) of the last complete round.
   struct ProcRounds {
     double t = -1;
+    double interval = -1;  // between the last two rounds: when the next one is due
     std::map<std::string, std::map<uint32_t, uint32_t>> current, previous;
+  };
+  // A job that left a node entirely (its one process there gone) while it runs on other nodes:
+  // a rank's exit once the node's rounds stay without it and another node's later round still
+  // holds the job's processes (not the job's end, when every node's processes go at once).
+  struct LoneExit {
+    std::string node, job;
+    uint32_t pid = 0, gpu = 0;
+    double t = 0;            // the round it was first missing from
+    double confirm_t = 0;    // judged at the node's records from then on
+    bool elsewhere = false;  // a later round of another node holds the job
   };
   // What the job's records say about its ranks dying (per node, job).
   struct Deaths {
@@ -153,6 +168,9 @@ class TaskLivenessRule : public Rule {
                            const Context& ctx) const;
   void OnProc(const trace::TraceRecord& r, const trace::TraceProc& p, Context& ctx);
   void CloseProcRound(const std::string& node, ProcRounds& pr, Context& ctx);
+  // At any record of `node`: closes a process round that is overdue (its processes gone, so
+  // no record of it comes), and judges the node's lone exits.
+  void CheckProcRounds(const std::string& node, double t, Context& ctx);
   void OnGpu(const trace::TraceRecord& r, const trace::TraceGpu& g, Context& ctx);
   void OnLog(const trace::TraceRecord& r, const trace::TraceLog& l, Context& ctx);
   void OnJob(const trace::TraceRecord& r, const trace::TraceJob& j, Context& ctx);
@@ -176,6 +194,7 @@ class TaskLivenessRule : public Rule {
   std::map<std::pair<std::string, std::string>, HangState> hangs_;
   std::map<std::pair<std::string, std::string>, Deaths> deaths_;
   std::map<std::string, ProcRounds> proc_rounds_;
+  std::vector<LoneExit> lone_exits_;
   // (node, job) whose rank exit was judged: the first death only (what follows is the teardown).
   std::set<std::pair<std::string, std::string>> exited_;
   std::map<std::pair<std::string, uint32_t>, double> idle_since_;  // allocated GPUs idle
@@ -258,18 +277,22 @@ void TaskLivenessRule::CheckHangs(const std::string& node, double t, Context& ct
     // Which node holds the stuck rank: the live ranks spin in their collective (busy GPUs),
     // the stuck one does not. Judged once, when the hang is first seen (the job's GPUs go idle
     // one by one later, when it is torn down).
+    // The spinning GPUs may be on other nodes: with one rank a node (1-GPU nodes, or one rank
+    // a node by design) the stuck node has no spinning peer of its own.
     HangState& h = hangs_[key];
     if (!h.judged) {
-      int idle = 0, spinning = 0;
-      for (uint32_t gpu : ctx.GpusOf(node)) {
-        const Context::Holder* holder = ctx.HolderOf(node, gpu);
-        const trace::TraceGpu* g = ctx.LastGpu(node, gpu);
-        if (!holder || holder->job != key.second || !g || !g->util_pct) continue;
-        idle += *g->util_pct < kIdleUtilPct ? 1 : 0;
-        spinning += *g->util_pct >= busy_util_pct_ ? 1 : 0;
+      int idle_here = 0, spinning = 0;
+      for (const std::string& n : ctx.NodesOf(key.second)) {
+        for (uint32_t gpu : ctx.GpusOf(n)) {
+          const Context::Holder* holder = ctx.HolderOf(n, gpu);
+          const trace::TraceGpu* g = ctx.LastGpu(n, gpu);
+          if (!holder || holder->job != key.second || !g || !g->util_pct) continue;
+          if (n == node) idle_here += *g->util_pct < kIdleUtilPct ? 1 : 0;
+          spinning += *g->util_pct >= busy_util_pct_ ? 1 : 0;
+        }
       }
       h.judged = true;
-      h.stuck_here = idle > 0 && spinning > 0;
+      h.stuck_here = idle_here > 0 && spinning > 0;
     }
     Finding f = MakeFinding(Cause::kJobHang, Severity::kCritical, node);
     f.job = key.second;
@@ -279,8 +302,8 @@ void TaskLivenessRule::CheckHangs(const std::string& node, double t, Context& ct
     f.evidence = {fmt::format("last step ended at {}; no step since", Num(ts.last_step_t))};
     if (h.stuck_here) {
       f.evidence.push_back(
-          "one of its GPUs here sits idle while the others spin in their collective: the stuck "
-          "rank is on this node");
+          "one of its GPUs here sits idle while the job's others spin in their collective: the "
+          "stuck rank is on this node");
     }
     f.action =
         "Dump the ranks' stacks (py-spy dump); look for a rank stuck outside the "
@@ -492,7 +515,19 @@ void TaskLivenessRule::CloseProcRound(const std::string& node, ProcRounds& pr, C
       Deaths& d = deaths_[{node, job}];
       if (d.pid_gone.size() < 65536) d.pid_gone.emplace(pid, pr.t);
     }
-    if (now_it == pr.current.end()) continue;  // the whole job left: its end says how
+    if (now_it == pr.current.end()) {
+      // The whole job left the node: its end says how, unless it runs on other nodes and what
+      // left was one process (one rank a node: 1-GPU nodes, or one process driving all of a
+      // node's GPUs), which the other nodes' later rounds tell apart from the job's end.
+      std::set<uint32_t> pids;
+      for (uint32_t gpu : missing) pids.insert(before.at(gpu));
+      if (pids.size() == 1 && ctx.NodesOf(job).size() > 1 && lone_exits_.size() < 1024) {
+        const double due_s = std::max(pr.interval, 1.0);
+        lone_exits_.push_back(
+            {node, job, *pids.begin(), missing.front(), pr.t, pr.t + 2 * due_s + 0.5, false});
+      }
+      continue;
+    }
     // One or a few ranks gone while most remain: an exit. Most gone at once: the teardown.
     if (missing.empty() || missing.size() * 2 > before.size()) continue;
     for (uint32_t gpu : missing) {
@@ -513,11 +548,76 @@ void TaskLivenessRule::CloseProcRound(const std::string& node, ProcRounds& pr, C
   pr.current.clear();
 }
 
+void TaskLivenessRule::CheckProcRounds(const std::string& node, double t, Context& ctx) {
+  auto it = proc_rounds_.find(node);
+  if (it == proc_rounds_.end()) return;
+  ProcRounds& pr = it->second;
+  // The next round is overdue: the one being read is complete, and the round after it was
+  // empty (no process of any job left on the node sends a record).
+  if (pr.t >= 0 && pr.interval > 0 && !pr.current.empty() && t > pr.t + 1.5 * pr.interval + 0.5) {
+    CloseProcRound(node, pr, ctx);
+    pr.t += pr.interval;
+    CloseProcRound(node, pr, ctx);
+  }
+  for (auto e = lone_exits_.begin(); e != lone_exits_.end();) {
+    if (e->node != node || t < e->confirm_t) {
+      ++e;
+      continue;
+    }
+    const LoneExit x = *e;
+    e = lone_exits_.erase(e);
+    const TaskView* task = ctx.Task(node, x.job);
+    if (!x.elsewhere || (task && task->ended)) continue;
+    // The others wait for it: their GPUs spin in the collective it never joins (busy, while no
+    // step of theirs ends), which a job finishing node by node (rank 0 writing the final
+    // checkpoint after the others left) does not show.
+    int spinning = 0;
+    bool stepped = false;
+    for (const std::string& n : ctx.NodesOf(x.job)) {
+      if (n == node) continue;
+      if (const TaskView* tv = ctx.Task(n, x.job); tv && tv->last_step_t >= 0) {
+        const double median = tv->durations.size() >= 5 ? tv->MedianStep() : 1.0;
+        if (tv->last_step_t > x.t + 2 * median + 1) stepped = true;
+      }
+      for (uint32_t gpu : ctx.GpusOf(n)) {
+        const Context::Holder* holder = ctx.HolderOf(n, gpu);
+        const trace::TraceGpu* g = ctx.LastGpu(n, gpu);
+        if (holder && holder->job == x.job && g && g->util_pct && *g->util_pct >= busy_util_pct_)
+          ++spinning;
+      }
+    }
+    if (spinning == 0 || stepped) continue;
+    std::optional<uint32_t> rank = RankOfPid(node, x.job, x.pid, ctx);
+    if (!rank && task) {
+      for (const auto& [rk, g] : task->rank_gpu)
+        if (g == x.gpu) rank = rk;
+    }
+    ReportExit(node, x.job, rank, x.t, t,
+               {fmt::format("pid {} on GPU {}, the job's only process on this node, absent from "
+                            "the processes from {} on",
+                            x.pid, x.gpu, Num(x.t)),
+                fmt::format("the job's processes on its other nodes ran on after it, {} of "
+                            "their GPUs spinning with no step finished: waiting for it",
+                            spinning)},
+               ctx);
+  }
+}
+
 void TaskLivenessRule::OnProc(const trace::TraceRecord& r, const trace::TraceProc& p,
                               Context& ctx) {
   if (!p.gpu || !p.pid || !p.job) return;
+  for (LoneExit& e : lone_exits_) {
+    if (e.job != *p.job) continue;
+    if (e.node != r.node && r.t > e.t + 0.5) e.elsewhere = true;
+    // Back on its node (its round was only late): no exit.
+    if (e.node == r.node && e.pid == *p.pid) e.confirm_t = -1;
+  }
+  std::erase_if(lone_exits_, [](const LoneExit& e) { return e.confirm_t < 0; });
   ProcRounds& pr = proc_rounds_[r.node];
-  if (pr.t >= 0 && r.t > pr.t + 0.5) CloseProcRound(r.node, pr, ctx);
+  if (pr.t >= 0 && r.t > pr.t + 0.5) {
+    pr.interval = r.t - pr.t;
+    CloseProcRound(r.node, pr, ctx);
+  }
   pr.t = r.t;
   pr.current[*p.job][*p.gpu] = *p.pid;
   Deaths& d = deaths_[{r.node, *p.job}];

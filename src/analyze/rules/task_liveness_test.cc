@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <functional>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -268,6 +269,93 @@ TEST(TaskLivenessRuleTest, TheWatchdogsTimeoutDatesAHangOfAJobWithoutSteps) {
   EXPECT_EQ(f[0].cause, Cause::kJobHang);
   EXPECT_EQ(f[0].job, "j1");
   EXPECT_NEAR(f[0].first_seen, 2100 - 1800.123, 1e-6);
+}
+
+// One rank a node (1-GPU nodes): job j1 on n0, n1, n2, rank k on nk's GPU 0. Steps end every
+// second from 101 to `steps_until`; proc rounds every 5 s, n1's until `n1_procs_until`
+// (exclusive), the others' until `procs_until`; GPU samples every second to `until`, at
+// `util_after(node)` once the steps stopped; the job's end records at `end_t` (none at 0).
+std::string OneRankANode(double steps_until, double n1_procs_until, double procs_until,
+                         double until, const std::function<int(int)>& util_after, double end_t,
+                         int exit_code) {
+  std::string t;
+  for (int k = 0; k < 3; ++k) {
+    const std::string node = "n" + std::to_string(k);
+    t += nlohmann::json{{"t", 100}, {"type", "node"}, {"node", node}, {"gpus", {{{"index", 0}}}}}
+             .dump() +
+         "\n";
+    t += nlohmann::json{{"t", 100},         {"type", "job"}, {"node", node}, {"job", "j1"},
+                        {"state", "start"}, {"ranks", 3},    {"gpus", {0}}}
+             .dump() +
+         "\n";
+  }
+  for (double s = 101; s <= until; s += 1) {
+    for (int k = 0; k < 3; ++k) {
+      const std::string node = "n" + std::to_string(k);
+      const int util = s <= steps_until ? 97 : util_after(k);
+      // Spinning in a collective keeps the GPU busy on little power (NVIDIA/nccl#968).
+      const int power = s <= steps_until ? 300 : util > 50 ? 110 : 80;
+      t += nlohmann::json{{"t", s},   {"type", "gpu"},    {"node", node},
+                          {"gpu", 0}, {"util_pct", util}, {"power_w", power}}
+               .dump() +
+           "\n";
+      if (static_cast<int>(s) % 5 == 0 && s < (k == 1 ? n1_procs_until : procs_until)) {
+        t += nlohmann::json{{"t", s},          {"type", "proc"}, {"node", node},
+                            {"pid", 7000 + k}, {"gpu", 0},       {"job", "j1"}}
+                 .dump() +
+             "\n";
+      }
+      if (s <= steps_until) {
+        t += nlohmann::json{{"t", s + 0.5}, {"type", "step"}, {"node", node},     {"job", "j1"},
+                            {"rank", k},    {"gpu", 0},       {"duration_s", 1.0}}
+                 .dump() +
+             "\n";
+      }
+    }
+    if (end_t > 0 && s == end_t) {
+      for (int k = 0; k < 3; ++k)
+        t += nlohmann::json{{"t", s},      {"type", "job"},  {"node", "n" + std::to_string(k)},
+                            {"job", "j1"}, {"state", "end"}, {"exit_code", exit_code}}
+                 .dump() +
+             "\n";
+    }
+  }
+  return t;
+}
+
+// A rank stuck outside its collective with one rank a node: its GPU idles, the others' spin on
+// other nodes (NVIDIA/nccl#968). The hang is listed where the stuck rank is, once.
+TEST(TaskLivenessRuleTest, AHangWithOneRankANodeIsListedOnTheStuckRanksNode) {
+  const std::string trace = OneRankANode(
+      150, 400, 400, 260, [](int k) { return k == 1 ? 0 : 100; }, 0, 0);
+  const std::vector<Finding> f = Diagnose(trace);
+  ASSERT_EQ(f.size(), 1u);
+  EXPECT_EQ(f[0].cause, Cause::kJobHang);
+  EXPECT_EQ(f[0].node, "n1");
+  EXPECT_EQ(f[0].job, "j1");
+}
+
+// The only process of the job on n1 dies: n1 keeps sampling with no process of the job, while
+// n0's and n2's ranks wait for it in their collective (GPUs spinning, no step) until torn down.
+TEST(TaskLivenessRuleTest, ALoneRankThatLeftItsNodeWhileTheOthersWaitIsARankExit) {
+  const std::string trace = OneRankANode(
+      153, 155, 185, 190, [](int k) { return k == 1 ? 0 : 100; }, 190, 1);
+  const std::vector<Finding> f = Diagnose(trace);
+  ASSERT_EQ(f.size(), 1u) << (f.empty() ? "" : f[0].summary);
+  EXPECT_EQ(f[0].cause, Cause::kRankExit);
+  EXPECT_EQ(f[0].node, "n1");
+  EXPECT_EQ(f[0].rank, 1);
+  EXPECT_DOUBLE_EQ(f[0].first_seen, 155);
+}
+
+// A job finishing node by node (rank 0 writes the final checkpoint after the others left): the
+// others' GPUs do not spin, so n1's and n2's processes leaving first is no exit.
+TEST(TaskLivenessRuleTest, AJobFinishingNodeByNodeHasNoRankExit) {
+  // n1 leaves at 155; n0 and n2 run on at 5 % until 200, then the job ends with exit code 0.
+  const std::string trace = OneRankANode(
+      153, 155, 200, 205, [](int k) { return k == 1 ? 0 : 5; }, 205, 0);
+  const std::vector<Finding> f = Diagnose(trace);
+  for (const Finding& x : f) ADD_FAILURE() << x.cause << " on " << x.node << ": " << x.summary;
 }
 
 }  // namespace

@@ -310,6 +310,12 @@ Result<SimOutput> Simulate(const SimOptions& o) {
       return bad("with 2 nodes the skewed one must be node 1 (node 0 holds rank 0, the reference)");
     }
     if (f.cause == "numa_mismatch" && n < 4) return bad("needs a shape with two NUMA nodes");
+    if ((f.cause == "nvlink_errors" || f.cause == "nvlink_fallback") &&
+        model->spec.nvlink_count == 0) {
+      return bad(fmt::format("the {} has no NVLink", model->spec.name));
+    }
+    // A fallback is seen in how NCCL connects a node's GPUs to each other.
+    if (f.cause == "nvlink_fallback" && n < 2) return bad("needs 2 GPUs or more a node");
     if (IsRestartFault(f.cause)) {
       if (reboot_t) return bad("a reboot is the trace's one restart");
       if (restart_t && *restart_t != t0 + f.onset_s) {
@@ -474,7 +480,8 @@ Result<SimOutput> Simulate(const SimOptions& o) {
     std::string id;
     double start, end;
     int pid_base;
-    bool nvlink_fallback = false, net_socket = false;
+    std::set<int> nvlink_fallback = {};  // nodes whose NCCL connects NVLink pairs over SHM
+    bool net_socket = false;
     std::set<std::pair<int, int>> numa_bad = {};  // (node, gpu) ranks bound to the far node
     std::optional<std::pair<int, int>> idle_gpu = std::nullopt;  // held, used by no rank
     bool gpus_unnamed = false;  // the start record names no GPUs (the scheduler gives none)
@@ -487,7 +494,7 @@ Result<SimOutput> Simulate(const SimOptions& o) {
         {job, job_start, reboot_t ? *reboot_t - kRebootDownS - 20 : *restart_t - 10, 4000});
     JobRun r{job + "-r", *restart_t, job_end, 6000};
     for (const FaultSpec& f : o.faults) {
-      if (f.cause == "nvlink_fallback") r.nvlink_fallback = true;
+      if (f.cause == "nvlink_fallback") r.nvlink_fallback.insert(f.node);
       if (f.cause == "net_fallback") r.net_socket = true;
       if (f.cause == "numa_mismatch") r.numa_bad.insert({f.node, f.gpu});
       if (f.cause == "gpu_idle_allocated") {
@@ -621,9 +628,7 @@ Result<SimOutput> Simulate(const SimOptions& o) {
                     {"project", "sim"}, {"ranks", ranks.size()}};
       if (!run.gpus_unnamed) start["gpus"] = gpus;
       emit(k, run.start, 3, start);
-      if (run.nvlink_fallback && model->spec.nvlink_count > 0 && fault("nvlink_fallback", k)) {
-        truth_at("nvlink_fallback", k, run.start, {});
-      }
+      if (run.nvlink_fallback.count(k)) truth_at("nvlink_fallback", k, run.start, {});
       if (run.net_socket) truth_at("net_fallback", k, run.start, {});  // every node's NCCL
       for (const auto& [bk, bi] : run.numa_bad) {
         if (bk == k) truth_at("numa_mismatch", k, run.start, {.gpu = bi});
@@ -668,7 +673,7 @@ Result<SimOutput> Simulate(const SimOptions& o) {
         if (local.size() > 1 && li + 1 < local.size()) {
           const Rank& peer = local[li + 1];
           const std::string via =
-              run.nvlink_fallback
+              run.nvlink_fallback.count(k)
                   ? "SHM/direct/direct"
                   : (model->spec.nvlink_count > 0 ? "P2P/CUMEM/read" : "SHM/direct/direct");
           for (int c = 0; c < 2; ++c) {
@@ -1029,7 +1034,8 @@ Result<SimOutput> Simulate(const SimOptions& o) {
         max_pre = std::max(max_pre, pre[r]);
       }
       double comm = step_scale * model->step_s * model->comm_share;
-      if (run->nvlink_fallback && model->spec.nvlink_count > 0) comm *= 3;
+      // One node's slow pairs hold back every rank of a synchronous job.
+      if (!run->nvlink_fallback.empty()) comm *= 3;
       if (o.nodes > 1 && run->net_socket) comm *= 4;
       for (int k = 0; k < o.nodes; ++k) {
         if (const FaultSpec* f = active("net_congestion", k, -1, tick_at)) {
@@ -1314,7 +1320,7 @@ Result<SimOutput> Simulate(const SimOptions& o) {
                     {"ecc_dbe_volatile", g.dbe},
                     {"retired_pages", 0}};
         if (model->spec.nvlink_count > 0) {
-          const bool fallback = run && run->nvlink_fallback;
+          const bool fallback = run && run->nvlink_fallback.count(k);
           const bool moving = busy && !fallback && !stopped;
           rec["nvlink_tx_mbs"] = moving ? std::round(40000 * util / 100) : 0;
           rec["nvlink_rx_mbs"] = moving ? std::round(39800 * util / 100) : 0;

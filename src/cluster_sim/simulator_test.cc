@@ -116,6 +116,30 @@ TEST(SimulatorTest, DataStallIdlesEveryGpuTogether) {
 
 // Every plantable cause, scored exactly as `gpuwatch eval` scores (findings.md): the planted
 // fault is found at its place within the allowed latency, and nothing else is reported.
+// Planted as `o.faults` says, named in the truth as that cause, and found there in time with no
+// false alarm.
+void ExpectDiagnosedWherePlanted(const std::string& what, const SimOptions& o) {
+  const std::string cause = o.faults.front().cause;
+  const SimOutput s = SimulateOk(o);
+  auto truth = eval::ParseTruth(s.truth_json);
+  ASSERT_TRUE(truth.ok()) << truth.status().message();
+  ASSERT_FALSE(truth->empty()) << what;
+  for (const eval::Fault& f : *truth) EXPECT_EQ(f.cause, cause);
+  auto findings = eval::ParseFindings(analyze::FindingsDocument(Diagnose(s), json{}).dump());
+  ASSERT_TRUE(findings.ok()) << findings.status().message();
+  const eval::ScenarioScore score = eval::ScoreScenario(cause, *truth, *findings);
+  for (size_t i = 0; i < score.faults.size(); ++i) {
+    EXPECT_TRUE(score.latency_s[i].has_value())
+        << what << " planted on " << score.faults[i].node << " at " << score.faults[i].start_s
+        << " but not diagnosed there in time";
+  }
+  for (size_t i = 0; i < score.findings.size(); ++i) {
+    EXPECT_TRUE(!score.counted[i] || score.matched_fault[i].has_value())
+        << what << ": false alarm " << score.findings[i].cause << " on " << score.findings[i].node
+        << " at " << score.findings[i].first_seen_s;
+  }
+}
+
 TEST(SimulatorTest, EveryFaultIsPlantedAndDiagnosed) {
   for (const std::string& cause : KnownFaults()) {
     if (cause == "healthy") continue;
@@ -127,25 +151,36 @@ TEST(SimulatorTest, EveryFaultIsPlantedAndDiagnosed) {
     o.nodes = between_nodes ? 3 : 1;
     o.duration_s = cause == "gpu_idle_allocated" ? 1080 : 600;
     o.faults = {{cause, between_nodes ? 1 : 0, 2, 300, 0.7}};
-    const SimOutput s = SimulateOk(o);
-    auto truth = eval::ParseTruth(s.truth_json);
-    ASSERT_TRUE(truth.ok()) << truth.status().message();
-    ASSERT_FALSE(truth->empty()) << cause;
-    for (const eval::Fault& f : *truth) EXPECT_EQ(f.cause, cause);
-    auto findings = eval::ParseFindings(analyze::FindingsDocument(Diagnose(s), json{}).dump());
-    ASSERT_TRUE(findings.ok()) << findings.status().message();
-    const eval::ScenarioScore score = eval::ScoreScenario(cause, *truth, *findings);
-    for (size_t i = 0; i < score.faults.size(); ++i) {
-      EXPECT_TRUE(score.latency_s[i].has_value())
-          << cause << " planted on " << score.faults[i].node << " at " << score.faults[i].start_s
-          << " but not diagnosed there in time";
-    }
-    for (size_t i = 0; i < score.findings.size(); ++i) {
-      EXPECT_TRUE(!score.counted[i] || score.matched_fault[i].has_value())
-          << cause << ": false alarm " << score.findings[i].cause << " on "
-          << score.findings[i].node << " at " << score.findings[i].first_seen_s;
-    }
+    ExpectDiagnosedWherePlanted(cause, o);
   }
+}
+
+// Where a fault sits on one node of a multi-node job, it is planted and found there alone: an
+// NVLink fallback on one node (the others' NCCL uses P2P), and a hang or a rank's exit with one
+// rank a node (the stuck or dead rank has no peer on its own node to be compared with).
+TEST(SimulatorTest, AFaultOnOneNodeOfAJobIsFoundThereAlone) {
+  for (const auto& [cause, shape] :
+       {std::pair<std::string, std::string>{"nvlink_fallback", "4xH100"},
+        {"job_hang", "1xH100"},
+        {"rank_exit", "1xH100"}}) {
+    SimOptions o;
+    o.seed = 11;
+    o.shape = shape;
+    o.nodes = 3;
+    o.duration_s = 720;
+    o.faults = {{cause, 1, 0, 240, 0.7}};
+    ExpectDiagnosedWherePlanted(cause + " on " + shape, o);
+  }
+  // What the shape cannot have is refused, not planted unseen.
+  SimOptions o;
+  o.shape = "4xL40S";
+  o.faults = {{"nvlink_errors", 0, 0, 300, 0.5}};
+  auto r = Simulate(o);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("no NVLink"), std::string::npos) << r.status().message();
+  o.shape = "1xH100";
+  o.faults = {{"nvlink_fallback", 0, 0, 300, 0.5}};
+  EXPECT_FALSE(Simulate(o).ok());
 }
 
 // Every real shape of a fault (Variants()) is planted, named in the truth as its cause, and

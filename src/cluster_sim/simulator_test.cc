@@ -117,13 +117,17 @@ TEST(SimulatorTest, DataStallIdlesEveryGpuTogether) {
 // Every plantable cause, scored exactly as `gpuwatch eval` scores (findings.md): the planted
 // fault is found at its place within the allowed latency, and nothing else is reported.
 // Planted as `o.faults` says, named in the truth as that cause, and found there in time with no
-// false alarm.
+// false alarm; a healthy run (a confounder) has no fault and no finding.
 void ExpectDiagnosedWherePlanted(const std::string& what, const SimOptions& o) {
   const std::string cause = o.faults.front().cause;
   const SimOutput s = SimulateOk(o);
   auto truth = eval::ParseTruth(s.truth_json);
   ASSERT_TRUE(truth.ok()) << truth.status().message();
-  ASSERT_FALSE(truth->empty()) << what;
+  if (cause == "healthy") {
+    EXPECT_TRUE(truth->empty()) << what;
+  } else {
+    ASSERT_FALSE(truth->empty()) << what;
+  }
   for (const eval::Fault& f : *truth) EXPECT_EQ(f.cause, cause);
   auto findings = eval::ParseFindings(analyze::FindingsDocument(Diagnose(s), json{}).dump());
   ASSERT_TRUE(findings.ok()) << findings.status().message();
@@ -195,26 +199,7 @@ TEST(SimulatorTest, EveryVariantIsPlantedAndDiagnosedAndEveryConfounderIsQuiet) 
     const bool long_run = cause == "gpu_idle_allocated" || cause == "job_hang" || cause == "xid";
     o.duration_s = long_run ? 1500 : 900;
     o.faults = {{cause, 0, 2, 420, 0.7, std::string(v.name)}};
-    const SimOutput s = SimulateOk(o);
-    auto truth = eval::ParseTruth(s.truth_json);
-    ASSERT_TRUE(truth.ok()) << truth.status().message();
-    if (cause == "healthy") {
-      EXPECT_TRUE(truth->empty());
-    } else {
-      ASSERT_FALSE(truth->empty());
-      for (const eval::Fault& f : *truth) EXPECT_EQ(f.cause, cause);
-    }
-    auto findings = eval::ParseFindings(analyze::FindingsDocument(Diagnose(s), json{}).dump());
-    ASSERT_TRUE(findings.ok()) << findings.status().message();
-    const eval::ScenarioScore score = eval::ScoreScenario(cause, *truth, *findings);
-    for (size_t i = 0; i < score.faults.size(); ++i) {
-      EXPECT_TRUE(score.latency_s[i].has_value())
-          << "planted at " << score.faults[i].start_s << " but not diagnosed in time";
-    }
-    for (size_t i = 0; i < score.findings.size(); ++i) {
-      EXPECT_TRUE(!score.counted[i] || score.matched_fault[i].has_value())
-          << "false alarm " << score.findings[i].cause << " at " << score.findings[i].first_seen_s;
-    }
+    ExpectDiagnosedWherePlanted(cause + ":" + std::string(v.name), o);
   }
   EXPECT_FALSE(ParseFaultSpec("rank_exit:variant=bogus").ok());
   auto f = ParseFaultSpec("rank_exit:gpu=1,variant=oom_kill");

@@ -114,8 +114,6 @@ TEST(SimulatorTest, DataStallIdlesEveryGpuTogether) {
   EXPECT_GT(Mean(recs, "host", "iowait_pct", 450, 520), 10);
 }
 
-// Every plantable cause, scored exactly as `gpuwatch eval` scores (findings.md): the planted
-// fault is found at its place within the allowed latency, and nothing else is reported.
 // Planted as `o.faults` says, named in the truth as that cause, and found there in time with no
 // false alarm; a healthy run (a confounder) has no fault and no finding.
 void ExpectDiagnosedWherePlanted(const std::string& what, const SimOptions& o) {
@@ -144,6 +142,8 @@ void ExpectDiagnosedWherePlanted(const std::string& what, const SimOptions& o) {
   }
 }
 
+// Every plantable cause, scored exactly as `gpuwatch eval` scores (findings.md): the planted
+// fault is found at its place within the allowed latency, and nothing else is reported.
 TEST(SimulatorTest, EveryFaultIsPlantedAndDiagnosed) {
   for (const std::string& cause : KnownFaults()) {
     if (cause == "healthy") continue;

@@ -132,7 +132,8 @@ class TaskLivenessRule : public Rule {
   // being read and, per job, the (gpu → pid) of the last complete round.
   struct ProcRounds {
     double t = -1;
-    double interval = -1;  // between the last two rounds: when the next one is due
+    double interval = -1;        // between the last two rounds: when the next one is due
+    bool overdue_noted = false;  // the next round is overdue, and its lone exits are noted
     std::map<std::string, std::map<uint32_t, uint32_t>> current, previous;
   };
   // A job that left a node entirely (its one process there gone) while it runs on other nodes:
@@ -145,6 +146,8 @@ class TaskLivenessRule : public Rule {
     double confirm_t = 0;    // judged at the node's records from then on
     bool elsewhere = false;  // a later round of another node holds the job
   };
+  // GPU samples older than this (a node gone silent) say nothing of what its GPUs do now.
+  static constexpr double kFreshGpuS = 15;
   // What the job's records say about its ranks dying (per node, job).
   struct Deaths {
     logs::LauncherLogParser launcher;
@@ -171,6 +174,14 @@ class TaskLivenessRule : public Rule {
   // At any record of `node`: closes a process round that is overdue (its processes gone, so
   // no record of it comes), and judges the node's lone exits.
   void CheckProcRounds(const std::string& node, double t, Context& ctx);
+  // Notes a possible lone exit: `held` (gpu → pid), the job's processes on `node` in its last
+  // round, none of them in the round due at `t`.
+  void NoteLoneExit(const std::string& node, const std::string& job,
+                    const std::map<uint32_t, uint32_t>& held, double t, double interval,
+                    const Context& ctx);
+  // The GPU's latest sample, if it is at most kFreshGpuS older than `t`.
+  const trace::TraceGpu* FreshGpu(const std::string& node, uint32_t gpu, double t,
+                                  const Context& ctx) const;
   void OnGpu(const trace::TraceRecord& r, const trace::TraceGpu& g, Context& ctx);
   void OnLog(const trace::TraceRecord& r, const trace::TraceLog& l, Context& ctx);
   void OnJob(const trace::TraceRecord& r, const trace::TraceJob& j, Context& ctx);
@@ -195,6 +206,7 @@ class TaskLivenessRule : public Rule {
   std::map<std::pair<std::string, std::string>, Deaths> deaths_;
   std::map<std::string, ProcRounds> proc_rounds_;
   std::vector<LoneExit> lone_exits_;
+  std::map<std::pair<std::string, uint32_t>, double> gpu_seen_t_;  // (node, GPU) → last sample
   // (node, job) whose rank exit was judged: the first death only (what follows is the teardown).
   std::set<std::pair<std::string, std::string>> exited_;
   std::map<std::pair<std::string, uint32_t>, double> idle_since_;  // allocated GPUs idle
@@ -205,6 +217,7 @@ class TaskLivenessRule : public Rule {
 void TaskLivenessRule::OnGpu(const trace::TraceRecord& r, const trace::TraceGpu& g, Context& ctx) {
   if (!g.gpu || g.mig) return;
   const auto key = std::make_pair(r.node, *g.gpu);
+  gpu_seen_t_[key] = r.t;
   const Context::Holder* held = ctx.HolderOf(r.node, *g.gpu);
   // Power while stepping, and over the last minute: a hang against a job at work.
   if (g.power_w) {
@@ -285,7 +298,7 @@ void TaskLivenessRule::CheckHangs(const std::string& node, double t, Context& ct
       for (const std::string& n : ctx.NodesOf(key.second)) {
         for (uint32_t gpu : ctx.GpusOf(n)) {
           const Context::Holder* holder = ctx.HolderOf(n, gpu);
-          const trace::TraceGpu* g = ctx.LastGpu(n, gpu);
+          const trace::TraceGpu* g = FreshGpu(n, gpu, t, ctx);
           if (!holder || holder->job != key.second || !g || !g->util_pct) continue;
           if (n == node) idle_here += *g->util_pct < kIdleUtilPct ? 1 : 0;
           spinning += *g->util_pct >= busy_util_pct_ ? 1 : 0;
@@ -516,16 +529,8 @@ void TaskLivenessRule::CloseProcRound(const std::string& node, ProcRounds& pr, C
       if (d.pid_gone.size() < 65536) d.pid_gone.emplace(pid, pr.t);
     }
     if (now_it == pr.current.end()) {
-      // The whole job left the node: its end says how, unless it runs on other nodes and what
-      // left was one process (one rank a node: 1-GPU nodes, or one process driving all of a
-      // node's GPUs), which the other nodes' later rounds tell apart from the job's end.
-      std::set<uint32_t> pids;
-      for (uint32_t gpu : missing) pids.insert(before.at(gpu));
-      if (pids.size() == 1 && ctx.NodesOf(job).size() > 1 && lone_exits_.size() < 1024) {
-        const double due_s = std::max(pr.interval, 1.0);
-        lone_exits_.push_back(
-            {node, job, *pids.begin(), missing.front(), pr.t, pr.t + 2 * due_s + 0.5, false});
-      }
+      // The whole job left the node: its end says how, unless it was a lone exit.
+      NoteLoneExit(node, job, before, pr.t, pr.interval, ctx);
       continue;
     }
     // One or a few ranks gone while most remain: an exit. Most gone at once: the teardown.
@@ -548,20 +553,57 @@ void TaskLivenessRule::CloseProcRound(const std::string& node, ProcRounds& pr, C
   pr.current.clear();
 }
 
+const trace::TraceGpu* TaskLivenessRule::FreshGpu(const std::string& node, uint32_t gpu, double t,
+                                                  const Context& ctx) const {
+  auto seen = gpu_seen_t_.find({node, gpu});
+  if (seen == gpu_seen_t_.end() || seen->second < t - kFreshGpuS) return nullptr;
+  return ctx.LastGpu(node, gpu);
+}
+
+void TaskLivenessRule::NoteLoneExit(const std::string& node, const std::string& job,
+                                    const std::map<uint32_t, uint32_t>& held, double t,
+                                    double interval, const Context& ctx) {
+  // One process (one rank a node: 1-GPU nodes, or one process driving all of a node's GPUs) of
+  // a job that runs on other nodes too, and reports steps there: the other nodes' later rounds
+  // and steps tell its exit from the job's end.
+  std::set<uint32_t> pids;
+  for (const auto& [gpu, pid] : held) pids.insert(pid);
+  if (pids.size() != 1 || lone_exits_.size() >= 1024) return;
+  const TaskView* task = ctx.Task(node, job);
+  if (task && task->ended) return;
+  double median = task && task->durations.size() >= 5 ? task->MedianStep() : -1;
+  bool steps_elsewhere = false;
+  for (const std::string& n : ctx.NodesOf(job)) {
+    const TaskView* tv = n == node ? nullptr : ctx.Task(n, job);
+    if (!tv || tv->last_step_t < 0) continue;
+    steps_elsewhere = true;
+    if (median < 0 && tv->durations.size() >= 5) median = tv->MedianStep();
+  }
+  if (!steps_elsewhere) return;
+  for (const LoneExit& e : lone_exits_)
+    if (e.node == node && e.job == job) return;
+  // Judged once a step would have ended on the others had they not been waiting, and two
+  // rounds on (a round only late comes by then).
+  const double due_s = std::max(interval, 1.0);
+  const double confirm_t = std::max(t + 2 * due_s + 0.5, t + 2 * std::max(median, 1.0) + 1 + due_s);
+  lone_exits_.push_back({node, job, *pids.begin(), held.begin()->first, t, confirm_t, false});
+}
+
 void TaskLivenessRule::CheckProcRounds(const std::string& node, double t, Context& ctx) {
   auto it = proc_rounds_.find(node);
   if (it == proc_rounds_.end()) return;
   ProcRounds& pr = it->second;
-  // The next round is overdue: the one being read is complete, and the round after it was
-  // empty (no process of any job left on the node sends a record).
-  if (pr.t >= 0 && pr.interval > 0 && !pr.current.empty() && t > pr.t + 1.5 * pr.interval + 0.5) {
-    CloseProcRound(node, pr, ctx);
-    pr.t += pr.interval;
-    CloseProcRound(node, pr, ctx);
+  // The next round is overdue: no process of any job is left on the node to send a record.
+  // The rounds are left as they are (a round only late is read as usual when it comes).
+  if (pr.t >= 0 && pr.interval > 0 && !pr.overdue_noted && t > pr.t + 1.5 * pr.interval + 0.5) {
+    pr.overdue_noted = true;
+    for (const auto& [job, held] : pr.current)
+      NoteLoneExit(node, job, held, pr.t + pr.interval, pr.interval, ctx);
   }
   for (auto e = lone_exits_.begin(); e != lone_exits_.end();) {
+    // Another node's, or not yet due; one whose node went silent is dropped after 10 minutes.
     if (e->node != node || t < e->confirm_t) {
-      ++e;
+      e = t > e->confirm_t + 600 ? lone_exits_.erase(e) : std::next(e);
       continue;
     }
     const LoneExit x = *e;
@@ -581,7 +623,7 @@ void TaskLivenessRule::CheckProcRounds(const std::string& node, double t, Contex
       }
       for (uint32_t gpu : ctx.GpusOf(n)) {
         const Context::Holder* holder = ctx.HolderOf(n, gpu);
-        const trace::TraceGpu* g = ctx.LastGpu(n, gpu);
+        const trace::TraceGpu* g = FreshGpu(n, gpu, t, ctx);
         if (holder && holder->job == x.job && g && g->util_pct && *g->util_pct >= busy_util_pct_)
           ++spinning;
       }
@@ -616,6 +658,7 @@ void TaskLivenessRule::OnProc(const trace::TraceRecord& r, const trace::TracePro
   ProcRounds& pr = proc_rounds_[r.node];
   if (pr.t >= 0 && r.t > pr.t + 0.5) {
     pr.interval = r.t - pr.t;
+    pr.overdue_noted = false;
     CloseProcRound(r.node, pr, ctx);
   }
   pr.t = r.t;

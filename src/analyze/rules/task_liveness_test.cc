@@ -358,5 +358,29 @@ TEST(TaskLivenessRuleTest, AJobFinishingNodeByNodeHasNoRankExit) {
   for (const Finding& x : f) ADD_FAILURE() << x.cause << " on " << x.node << ": " << x.summary;
 }
 
+// A loaded node's process round that comes late, or not at all once, while every rank steps on:
+// no exit (the round after holds the process again, and the others never stopped stepping).
+TEST(TaskLivenessRuleTest, AMissedProcessRoundOfALoneRankIsNoExit) {
+  const std::string full = OneRankANode(
+      300, 400, 400, 300, [](int) { return 97; }, 300, 0);
+  std::string trace;
+  size_t dropped = 0;
+  for (size_t pos = 0; pos < full.size();) {
+    const size_t end = full.find('\n', pos);
+    const std::string line = full.substr(pos, end - pos + 1);
+    pos = end + 1;
+    const auto r = nlohmann::json::parse(line);
+    // n1's rounds at 160, 165 and 170 never come.
+    if (r["type"] == "proc" && r["node"] == "n1" && r["t"] >= 160 && r["t"] <= 170) {
+      ++dropped;
+      continue;
+    }
+    trace += line;
+  }
+  ASSERT_EQ(dropped, 3u);
+  const std::vector<Finding> f = Diagnose(trace);
+  for (const Finding& x : f) ADD_FAILURE() << x.cause << " on " << x.node << ": " << x.summary;
+}
+
 }  // namespace
 }  // namespace gpuwatch::analyze

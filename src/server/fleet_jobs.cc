@@ -56,8 +56,8 @@ void FleetJobs::AddEntry(const std::string& node, uint64_t log_seq,
                          const std::vector<TimedRecord>& records) {
   std::lock_guard<std::mutex> lock(mu_);
   for (const auto& [r, t_ms] : records) AddLocked(node, r, t_ms, /*count=*/true);
-  uint64_t& pos = positions_[node];
-  pos = std::max(pos, log_seq);
+  // Entries come in the log's order (HubIngest holds its lock across the append and this).
+  positions_[node] = log_seq;
   ++changes_;
 }
 
@@ -79,6 +79,24 @@ uint64_t FleetJobs::Position(const std::string& node) const {
   return it == positions_.end() ? 0 : it->second;
 }
 
+void FleetJobs::ClampPosition(const std::string& node, uint64_t max_seq) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = positions_.find(node);
+  if (it == positions_.end() || it->second <= max_seq) return;
+  if (max_seq == 0)
+    positions_.erase(it);
+  else
+    it->second = max_seq;
+  ++changes_;
+}
+
+std::vector<std::string> FleetJobs::PositionedNodes() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<std::string> out;
+  for (const auto& [node, seq] : positions_) out.push_back(node);
+  return out;
+}
+
 uint64_t FleetJobs::Changes() const {
   std::lock_guard<std::mutex> lock(mu_);
   return changes_;
@@ -89,7 +107,10 @@ void FleetJobs::AddLocked(const std::string& node, const json& r, int64_t t_ms, 
   if (type != "job" && type != "step") return;
   const std::string id = Str(r, "job");
   if (id.empty() || id.size() > 256) return;
-  if (!count && !jobs_.count(id)) return;  // forgotten over max_jobs before the snapshot
+  // A replayed entry the snapshot counts: its job records are in the snapshot's state already
+  // (replaying a start would reopen a node's end), and only steps refill the recent windows,
+  // of jobs the snapshot kept (not those forgotten over max_jobs).
+  if (!count && (type == "job" || !jobs_.count(id))) return;
   ++changes_;
   auto [it, fresh] = jobs_.try_emplace(id);
   JobRec& j = it->second;
@@ -100,7 +121,6 @@ void FleetJobs::AddLocked(const std::string& node, const json& r, int64_t t_ms, 
       if (j.start_ms == 0 || t_ms < j.start_ms) j.start_ms = t_ms;
       j.started.insert(node);
       j.ended.erase(node);
-      j.end_ms = 0;
       for (const char* k : {"template", "user", "project"}) {
         const std::string v = Str(r, k);
         if (v.empty()) continue;
@@ -117,7 +137,9 @@ void FleetJobs::AddLocked(const std::string& node, const json& r, int64_t t_ms, 
       j.started.insert(node);  // an end whose start the hub never saw still ends the job there
       j.ended.insert(node);
       if (auto code = Num(r, "exit_code"); code && *code != 0) j.failed = true;
-      if (!j.running()) j.end_ms = std::max(j.end_ms, t_ms);
+      // The latest end of any node, whatever order the nodes' ends arrive in (shown once no
+      // node runs it).
+      j.end_ms = std::max(j.end_ms, t_ms);
     }
   } else {
     auto rank = Num(r, "rank");
@@ -314,15 +336,24 @@ Status FleetJobs::Restore(const json& snap) {
   std::map<std::string, uint64_t> positions;
   std::string where = "the snapshot";
   // nlohmann converts -4 to 2^64-4 when asked for an unsigned number: counts are checked.
-  auto count = [&where](const json& v, const char* what) -> uint64_t {
-    if (!v.is_number_unsigned())
-      throw std::invalid_argument(fmt::format("{}: {} is {}, not a count", where, what, v.dump()));
+  auto count = [&where](const json& v, const char* what, uint64_t max = UINT64_MAX) -> uint64_t {
+    if (!v.is_number_unsigned() || v.get<uint64_t>() > max)
+      throw std::invalid_argument(
+          fmt::format("{}: {} is {}, not a count up to {}", where, what, v.dump(), max));
     return v.get<uint64_t>();
+  };
+  auto ms = [&where](const json& v, const char* what) -> int64_t {
+    if (!v.is_number_integer() || (v.is_number_unsigned() && v.get<uint64_t>() > INT64_MAX))
+      throw std::invalid_argument(
+          fmt::format("{}: {} is {}, not a time in milliseconds", where, what, v.dump()));
+    return v.get<int64_t>();
   };
   try {
     if (!snap.is_object() || snap.value("version", 0) != 1)
       return Status::InvalidArgument("not a job list snapshot of version 1");
     where = "\"positions\"";
+    if (!snap.at("positions").is_object())
+      return Status::InvalidArgument("\"positions\" is not an object of node: sequence number");
     for (const auto& [node, seq] : snap.at("positions").items())
       positions[node] = count(seq, node.c_str());
     size_t i = 0;
@@ -335,14 +366,17 @@ Status FleetJobs::Restore(const json& snap) {
       j.template_name = o.at("template").get<std::string>();
       j.user = o.at("user").get<std::string>();
       j.project = o.at("project").get<std::string>();
-      j.start_ms = o.at("start_ms").get<int64_t>();
-      j.end_ms = o.at("end_ms").get<int64_t>();
-      j.last_seen_ms = o.at("last_seen_ms").get<int64_t>();
+      j.start_ms = ms(o.at("start_ms"), "start_ms");
+      j.end_ms = ms(o.at("end_ms"), "end_ms");
+      j.last_seen_ms = ms(o.at("last_seen_ms"), "last_seen_ms");
       if (o.contains("world_size"))
-        j.world_size = static_cast<uint32_t>(count(o["world_size"], "world_size"));
-      for (const auto& [node, g] : o.at("gpus_by_node").items())
-        for (const json& x : g.is_array() ? g : json::array({g}))
-          j.gpus_by_node[node].insert(static_cast<unsigned>(count(x, "a GPU")));
+        j.world_size =
+            static_cast<uint32_t>(count(o["world_size"], "world_size", options_.max_ranks_per_job));
+      for (const auto& [node, g] : o.at("gpus_by_node").items()) {
+        if (!g.is_array()) throw std::invalid_argument(where + ": gpus_by_node holds no list");
+        for (const json& x : g)
+          j.gpus_by_node[node].insert(static_cast<unsigned>(count(x, "a GPU", 1023)));
+      }
       j.started = o.at("started").get<std::set<std::string>>();
       j.ended = o.at("ended").get<std::set<std::string>>();
       j.failed = o.at("failed").get<bool>();
@@ -352,10 +386,10 @@ Status FleetJobs::Restore(const json& snap) {
           return Status::InvalidArgument(fmt::format("{}: rank {} is out of range", where, n));
         Rank& rk = j.ranks[static_cast<uint32_t>(n)];
         rk.node = r.at("node").get<std::string>();
-        if (r.contains("gpu")) rk.gpu = static_cast<unsigned>(count(r["gpu"], "a GPU"));
+        if (r.contains("gpu")) rk.gpu = static_cast<unsigned>(count(r["gpu"], "a GPU", 1023));
         rk.steps_total = count(r.at("steps_total"), "steps_total");
         if (r.contains("last_step")) rk.last_step = count(r["last_step"], "last_step");
-        rk.last_step_ms = r.at("last_step_ms").get<int64_t>();
+        rk.last_step_ms = ms(r.at("last_step_ms"), "last_step_ms");
       }
     }
   } catch (const json::exception& e) {

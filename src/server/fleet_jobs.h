@@ -18,7 +18,8 @@
 // hub's record log (HubIngest) up to which its entries are counted in. The recent steps are not
 // kept: the restarted hub rebuilds them by Replay of the log's newest entries, where an entry at
 // or below the node's position only refills the windows and one past it is counted — so a step
-// is counted once whether the hub stopped cleanly, crashed between snapshots or never saved.
+// is counted once whether the hub stopped cleanly or crashed between snapshots. (A hub with no
+// snapshot to read counts what its recorders reload: the logs' newest entries.)
 //
 // Thread-safe.
 #pragma once
@@ -63,6 +64,10 @@ class FleetJobs {
   void Replay(const std::string& node, uint64_t log_seq, const std::vector<TimedRecord>& records);
   // The node's position (0: none).
   uint64_t Position(const std::string& node) const;
+  // Lowers the node's position to at most `max_seq` (0 forgets it): its log was cut short or
+  // replaced, and what it appends next is new.
+  void ClampPosition(const std::string& node, uint64_t max_seq);
+  std::vector<std::string> PositionedNodes() const;
 
   // Everything but the recent steps, with the positions: {"version":1,"positions":{node:seq},
   // "jobs":[...]}. `changes` (optional): the change counter it was taken at.

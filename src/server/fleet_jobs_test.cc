@@ -151,25 +151,41 @@ TEST(FleetJobsTest, ASnapshotAndReplayCountEveryStepOnce) {
   EXPECT_EQ(j->ranks[1].steps_total, live->ranks[1].steps_total);
 }
 
-TEST(FleetJobsTest, AnEndedJobOutlivesTheRestartAndARestartedRankStaysEnded) {
+// A job on nodes a and b: a ends at 9 s, b (failing) at 20 s. After the restart, b's log tail
+// still holds its start and end, at or below its position: replaying them changes nothing (a
+// replayed start would reopen b, and its end date the job by b alone).
+TEST(FleetJobsTest, AnEndedJobOutlivesTheRestartAndReplayedJobRecordsChangeNothing) {
+  auto end = [](int code) {
+    return json{{"type", "job"}, {"job", "42"}, {"state", "end"}, {"exit_code", code}};
+  };
   FleetJobs fj;
-  fj.AddEntry("n", 1, {{Start("n", 1, {0}), 1000}});
-  fj.AddEntry("n", 2,
-              {{{{"type", "job"}, {"job", "42"}, {"state", "end"}, {"exit_code", 3}}, 9000}});
+  fj.AddEntry("a", 1, {{Start("a", 2, {0}), 1000}});
+  fj.AddEntry("b", 1, {{Start("b", 2, {0}), 1000}});
+  fj.AddEntry("b", 2, {{end(3), 20'000}});
+  fj.AddEntry("a", 2, {{end(0), 9000}});
+  ASSERT_EQ(fj.Job("42")->end_ms, 20'000);
   FleetJobs back;
   ASSERT_TRUE(back.Restore(fj.Snapshot()).ok());
-  // Replaying the start and end again (both at or below the position) changes nothing.
-  back.Replay("n", 1, {{Start("n", 1, {0}), 1000}});
-  EXPECT_EQ(back.Job("42")->state, "running");  // mid-replay, as when it ran
-  back.Replay("n", 2,
-              {{{{"type", "job"}, {"job", "42"}, {"state", "end"}, {"exit_code", 3}}, 9000}});
+  back.Replay("b", 1, {{Start("b", 2, {0}), 1000}});
+  EXPECT_EQ(back.Job("42")->state, "failed");
+  back.Replay("b", 2, {{end(3), 20'000}});
   auto j = back.Job("42");
   EXPECT_EQ(j->state, "failed");
-  EXPECT_EQ(j->end_ms, 9000);
+  EXPECT_EQ(j->end_ms, 20'000);
   EXPECT_EQ(j->user, "ann");
   // A job the snapshot had forgotten (over max_jobs) is not brought back by a replayed entry.
-  back.Replay("n", 2, {{{{"type", "job"}, {"job", "old"}, {"state", "start"}}, 500}});
+  back.Replay("b", 2, {{{{"type", "job"}, {"job", "old"}, {"state", "start"}}, 500}});
   EXPECT_FALSE(back.Job("old"));
+  // Past the position, a record counts: b starts the job again.
+  back.Replay("b", 3, {{Start("b", 2, {0}), 30'000}});
+  EXPECT_EQ(back.Job("42")->state, "running");
+  EXPECT_EQ(back.Position("b"), 3u);
+  // A log cut short below the position: what it appends next is new.
+  back.ClampPosition("b", 1);
+  EXPECT_EQ(back.Position("b"), 1u);
+  back.ClampPosition("a", 0);
+  EXPECT_EQ(back.Position("a"), 0u);
+  EXPECT_EQ(back.PositionedNodes(), std::vector<std::string>{"b"});
 }
 
 TEST(FleetJobsTest, ADamagedSnapshotIsRefusedByWhatIsWrongAndChangesNothing) {

@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <set>
 
 #include "common/file_io.h"
 #include "common/log.h"
@@ -94,6 +95,10 @@ std::string_view NodeHealthName(NodeHealth h) {
 Result<std::unique_ptr<HubIngest>> HubIngest::Open(HubIngestOptions options) {
   std::unique_ptr<HubIngest> h(new HubIngest(std::move(options)));
   GW_RETURN_IF_ERROR(h->Load());
+  // What the load settled (positions brought back to a replaced log's end, the replayed
+  // counts) is saved at once: a crash before the first periodic save must not read the old
+  // positions against the new logs again.
+  if (Status st = h->SaveJobs(); !st.ok()) GW_LOG_WARN("hub: the job list: {}", st.message());
   return h;
 }
 
@@ -108,20 +113,37 @@ Status HubIngest::Load() {
     const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
     json snap = json::parse(text, nullptr, false);
     Status st = snap.is_discarded() ? Status::InvalidArgument("not JSON") : jobs_.Restore(snap);
-    if (st.ok())
+    if (st.ok()) {
       jobs_restored_ = true;
-    else
-      GW_LOG_WARN("hub: {}: {}; the job list starts again from the records' logs", JobsPath(),
-                  st.message());
+    } else {
+      // Kept aside for a look: the next save would write over it.
+      std::error_code rename_ec;
+      fs::rename(JobsPath(), JobsPath() + ".bad", rename_ec);
+      GW_LOG_WARN(
+          "hub: {}: {}; kept as {}.bad, and the job list starts again from the records' "
+          "logs",
+          JobsPath(), st.message(), JobsPath());
+    }
   }
+  std::set<std::string> logged;
   for (const auto& e : fs::directory_iterator(root, ec)) {
     const std::string name = e.path().filename().string();
     if (!e.is_directory() || !ValidNodeName(name)) continue;
     auto node = NodeFor(name);
     if (!node.ok()) return node.status();
+    logged.insert(name);
     // The newest entry logged is the stream's position.
     Spool& log = *(*node)->log;
     const SpoolStats st = log.Stats();
+    // A log that ends before the job list's position was cut short (a damaged tail) or
+    // replaced: what it appends next is new, so the position comes back to its end.
+    if (const uint64_t pos = jobs_.Position(name); pos >= st.next_seq) {
+      GW_LOG_WARN(
+          "hub: the job list counted node {}'s records up to entry {}, but its log ends "
+          "at {}: entries from {} on are counted as new",
+          name, pos, st.next_seq - 1, st.next_seq);
+      jobs_.ClampPosition(name, st.next_seq - 1);
+    }
     if (st.next_seq > st.first_seq) {
       auto last = log.Read(st.next_seq - 1, 1);
       std::string_view lines;
@@ -146,6 +168,9 @@ Status HubIngest::Load() {
     }
   }
   if (ec) return Status::IoError("cannot list " + root + ": " + ec.message());
+  // A node whose records directory is gone starts a new log from entry 1.
+  for (const std::string& name : jobs_.PositionedNodes())
+    if (!logged.count(name)) jobs_.ClampPosition(name, 0);
   GW_LOG_INFO("hub: {} nodes known from {}", nodes_.size(), root);
   return Status::Ok();
 }
@@ -178,11 +203,11 @@ bool HubIngest::ReloadRecent(const std::string& name, Node& n) {
     if (from == st.first_seq || bytes >= want_bytes) break;
   }
   const uint64_t position = jobs_.Position(name);
-  if (position >= st.next_seq)
+  if (jobs_restored_ && position + 1 < st.first_seq)
     GW_LOG_WARN(
-        "hub: the job list counts node {}'s records up to entry {}, past its log's end "
-        "({}): the log was replaced; its steps may be counted twice",
-        name, position, st.next_seq - 1);
+        "hub: node {}'s log dropped entries {} to {} (over its size bound) before the job "
+        "list counted them: their steps are not counted",
+        name, position + 1, st.first_seq - 1);
   // A node the snapshot does not name pushed first after it was taken: all of its log counts.
   // Without a snapshot (none saved yet, or a damaged one), only what the recorder reloads.
   const uint64_t jobs_from = jobs_restored_ ? position + 1 : recorder_from;

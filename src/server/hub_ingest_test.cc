@@ -247,6 +247,36 @@ TEST_F(HubIngestTest, TheJobListOutlivesARestartCountingEveryStepOnce) {
   EXPECT_LT(steps_of_j7(*hub), 20u);
 }
 
+// A node's records directory removed while the hub was down: its log starts again at entry 1,
+// below the position the saved job list holds, and those entries are new steps, counted.
+TEST_F(HubIngestTest, ANodeWhoseLogIsGoneCountsItsNewEntries) {
+  auto step = [](int i) {
+    return R"({"t":)" + std::to_string(kNowMs / 1000 - 300 + i) +
+           R"(,"type":"step","node":"a","job":"j7","rank":0,"gpu":0,"step":)" + std::to_string(i) +
+           R"(,"duration_s":1.0})" + "\n";
+  };
+  auto steps_of_j7 = [](HubIngest& hub) {
+    auto j = hub.jobs().Job("j7");
+    return j && j->ranks.size() == 1 ? j->ranks[0].steps_total : 0;
+  };
+  auto hub = Open();
+  for (int i = 0; i < 10; ++i)
+    ASSERT_EQ(hub->HandleRecords(step(i), "a", kSpool, std::to_string(i + 1), kNowMs).status, 200);
+  ASSERT_TRUE(hub->SaveJobs().ok());
+  hub.reset();
+  fs::remove_all(dir_ + "/records/a");
+  hub = Open();
+  EXPECT_EQ(steps_of_j7(*hub), 10u);
+  EXPECT_EQ(hub->jobs().Position("a"), 0u);
+  const std::string spool2 = "fedcba9876543210fedcba9876543210";
+  for (int i = 10; i < 15; ++i)
+    ASSERT_EQ(hub->HandleRecords(step(i), "a", spool2, std::to_string(i - 9), kNowMs).status, 200);
+  EXPECT_EQ(steps_of_j7(*hub), 15u);
+  hub.reset();  // killed before the next save
+  hub = Open();
+  EXPECT_EQ(steps_of_j7(*hub), 15u);
+}
+
 TEST_F(HubIngestTest, EveryRefusalSaysWhyAndKeepsNothing) {
   auto hub = Open();
   struct Case {

@@ -339,6 +339,13 @@ int64_t NotAfterSeconds(SSL_CTX* ctx) {
   return static_cast<int64_t>(timegm(&tm));
 }
 
+// Served anyway (refusing to start would take the fleet's ingest down with it), but said.
+void WarnIfExpired(const std::string& cert_file, int64_t not_after_s) {
+  if (not_after_s > 0 && not_after_s < static_cast<int64_t>(::time(nullptr)))
+    GW_LOG_WARN("TLS: the certificate {} expired at {}; clients that verify it will refuse",
+                cert_file, FormatUtc(not_after_s * 1000));
+}
+
 }  // namespace
 
 Result<std::unique_ptr<Server::TlsContext>> Server::LoadTls(const std::string& cert_chain_file,
@@ -377,6 +384,7 @@ Status Server::EnableTls(const std::string& cert_chain_file, const std::string& 
   if (!t.ok()) return t.status();
   tls_ = std::move(t).value();
   tls_not_after_s_ = tls_->not_after_s;
+  WarnIfExpired(cert_chain_file, tls_->not_after_s);
   tls_enabled_ = true;
   tls_cert_file_ = cert_chain_file;
   tls_key_file_ = key_file;
@@ -403,6 +411,7 @@ void Server::MaybeReloadTls() {
   tls_ = std::move(t).value();
   tls_not_after_s_ = tls_->not_after_s;
   tls_reloads_.fetch_add(1);
+  WarnIfExpired(tls_cert_file_, tls_->not_after_s);
   GW_LOG_INFO("TLS: loaded the changed certificate {} (valid until {}); new connections get it",
               tls_cert_file_, FormatUtc(tls_->not_after_s * 1000));
 }
@@ -567,6 +576,9 @@ void Server::Loop() {
     tls_pending = tls_ && ReadTlsPending();
     if (Clock::now() - last_sweep >= 100ms) {
       Sweep();
+      // Also here, not only at accept: clients that keep their connections (Prometheus, the
+      // agents) would otherwise leave a renewed certificate unloaded and its expiry stale.
+      MaybeReloadTls();
       last_sweep = Clock::now();
     }
     for (auto it = conns_.begin(); it != conns_.end();) {

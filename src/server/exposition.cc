@@ -555,8 +555,10 @@ void RenderLimitCounters(std::string_view hostname, const LimitCounters& c, std:
   one("gpuwatch_http_requests_total", static_cast<double>(c.http_requests));
   one("gpuwatch_http_connections", static_cast<double>(c.http_connections));
   by_reason("gpuwatch_http_refused_total", c.http_refused);
-  if (c.tls_not_after_s) {
-    one("gpuwatch_http_tls_certificate_not_after_seconds", static_cast<double>(*c.tls_not_after_s));
+  if (c.tls) {
+    if (c.tls_not_after_s)
+      one("gpuwatch_http_tls_certificate_not_after_seconds",
+          static_cast<double>(*c.tls_not_after_s));
     by_label("gpuwatch_http_tls_reloads_total", "result",
              {{"loaded", c.tls_reloads}, {"refused", c.tls_reload_failures}});
   }

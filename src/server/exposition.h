@@ -23,7 +23,8 @@ struct LimitCounters {
   uint64_t http_requests = 0;
   uint64_t http_connections = 0;
   std::vector<std::pair<std::string_view, uint64_t>> http_refused;  // by reason
-  // The certificate served (http::Server::EnableTls); absent without TLS.
+  // The certificate served (http::Server::EnableTls): its expiry, absent when unknown.
+  bool tls = false;
   std::optional<int64_t> tls_not_after_s;
   uint64_t tls_reloads = 0, tls_reload_failures = 0;
   std::vector<std::pair<std::string_view, uint64_t>> queries_refused;  // by reason

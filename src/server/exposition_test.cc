@@ -113,6 +113,34 @@ TEST(ExpositionTest, LabelValuesAreEscaped) {
   EXPECT_NE(out.find("Hostname=\"we\\\"ird\""), std::string::npos);
 }
 
+// The served certificate's expiry and its reloads appear only with TLS; an expiry OpenSSL
+// could not read is left out rather than exported as 0 (which would fire every expiry alert).
+TEST(ExpositionTest, TlsCertificateLinesOnlyWithTls) {
+  LimitCounters c;
+  std::string out;
+  RenderLimitCounters("node-a", c, &out);
+  EXPECT_EQ(out.find("gpuwatch_http_tls"), std::string::npos);
+  c.tls = true;
+  c.tls_reloads = 2;
+  c.tls_reload_failures = 1;
+  out.clear();
+  RenderLimitCounters("node-a", c, &out);
+  EXPECT_EQ(out.find("gpuwatch_http_tls_certificate_not_after_seconds"), std::string::npos);
+  EXPECT_NE(out.find("gpuwatch_http_tls_reloads_total{Hostname=\"node-a\",result=\"loaded\"} 2"),
+            std::string::npos)
+      << out;
+  EXPECT_NE(out.find("result=\"refused\"} 1"), std::string::npos);
+  c.tls_not_after_s = 1'790'000'000;
+  out.clear();
+  RenderLimitCounters("node-a", c, &out);
+  EXPECT_NE(out.find("# TYPE gpuwatch_http_tls_certificate_not_after_seconds gauge"),
+            std::string::npos);
+  EXPECT_NE(
+      out.find("gpuwatch_http_tls_certificate_not_after_seconds{Hostname=\"node-a\"} 1790000000"),
+      std::string::npos)
+      << out;
+}
+
 TEST(ApiTest, CapabilitiesJsonNamesReasons) {
   auto s = TwoGpus();
   s.caps[1].metrics[model::Idx(GpuMetric::kFanPct)] = {model::Support::kNotSupported,

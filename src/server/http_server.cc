@@ -697,7 +697,10 @@ LimitCounters HttpServer::Counters() const {
   c.http_requests = st.requests;
   c.http_connections = st.connections_open;
   if (server_.tls()) {
-    c.tls_not_after_s = st.tls_not_after_s;
+    c.tls = true;
+    // Unknown (a notAfter OpenSSL could not read) is left out, not 0: 0 would fire every
+    // expiry alert.
+    if (st.tls_not_after_s > 0) c.tls_not_after_s = st.tls_not_after_s;
     c.tls_reloads = st.tls_reloads;
     c.tls_reload_failures = st.tls_reload_failures;
   }

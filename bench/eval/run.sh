@@ -119,13 +119,39 @@ for seed in 1 2 3 4; do
   m=$((m + 1))
 done
 
-echo "suite: $n simulated scenarios in $OUT/suite; real shapes: $m in $OUT/real"
+# One rank a node (1-GPU nodes, 3 and 4 of them): the task causes of one rank, whose node has no
+# peer of its own to be compared with (the stuck, dead or slow rank is told from the others on
+# other nodes), their real shapes, and healthy jobs. A suite of its own (added 2026-12-07).
+mkdir -p "$OUT/onerank"
+q=0
+for shape in 1xH100 1xA100; do
+  for seed in 1 2; do
+    nodes=$((2 + seed)); node=$((seed % nodes))
+    for cv in job_hang job_hang:watchdog rank_exit rank_exit:torchrun rank_exit:oom_kill \
+              data_stall memory_leak straggler_gpu checkpoint_stall healthy; do
+      cause=${cv%%:*}; variant=${cv#*:}; [ "$variant" = "$cv" ] && variant=
+      s=$((seed * 7727 + q * 6151)); onset=$((300 + s % 240)); dur=15m
+      case "$cause" in job_hang) dur=25m ;; esac
+      spec="$cause:node=$node,onset=$onset,severity=0.$((4 + s % 5))"
+      [ -n "$variant" ] && spec="$spec,variant=$variant"
+      [ "$cause" = healthy ] && spec=healthy
+      "$GPUWATCH" sim --shape "$shape" --nodes "$nodes" --seed "$s" --duration "$dur" \
+        --fault "$spec" --out "$OUT/onerank/$cause${variant:+-$variant}-$shape-${nodes}n" >/dev/null
+      q=$((q + 1))
+    done
+  done
+done
+
+echo "suite: $n simulated scenarios in $OUT/suite; real shapes: $m in $OUT/real; one rank a node: $q in $OUT/onerank"
 echo
 echo "== simulated suite =="
 "$GPUWATCH" eval "$OUT/suite" | tail -n +$((n + 2))
 echo
 echo "== real shapes and confounders =="
 "$GPUWATCH" eval "$OUT/real" | tail -n +$((m + 2))
+echo
+echo "== one rank a node =="
+"$GPUWATCH" eval "$OUT/onerank" | tail -n +$((q + 2))
 if [ -d ../shared/scenarios ]; then
   echo
   echo "== ../shared/scenarios (independent generator) =="

@@ -412,8 +412,9 @@ void Server::MaybeReloadTls() {
   tls_not_after_s_ = tls_->not_after_s;
   tls_reloads_.fetch_add(1);
   WarnIfExpired(tls_cert_file_, tls_->not_after_s);
-  GW_LOG_INFO("TLS: loaded the changed certificate {} (valid until {}); new connections get it",
-              tls_cert_file_, FormatUtc(tls_->not_after_s * 1000));
+  GW_LOG_INFO("TLS: loaded the changed certificate {} ({}); new connections get it", tls_cert_file_,
+              tls_->not_after_s > 0 ? "valid until " + FormatUtc(tls_->not_after_s * 1000)
+                                    : "its expiry unreadable");
 }
 
 Server::~Server() {

@@ -118,6 +118,8 @@ void FleetJobs::AddLocked(const std::string& node, const json& r, int64_t t_ms, 
   if (type == "job") {
     const std::string state = Str(r, "state");
     if (state == "start") {
+      // A start while no node runs it is a rerun under the same id: its outcome is its own.
+      if (!j.running()) j.failed = false;
       if (j.start_ms == 0 || t_ms < j.start_ms) j.start_ms = t_ms;
       j.started.insert(node);
       j.ended.erase(node);

@@ -180,6 +180,10 @@ TEST(FleetJobsTest, AnEndedJobOutlivesTheRestartAndReplayedJobRecordsChangeNothi
   back.Replay("b", 3, {{Start("b", 2, {0}), 30'000}});
   EXPECT_EQ(back.Job("42")->state, "running");
   EXPECT_EQ(back.Position("b"), 3u);
+  // That rerun ends well: its outcome is its own, not the earlier run's failure.
+  back.Replay("b", 4, {{end(0), 40'000}});
+  EXPECT_EQ(back.Job("42")->state, "finished");
+  EXPECT_EQ(back.Job("42")->end_ms, 40'000);
   // A log cut short below the position: what it appends next is new.
   back.ClampPosition("b", 1);
   EXPECT_EQ(back.Position("b"), 1u);

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <charconv>
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -109,7 +110,16 @@ Status HubIngest::Load() {
   fs::create_directories(root, ec);
   if (ec) return Status::IoError("cannot create " + root + ": " + ec.message());
   std::lock_guard<std::mutex> lock(mu_);
-  if (std::ifstream in(JobsPath(), std::ios::binary); in) {
+  if (std::ifstream in(JobsPath(), std::ios::binary); !in) {
+    // Missing is a first start; there but unreadable is not, and saving over it would lose it.
+    const int err = errno;
+    std::error_code exists_ec;
+    if (fs::exists(JobsPath(), exists_ec))
+      return Status::IoError(fmt::format(
+          "cannot read {} (the hub's job list): {}; fix its permissions, or move it away to "
+          "start the list again",
+          JobsPath(), std::strerror(err)));
+  } else {
     const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
     json snap = json::parse(text, nullptr, false);
     Status st = snap.is_discarded() ? Status::InvalidArgument("not JSON") : jobs_.Restore(snap);
@@ -119,10 +129,10 @@ Status HubIngest::Load() {
       // Kept aside for a look: the next save would write over it.
       std::error_code rename_ec;
       fs::rename(JobsPath(), JobsPath() + ".bad", rename_ec);
-      GW_LOG_WARN(
-          "hub: {}: {}; kept as {}.bad, and the job list starts again from the records' "
-          "logs",
-          JobsPath(), st.message(), JobsPath());
+      GW_LOG_WARN("hub: {}: {}; {}, and the job list starts again from the records' logs",
+                  JobsPath(), st.message(),
+                  rename_ec ? "it could not be kept aside (" + rename_ec.message() + ")"
+                            : "kept as " + JobsPath() + ".bad");
     }
   }
   std::set<std::string> logged;

@@ -105,7 +105,8 @@ class TaskLivenessRule : public Rule {
   }
 
   size_t JobEntries() const override {
-    size_t n = hangs_.size() + deaths_.size() + exited_.size() + lone_exits_.size();
+    size_t n = hangs_.size() + deaths_.size() + exited_.size() + lone_exits_.size() +
+               lone_noted_.size() + lone_reported_.size();
     for (const auto& [node, pr] : proc_rounds_) n += pr.current.size() + pr.previous.size();
     return n;
   }
@@ -120,6 +121,8 @@ class TaskLivenessRule : public Rule {
       it = it->second == job ? exited_.erase(it) : std::next(it);
     }
     std::erase_if(lone_exits_, [&job](const LoneExit& e) { return e.job == job; });
+    for (auto* noted : {&lone_noted_, &lone_reported_})
+      std::erase_if(*noted, [&job](const auto& nj) { return nj.second == job; });
   }
 
  private:
@@ -145,6 +148,7 @@ class TaskLivenessRule : public Rule {
     double t = 0;            // the round it was first missing from
     double confirm_t = 0;    // judged at the node's records from then on
     bool elsewhere = false;  // a later round of another node holds the job
+    double step_s = 1;       // the job's median step
   };
   // GPU samples older than this (a node gone silent) say nothing of what its GPUs do now.
   static constexpr double kFreshGpuS = 15;
@@ -206,6 +210,9 @@ class TaskLivenessRule : public Rule {
   std::map<std::pair<std::string, std::string>, Deaths> deaths_;
   std::map<std::string, ProcRounds> proc_rounds_;
   std::vector<LoneExit> lone_exits_;
+  // (node, job) noted as a lone exit once: an exit is judged once, not again when the stale
+  // rounds it left are read later; and those reported, retracted if the job then ends well.
+  std::set<std::pair<std::string, std::string>> lone_noted_, lone_reported_;
   std::map<std::pair<std::string, uint32_t>, double> gpu_seen_t_;  // (node, GPU) → last sample
   // (node, job) whose rank exit was judged: the first death only (what follows is the teardown).
   std::set<std::pair<std::string, std::string>> exited_;
@@ -497,7 +504,20 @@ void TaskLivenessRule::WatchdogHang(const trace::TraceRecord& r, const std::stri
 }
 
 void TaskLivenessRule::OnJob(const trace::TraceRecord& r, const trace::TraceJob& j, Context& ctx) {
-  if (!j.job || j.state.value_or("") != "end" || !j.exit_code || *j.exit_code == 0) return;
+  if (!j.job || j.state.value_or("") != "end" || !j.exit_code) return;
+  if (*j.exit_code == 0) {
+    // A job that ended well lost no rank: a lone exit judged before its end was its nodes
+    // finishing one by one (a rank still busy on the last one).
+    for (auto it = lone_reported_.begin(); it != lone_reported_.end();) {
+      if (it->second != *j.job) {
+        ++it;
+        continue;
+      }
+      ctx.Retract(Cause::kRankExit, it->first, it->second);
+      it = lone_reported_.erase(it);
+    }
+    return;
+  }
   // A failed job whose launcher named no rank: the rank whose own error lines came first.
   auto it = deaths_.find({r.node, *j.job});
   if (it == deaths_.end() || it->second.failures_seen > 0 || it->second.error_lines.empty()) {
@@ -580,13 +600,15 @@ void TaskLivenessRule::NoteLoneExit(const std::string& node, const std::string& 
     if (median < 0 && tv->durations.size() >= 5) median = tv->MedianStep();
   }
   if (!steps_elsewhere) return;
-  for (const LoneExit& e : lone_exits_)
-    if (e.node == node && e.job == job) return;
-  // Judged once a step would have ended on the others had they not been waiting, and two
-  // rounds on (a round only late comes by then).
+  if (exited_.count({node, job}) || !lone_noted_.insert({node, job}).second) return;
+  // The others' last step ends at most one step after the exit (the one in flight); a job at
+  // work ends one at least every step. Judged when a step past that would have ended, with a
+  // round to spare, and two rounds on (a round only late comes by then).
+  const double step_s = std::max(median, 1.0);
   const double due_s = std::max(interval, 1.0);
-  const double confirm_t = std::max(t + 2 * due_s + 0.5, t + 2 * std::max(median, 1.0) + 1 + due_s);
-  lone_exits_.push_back({node, job, *pids.begin(), held.begin()->first, t, confirm_t, false});
+  const double confirm_t = std::max(t + 2 * due_s + 0.5, t + 2.5 * step_s + 1 + due_s);
+  lone_exits_.push_back(
+      {node, job, *pids.begin(), held.begin()->first, t, confirm_t, false, step_s});
 }
 
 void TaskLivenessRule::CheckProcRounds(const std::string& node, double t, Context& ctx) {
@@ -597,8 +619,13 @@ void TaskLivenessRule::CheckProcRounds(const std::string& node, double t, Contex
   // The rounds are left as they are (a round only late is read as usual when it comes).
   if (pr.t >= 0 && pr.interval > 0 && !pr.overdue_noted && t > pr.t + 1.5 * pr.interval + 0.5) {
     pr.overdue_noted = true;
-    for (const auto& [job, held] : pr.current)
+    for (const auto& [job, held] : pr.current) {
+      // Dated at the round that did not come: the launcher's report of these pids reads it.
+      Deaths& d = deaths_[{node, job}];
+      for (const auto& [gpu, pid] : held)
+        if (d.pid_gone.size() < 65536) d.pid_gone.emplace(pid, pr.t + pr.interval);
       NoteLoneExit(node, job, held, pr.t + pr.interval, pr.interval, ctx);
+    }
   }
   for (auto e = lone_exits_.begin(); e != lone_exits_.end();) {
     // Another node's, or not yet due; one whose node went silent is dropped after 10 minutes.
@@ -617,15 +644,20 @@ void TaskLivenessRule::CheckProcRounds(const std::string& node, double t, Contex
     bool stepped = false;
     for (const std::string& n : ctx.NodesOf(x.job)) {
       if (n == node) continue;
-      if (const TaskView* tv = ctx.Task(n, x.job); tv && tv->last_step_t >= 0) {
-        const double median = tv->durations.size() >= 5 ? tv->MedianStep() : 1.0;
-        if (tv->last_step_t > x.t + 2 * median + 1) stepped = true;
-      }
+      if (const TaskView* tv = ctx.Task(n, x.job); tv && tv->last_step_t > x.t + 1.5 * x.step_s + 1)
+        stepped = true;
       for (uint32_t gpu : ctx.GpusOf(n)) {
         const Context::Holder* holder = ctx.HolderOf(n, gpu);
         const trace::TraceGpu* g = FreshGpu(n, gpu, t, ctx);
-        if (holder && holder->job == x.job && g && g->util_pct && *g->util_pct >= busy_util_pct_)
-          ++spinning;
+        if (!holder || holder->job != x.job || !g || !g->util_pct || *g->util_pct < busy_util_pct_)
+          continue;
+        // Spinning in a collective is busy on little power; a GPU drawing its stepping power
+        // works (a final evaluation or export on the last node), it does not wait. The latest
+        // sample, not the minute's median, which still holds the steps before the exit.
+        auto p = power_.find({n, gpu});
+        const bool working = g->power_w && p != power_.end() && p->second.stepping_n >= 10 &&
+                             *g->power_w >= kWorkingPowerShare * p->second.stepping_w;
+        if (!working) ++spinning;
       }
     }
     if (spinning == 0 || stepped) continue;
@@ -642,6 +674,7 @@ void TaskLivenessRule::CheckProcRounds(const std::string& node, double t, Contex
                             "their GPUs spinning with no step finished: waiting for it",
                             spinning)},
                ctx);
+    lone_reported_.insert({node, x.job});
   }
 }
 

@@ -274,10 +274,11 @@ TEST(TaskLivenessRuleTest, TheWatchdogsTimeoutDatesAHangOfAJobWithoutSteps) {
 // One rank a node (1-GPU nodes): job j1 on n0, n1, n2, rank k on nk's GPU 0. Steps end every
 // second from 101 to `steps_until`; proc rounds every 5 s, n1's until `n1_procs_until`
 // (exclusive), the others' until `procs_until`; GPU samples every second to `until`, at
-// `util_after(node)` once the steps stopped; the job's end records at `end_t` (none at 0).
+// `util_after(node)` once the steps stopped (busy ones at `busy_power_after` W, against 300 W
+// while stepping); the job's end records at `end_t` (none at 0).
 std::string OneRankANode(double steps_until, double n1_procs_until, double procs_until,
                          double until, const std::function<int(int)>& util_after, double end_t,
-                         int exit_code) {
+                         int exit_code, int busy_power_after = 110) {
   std::string t;
   for (int k = 0; k < 3; ++k) {
     const std::string node = "n" + std::to_string(k);
@@ -294,7 +295,7 @@ std::string OneRankANode(double steps_until, double n1_procs_until, double procs
       const std::string node = "n" + std::to_string(k);
       const int util = s <= steps_until ? 97 : util_after(k);
       // Spinning in a collective keeps the GPU busy on little power (NVIDIA/nccl#968).
-      const int power = s <= steps_until ? 300 : util > 50 ? 110 : 80;
+      const int power = s <= steps_until ? 300 : util > 50 ? busy_power_after : 80;
       t += nlohmann::json{{"t", s},   {"type", "gpu"},    {"node", node},
                           {"gpu", 0}, {"util_pct", util}, {"power_w", power}}
                .dump() +
@@ -380,6 +381,21 @@ TEST(TaskLivenessRuleTest, AMissedProcessRoundOfALoneRankIsNoExit) {
   ASSERT_EQ(dropped, 3u);
   const std::vector<Finding> f = Diagnose(trace);
   for (const Finding& x : f) ADD_FAILURE() << x.cause << " on " << x.node << ": " << x.summary;
+}
+
+// n1 leaves while n0 and n2 stay busy with no step: at their stepping power they work (a final
+// evaluation), not wait; spinning on little power but then ending with exit code 0, they were
+// finishing one by one, and the exit judged meanwhile is taken back.
+TEST(TaskLivenessRuleTest, AJobStillWorkingOrEndingWellOnItsOtherNodesHasNoRankExit) {
+  auto busy = [](int k) { return k == 1 ? 0 : 97; };
+  std::vector<Finding> f = Diagnose(OneRankANode(153, 155, 200, 205, busy, 205, 0, 300));
+  for (const Finding& x : f) ADD_FAILURE() << x.cause << " on " << x.node << ": " << x.summary;
+  f = Diagnose(OneRankANode(153, 155, 200, 205, busy, 205, 0, 110));
+  for (const Finding& x : f) ADD_FAILURE() << x.cause << " on " << x.node << ": " << x.summary;
+  // The same spinning, ended with exit code 1: the exit stands.
+  f = Diagnose(OneRankANode(153, 155, 200, 205, busy, 205, 1, 110));
+  ASSERT_EQ(f.size(), 1u);
+  EXPECT_EQ(f[0].cause, Cause::kRankExit);
 }
 
 }  // namespace

@@ -698,6 +698,10 @@ void TaskLivenessRule::OnProc(const trace::TraceRecord& r, const trace::TracePro
   pr.current[*p.job][*p.gpu] = *p.pid;
   Deaths& d = deaths_[{r.node, *p.job}];
   if (d.pid_gpu.size() < 65536) d.pid_gpu[*p.pid] = *p.gpu;
+  // Seen again: the round it was missing from was only late, and a later exit of the job here
+  // is judged afresh.
+  d.pid_gone.erase(*p.pid);
+  lone_noted_.erase({r.node, *p.job});
 }
 
 }  // namespace

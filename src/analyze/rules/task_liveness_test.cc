@@ -383,6 +383,27 @@ TEST(TaskLivenessRuleTest, AMissedProcessRoundOfALoneRankIsNoExit) {
   for (const Finding& x : f) ADD_FAILURE() << x.cause << " on " << x.node << ": " << x.summary;
 }
 
+// The same missed rounds, then n1's rank really dies at 255 while the others wait: that exit is
+// judged afresh, dated by its own missing round.
+TEST(TaskLivenessRuleTest, AnExitAfterMissedRoundsIsStillFound) {
+  const std::string full = OneRankANode(
+      253, 255, 300, 300, [](int k) { return k == 1 ? 0 : 100; }, 300, 1);
+  std::string trace;
+  for (size_t pos = 0; pos < full.size();) {
+    const size_t end = full.find('\n', pos);
+    const std::string line = full.substr(pos, end - pos + 1);
+    pos = end + 1;
+    const auto r = nlohmann::json::parse(line);
+    if (r["type"] == "proc" && r["node"] == "n1" && r["t"] >= 160 && r["t"] <= 170) continue;
+    trace += line;
+  }
+  const std::vector<Finding> f = Diagnose(trace);
+  ASSERT_EQ(f.size(), 1u);
+  EXPECT_EQ(f[0].cause, Cause::kRankExit);
+  EXPECT_EQ(f[0].node, "n1");
+  EXPECT_DOUBLE_EQ(f[0].first_seen, 255);
+}
+
 // n1 leaves while n0 and n2 stay busy with no step: at their stepping power they work (a final
 // evaluation), not wait; spinning on little power but then ending with exit code 0, they were
 // finishing one by one, and the exit judged meanwhile is taken back.

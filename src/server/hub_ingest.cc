@@ -197,7 +197,7 @@ bool HubIngest::ReloadRecent(const std::string& name, Node& n) {
   const SpoolStats st = n.log->Stats();
   if (st.next_seq <= st.first_seq) return false;
   const uint64_t want_bytes = options_.node_recorder_bytes;
-  uint64_t recorder_from = st.next_seq;
+  std::vector<SpoolEntry> tail;  // the recorder's, read once and replayed below
   for (uint64_t back = 8;; back *= 2) {
     const uint64_t from = st.next_seq - st.first_seq > back ? st.next_seq - back : st.first_seq;
     auto got = n.log->Read(from, 4 * want_bytes);
@@ -207,60 +207,67 @@ bool HubIngest::ReloadRecent(const std::string& name, Node& n) {
       if (!got.ok()) GW_LOG_WARN("hub: records of {}: {}", name, got.status().message());
       break;
     }
-    recorder_from = got->front().seq;
+    tail = std::move(*got);
     uint64_t bytes = 0;
-    for (const SpoolEntry& e : *got) bytes += e.payload.size();
+    for (const SpoolEntry& e : tail) bytes += e.payload.size();
     if (from == st.first_seq || bytes >= want_bytes) break;
   }
+  const uint64_t recorder_from = tail.empty() ? st.next_seq : tail.front().seq;
   const uint64_t position = jobs_.Position(name);
   if (jobs_restored_ && position + 1 < st.first_seq)
     GW_LOG_WARN(
         "hub: node {}'s log dropped entries {} to {} (over its size bound) before the job "
         "list counted them: their steps are not counted",
         name, position + 1, st.first_seq - 1);
-  // A node the snapshot does not name pushed first after it was taken: all of its log counts.
-  // Without a snapshot (none saved yet, or a damaged one), only what the recorder reloads.
-  const uint64_t jobs_from = jobs_restored_ ? position + 1 : recorder_from;
   size_t records = 0;
   bool node_record = false;
-  for (uint64_t next = std::max(st.first_seq, std::min(recorder_from, jobs_from));
-       next < st.next_seq;) {
+  // One entry: its job and step records to the job list, and the rest too to the recorder.
+  auto replay = [&](const SpoolEntry& e, bool to_recorder) {
+    std::string id;
+    uint64_t seq = 0;
+    std::string_view lines;
+    if (!ParseEntryHeader(e.payload, &id, &seq, &lines)) return;
+    std::vector<FleetJobs::TimedRecord> job_records;
+    for (size_t pos = 0; pos < lines.size();) {
+      const std::string_view line = NextLine(lines, &pos);
+      // Checked when taken; a line that no longer parses (a damaged disk) is skipped.
+      json r = json::parse(line, nullptr, false);
+      if (!r.is_object() || !r.contains("t") || !r["t"].is_number() || !r.contains("type") ||
+          !r["type"].is_string())
+        continue;
+      const int64_t t_ms = static_cast<int64_t>(std::llround(r["t"].get<double>() * 1000));
+      const std::string& type = r["type"].get_ref<const std::string&>();
+      n.status.newest_record_ms = std::max(n.status.newest_record_ms, t_ms);
+      if (type == "job" || type == "step") job_records.push_back({std::move(r), t_ms});
+      if (!to_recorder) continue;
+      if (type == "node") {
+        n.recorder->AddNodeRecord(t_ms, std::string(line), name);
+        node_record = true;
+      } else {
+        n.recorder->Add(t_ms, std::string(line));
+      }
+      ++records;
+    }
+    if (!job_records.empty() || e.seq > position) jobs_.Replay(name, e.seq, job_records);
+  };
+  // A node the snapshot does not name pushed first after it was taken: all of its log counts.
+  // Without a snapshot (none saved yet, or a damaged one), only what the recorder reloads.
+  // Where the job list's part starts before the recorder's, that part is read on its own.
+  const uint64_t jobs_from = jobs_restored_ ? position + 1 : recorder_from;
+  for (uint64_t next = std::max(st.first_seq, jobs_from); next < recorder_from;) {
     auto got = n.log->Read(next, 4 * want_bytes);
     if (!got.ok() || got->empty()) {
       if (!got.ok()) GW_LOG_WARN("hub: records of {}: {}", name, got.status().message());
       break;
     }
     for (const SpoolEntry& e : *got) {
+      if (e.seq >= recorder_from) break;
+      replay(e, /*to_recorder=*/false);
       next = e.seq + 1;
-      const bool to_recorder = e.seq >= recorder_from;
-      std::string id;
-      uint64_t seq = 0;
-      std::string_view lines;
-      if (!ParseEntryHeader(e.payload, &id, &seq, &lines)) continue;
-      std::vector<FleetJobs::TimedRecord> job_records;
-      for (size_t pos = 0; pos < lines.size();) {
-        const std::string_view line = NextLine(lines, &pos);
-        // Checked when taken; a line that no longer parses (a damaged disk) is skipped.
-        json r = json::parse(line, nullptr, false);
-        if (!r.is_object() || !r.contains("t") || !r["t"].is_number() || !r.contains("type") ||
-            !r["type"].is_string())
-          continue;
-        const int64_t t_ms = static_cast<int64_t>(std::llround(r["t"].get<double>() * 1000));
-        const std::string& type = r["type"].get_ref<const std::string&>();
-        n.status.newest_record_ms = std::max(n.status.newest_record_ms, t_ms);
-        if (type == "job" || type == "step") job_records.push_back({std::move(r), t_ms});
-        if (!to_recorder) continue;
-        if (type == "node") {
-          n.recorder->AddNodeRecord(t_ms, std::string(line), name);
-          node_record = true;
-        } else {
-          n.recorder->Add(t_ms, std::string(line));
-        }
-        ++records;
-      }
-      if (!job_records.empty() || e.seq > position) jobs_.Replay(name, e.seq, job_records);
     }
+    if (got->back().seq >= recorder_from) break;
   }
+  for (const SpoolEntry& e : tail) replay(e, /*to_recorder=*/true);
   if (records > 0)
     GW_LOG_INFO("hub: node {}: {} recent records reloaded from its log", name, records);
   return node_record;

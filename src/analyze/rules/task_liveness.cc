@@ -346,6 +346,16 @@ bool TaskLivenessRule::WasHung(const std::string& node, const std::string& job, 
   return false;
 }
 
+// The rank the step records put on `gpu` of this node (the last, should several share it).
+std::optional<uint32_t> RankOnGpu(const TaskView* task, uint32_t gpu) {
+  std::optional<uint32_t> rank;
+  if (task) {
+    for (const auto& [rk, g] : task->rank_gpu)
+      if (g == gpu) rank = rk;
+  }
+  return rank;
+}
+
 std::optional<uint32_t> TaskLivenessRule::RankOfPid(const std::string& node, const std::string& job,
                                                     uint32_t pid, const Context& ctx) const {
   auto d = deaths_.find({node, job});
@@ -556,13 +566,7 @@ void TaskLivenessRule::CloseProcRound(const std::string& node, ProcRounds& pr, C
     // One or a few ranks gone while most remain: an exit. Most gone at once: the teardown.
     if (missing.empty() || missing.size() * 2 > before.size()) continue;
     for (uint32_t gpu : missing) {
-      std::optional<uint32_t> rank;
-      if (task) {
-        for (const auto& [rk, g] : task->rank_gpu) {
-          if (g == gpu) rank = rk;
-        }
-      }
-      ReportExit(node, job, rank, pr.t, pr.t,
+      ReportExit(node, job, RankOnGpu(task, gpu), pr.t, pr.t,
                  {fmt::format("pid {} on GPU {} absent from the processes at {} while most of "
                               "the job's remain",
                               before.at(gpu), gpu, Num(pr.t))},
@@ -662,10 +666,7 @@ void TaskLivenessRule::CheckProcRounds(const std::string& node, double t, Contex
     }
     if (spinning == 0 || stepped) continue;
     std::optional<uint32_t> rank = RankOfPid(node, x.job, x.pid, ctx);
-    if (!rank && task) {
-      for (const auto& [rk, g] : task->rank_gpu)
-        if (g == x.gpu) rank = rk;
-    }
+    if (!rank) rank = RankOnGpu(task, x.gpu);
     ReportExit(node, x.job, rank, x.t, t,
                {fmt::format("pid {} on GPU {}, the job's only process on this node, absent from "
                             "the processes from {} on",

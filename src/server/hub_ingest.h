@@ -19,8 +19,9 @@
 // back into the recorder and the job list: the diagnosis reads the recent past again.
 //
 // The job list (FleetJobs) is saved to <data-dir>/fleet-jobs.json by SaveJobs (the hub calls it
-// every 30 s and when it stops) and read back on a restart before the logs' newest entries are
-// replayed into it: ended jobs stay listed, and a step is counted once.
+// every 30 s and when it stops; Open calls it once the load has settled) and read back on a
+// restart before the logs' entries past its positions are replayed into it: ended jobs stay
+// listed, and a step is counted once.
 //
 // Every 400 says what was wrong (the line number and the field); a 400 is not retried by the
 // agent. The body is bounded by the HTTP route; the number of nodes by max_nodes (a new node

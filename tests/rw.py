@@ -27,11 +27,11 @@ def timeseries(labels, samples):
 
 def snappy(data):
     """Snappy block format: the length, then literals of at most 64 KiB."""
-    out = varint(len(data))
+    out = [varint(len(data))]  # joined once: += on bytes copied a 20 MiB body 300 times
     for i in range(0, len(data), 65536):
         chunk = data[i:i + 65536]
-        out += b"\xf4" + struct.pack("<H", len(chunk) - 1) + chunk
-    return out
+        out += [b"\xf4", struct.pack("<H", len(chunk) - 1), chunk]
+    return b"".join(out)
 
 
 def body(series):

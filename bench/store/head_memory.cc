@@ -2,7 +2,7 @@
 // sample each a second, appended a second at a time (bench/fleet/RESULTS.md, issue 19).
 //
 //   head_memory [--series 100000] [--seconds 9000] [--block-shift 9] [--block-span-min 120]
-//               [--dir DIR]
+//               [--dir DIR] [--restart]
 //
 // The fleet benchmark runs a minute, so it sees the head young: each open chunk's raw buffer
 // holds a minute of samples, not the 2^block_shift it keeps once full, and no chunk has grown
@@ -11,12 +11,16 @@
 // past the first flush. Series carry a fleet node's labels (fleet_load's) and values of four
 // kinds seen in GPU telemetry: a constant (memory total), a small integer random walk
 // (temperature), a decimal with one digit of noise (power), and a counter (energy).
-// Not a timing: the head's memory only.
+// Not a timing: the head's memory only. With --restart it then times what an operator waits
+// for at that size, once each: the stop (Close flushes the head to a block: what SIGTERM
+// costs, against systemd's TimeoutStopSec), the start after it, and the start after a crash
+// (the WAL replayed into the head), from a copy of the data directory taken before the stop.
 #include <fmt/format.h>
 #include <malloc.h>
 
 #include <CLI/CLI.hpp>
 #include <atomic>
+#include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <filesystem>
@@ -44,18 +48,22 @@ int main(int argc, char** argv) {
   int block_shift = gpuwatch::store::kDefaultBlockShift;
   int block_span_min = 120;
   std::string dir = "/tmp/gpuwatch-head-memory";
+  bool restart = false;
   app.add_option("--series", series);
   app.add_option("--seconds", seconds);
   app.add_option("--block-shift", block_shift);
   app.add_option("--block-span-min", block_span_min, "the head is flushed to a block at this span");
   app.add_option("--dir", dir);
+  app.add_flag("--restart", restart, "time the stop, a start after it and a start after a crash");
   CLI11_PARSE(app, argc, argv);
 
   // The gpuwatch binary's malloc settings (cli/main.cc).
   mallopt(M_ARENA_MAX, 1);
   mallopt(M_MMAP_THRESHOLD, 64 << 20);
   mallopt(M_TRIM_THRESHOLD, 64 << 20);
+  const std::string crash_dir = dir + "-crash";
   std::filesystem::remove_all(dir);
+  std::filesystem::remove_all(crash_dir);
   const int64_t t0_ms = int64_t{1'800'000'000} * 1000;
   std::atomic<int64_t> now_ms{t0_ms};
   gpuwatch::store::StoreOptions o;
@@ -149,5 +157,30 @@ int main(int argc, char** argv) {
   fmt::print("peak RSS {:.0f} MiB; on disk {} bytes\n",
              static_cast<double>(StatusBytes("VmHWM")) / (1 << 20),
              (*store)->Stats().bytes_on_disk);
+  if (!restart) return 0;
+
+  // The WAL is written with write(2) and nothing buffered in the process, so a copy taken now
+  // holds what a SIGKILL would leave (less the lock, which a new process takes afresh).
+  std::filesystem::copy(dir, crash_dir, std::filesystem::copy_options::recursive);
+  const uint64_t head_samples = (*store)->Stats().head_samples;
+  auto since_s = [](std::chrono::steady_clock::time_point t0) {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  };
+  auto t0 = std::chrono::steady_clock::now();
+  auto closed = (*store)->Close();
+  fmt::print("stop (the head's {} samples flushed to a block): {:.1f} s{}\n", head_samples,
+             since_s(t0), closed.ok() ? "" : " FAILED: " + closed.message());
+  (*store).reset();
+  for (const auto& [what, d] : {std::pair{"a clean stop", dir}, std::pair{"a crash", crash_dir}}) {
+    t0 = std::chrono::steady_clock::now();
+    auto again = gpuwatch::store::Store::Open(d, o);
+    if (!again.ok()) {
+      fmt::print(stderr, "open after {}: {}\n", what, again.status().ToString());
+      return 1;
+    }
+    fmt::print("start after {}: {:.1f} s ({} samples in the head)\n", what, since_s(t0),
+               (*again)->Stats().head_samples);
+  }
+  std::filesystem::remove_all(crash_dir);
   return 0;
 }

@@ -196,6 +196,10 @@ class Head {
     // The samples the head holds within [lo, hi] (chunks and out-of-order ones), ascending
     // and unique by timestamp. REQUIRES: mu held.
     std::vector<Sample> Held(int64_t lo, int64_t hi) const;
+    // Prefetch hints for applying a sample, in two steps a few samples apart: the series'
+    // own lines first, then (once those are in cache) the buffers an append writes.
+    void PrefetchSelf() const;
+    void PrefetchBuffers() const;
   };
   // WAL record types. On-disk: never renumber.
   enum RecordType : uint8_t { kBatchRecord = 1 };
@@ -217,6 +221,12 @@ class Head {
   mutable std::mutex series_mu_;  // guards the series_ vector itself (growth)
   std::vector<std::unique_ptr<MemSeries>> series_;
   std::vector<SeriesRef> replay_refs_;  // logged ref -> index ref, during replay only
+  struct ReplayedSample {
+    MemSeries* series;
+    int64_t t_ms;
+    double value;
+  };
+  std::vector<ReplayedSample> replay_batch_;  // one record's samples, reused
   uint64_t replay_bad_records_ = 0;
   uint64_t replay_out_of_bounds_ = 0;
   std::string dir_;

@@ -10,7 +10,9 @@
 #include <functional>
 #include <random>
 
+#include "store/internal/coding.h"
 #include "store/testing/scratch_dir.h"
+#include "store/wal.h"
 
 namespace gpuwatch::store {
 namespace {
@@ -241,6 +243,72 @@ TEST_F(HeadTest, ReopenReplaysEverything) {
   auto q = (*head)->Query(Sel("DCGM_FI_DEV_GPU_UTIL{gpu=\"3\"}"), 0, INT64_MAX);
   ASSERT_EQ(q.size(), 1u);
   EXPECT_EQ(q[0].samples.back().value, 47 * 1.5);  // the last b with b % 4 == 3
+}
+
+// Replay applies a record's samples with their series fetched ahead (ForEachPrefetched): each
+// series of a batch wider than the look-ahead gets its own samples, and the newest last.
+TEST_F(HeadTest, ReopenReplaysAWideBatchSeriesBySeries) {
+  constexpr int kSeries = 100;
+  {
+    auto head = OpenHead();
+    for (int t = 1; t <= 3; ++t) {
+      std::vector<Head::Input> batch;
+      for (int g = 0; g < kSeries; ++g)
+        batch.push_back(In(std::to_string(g), {{t * 1000LL, g + t * 0.25}}));
+      ASSERT_EQ(head->Append(batch)->accepted, size_t{kSeries});
+    }
+  }
+  auto head = OpenHead();
+  ASSERT_EQ(head->num_samples(), 3u * kSeries);
+  for (int g = 0; g < kSeries; ++g) {
+    auto q =
+        head->Query(Sel("DCGM_FI_DEV_GPU_UTIL{gpu=\"" + std::to_string(g) + "\"}"), 0, INT64_MAX);
+    ASSERT_EQ(q.size(), 1u) << g;
+    ASSERT_EQ(q[0].samples.size(), 3u) << g;
+    for (int t = 1; t <= 3; ++t) {
+      EXPECT_EQ(q[0].samples[t - 1].t_ms, t * 1000LL) << g;
+      EXPECT_EQ(q[0].samples[t - 1].value, g + t * 0.25) << g;
+    }
+  }
+}
+
+// A record whose CRC holds but whose samples stop making sense partway (a sample of a series it
+// never defined): the samples before it are applied, as they were appended, and none after.
+TEST_F(HeadTest, ReplayAppliesARecordUpToItsFirstBadSample) {
+  {
+    fs::create_directories(dir_);
+    auto wal = Wal::Open(
+        dir_ + "/wal", {}, [](uint8_t, std::string_view) {}, nullptr);
+    ASSERT_TRUE(wal.ok()) << wal.status().ToString();
+    using internal::PutDouble;
+    using internal::PutVarint;
+    using internal::ZigZag;
+    std::string rec;
+    PutVarint(&rec, 2);  // two series: logged refs 0 and 1
+    for (uint64_t ref : {0, 1}) {
+      PutVarint(&rec, ref);
+      PutVarint(&rec, 2);
+      for (const std::string& part :
+           {std::string("__name__"), std::string("m"), std::string("gpu"), std::to_string(ref)}) {
+        PutVarint(&rec, part.size());
+        rec += part;
+      }
+    }
+    PutVarint(&rec, 4);
+    for (auto [ref, value] :
+         std::vector<std::pair<uint64_t, double>>{{0, 1}, {1, 2}, {7, 3}, {0, 4}}) {
+      PutVarint(&rec, ref);
+      PutVarint(&rec, ZigZag(1000 * static_cast<int64_t>(value)));
+      PutDouble(&rec, value);
+    }
+    ASSERT_TRUE((*wal)->Append(/*Head's kBatchRecord, never renumbered*/ 1, rec).ok());
+  }
+  auto head = OpenHead();
+  ASSERT_NE(head, nullptr);
+  EXPECT_EQ(head->num_samples(), 2u);
+  auto q = head->Query(Sel("m"), 0, INT64_MAX);
+  ASSERT_EQ(q.size(), 2u);
+  for (const auto& s : q) ASSERT_EQ(s.samples.size(), 1u);
 }
 
 // A batch that fails to reach the WAL (disk full) must not leave the log referring to a series

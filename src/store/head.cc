@@ -1,6 +1,7 @@
 #include "store/head.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <deque>
 #include <filesystem>
@@ -68,6 +69,48 @@ using internal::UnZigZag;
 using internal::ZigZag;
 
 bool SameBits(double a, double b) { return std::memcmp(&a, &b, sizeof(double)) == 0; }
+
+// The samples of a kCompactBatchRecord. Each is its series' logged ref; its timestamp as the
+// difference from the record's previous sample (a batch is mostly one tick of every series:
+// one byte); and its value as a zigzag varint shifted left once where it is an integer a double
+// holds exactly (clocks, temperatures, utilization, bytes, counters: most GPU fields), else the
+// tag 1 and the double's 8 bytes (every bit kept: NaN payloads such as Prometheus' stale
+// marker, -0, infinities). A kBatchRecord spent ~17 bytes a sample, 8 of them the value's and
+// ~6 the absolute timestamp's; its hub's WAL held two hours of the fleet at that size.
+struct WalSampleCoder {
+  int64_t prev_t_ms = 0;
+
+  void Put(std::string* out, uint64_t ref, int64_t t_ms, double v) {
+    PutVarint(out, ref);
+    // Timestamps are within [kMinSampleTimeMs, kMaxSampleTimeMs] (checked before), so the
+    // difference cannot overflow.
+    PutVarint(out, ZigZag(t_ms - prev_t_ms));
+    prev_t_ms = t_ms;
+    constexpr double kExact = 9'007'199'254'740'992.0;  // 2^53: every integer up to it exact
+    if (v == std::trunc(v) && std::fabs(v) <= kExact && !(v == 0 && std::signbit(v))) {
+      PutVarint(out, ZigZag(static_cast<int64_t>(v)) << 1);
+    } else {
+      PutVarint(out, 1);
+      PutDouble(out, v);
+    }
+  }
+  // A malformed sample clears c->ok.
+  void Get(Cursor* c, uint64_t* ref, int64_t* t_ms, double* v) {
+    *ref = c->Varint();
+    // Unsigned: a damaged difference wraps instead of overflowing; the bounds check catches it.
+    *t_ms = static_cast<int64_t>(static_cast<uint64_t>(prev_t_ms) +
+                                 static_cast<uint64_t>(UnZigZag(c->Varint())));
+    prev_t_ms = *t_ms;
+    const uint64_t code = c->Varint();
+    if (code == 1) {
+      *v = c->Double();
+    } else if (code & 1) {
+      c->ok = false;
+    } else {
+      *v = static_cast<double>(UnZigZag(code >> 1));
+    }
+  }
+};
 
 bool EarlierSample(const Sample& a, const Sample& b) { return a.t_ms < b.t_ms; }
 
@@ -331,7 +374,7 @@ void Head::ApplySample(MemSeries& s, int64_t t_ms, double v) {
 }
 
 void Head::Replay(uint8_t type, std::string_view payload) {
-  if (type != kBatchRecord) {
+  if (type != kBatchRecord && type != kCompactBatchRecord) {
     ++replay_bad_records_;
     return;
   }
@@ -361,10 +404,18 @@ void Head::Replay(uint8_t type, std::string_view payload) {
   // they were appended), then applied with its series fetched ahead (ForEachPrefetched).
   std::vector<ReplayedSample>& batch = replay_batch_;
   batch.clear();
+  WalSampleCoder coder;
   for (uint64_t i = 0; c.ok && i < n; ++i) {
-    const uint64_t logged_ref = c.Varint();
-    const int64_t t = UnZigZag(c.Varint());
-    const double v = c.Double();
+    uint64_t logged_ref = 0;
+    int64_t t = 0;
+    double v = 0;
+    if (type == kCompactBatchRecord) {
+      coder.Get(&c, &logged_ref, &t, &v);
+    } else {
+      logged_ref = c.Varint();
+      t = UnZigZag(c.Varint());
+      v = c.Double();
+    }
     if (!c.ok || logged_ref >= replay_refs_.size() || replay_refs_[logged_ref] == ~SeriesRef{0}) {
       c.ok = false;
       break;
@@ -432,6 +483,7 @@ Result<AppendResult> Head::Append(const std::vector<Input>& batch, const AppendL
   std::vector<Pending> pending;
   std::vector<MemSeries*> newly_logged;
   std::string series_part, samples_part;
+  WalSampleCoder sample_coder;  // samples_part's
   uint64_t new_series = 0, n_samples = 0;
   // Refs created since the last record written: the ones a failed write takes back. Appends
   // are serialized by append_mu_, so they are the newest refs of the index.
@@ -454,7 +506,7 @@ Result<AppendResult> Head::Append(const std::vector<Input>& batch, const AppendL
     record += series_part;
     PutVarint(&record, n_samples);
     record += samples_part;
-    if (Status st = wal_->Append(kBatchRecord, record); !st.ok()) {
+    if (Status st = wal_->Append(kCompactBatchRecord, record); !st.ok()) {
       // Nothing of this record is applied; its new series leave no trace in the index.
       index_.RemoveFrom(first_unlogged_ref);
       std::lock_guard<std::mutex> sl(series_mu_);
@@ -487,6 +539,7 @@ Result<AppendResult> Head::Append(const std::vector<Input>& batch, const AppendL
     newly_logged.clear();
     series_part.clear();
     samples_part.clear();
+    sample_coder = {};
     new_series = n_samples = 0;
     first_unlogged_ref = static_cast<SeriesRef>(index_.size());
     return Status::Ok();
@@ -598,9 +651,7 @@ Result<AppendResult> Head::Append(const std::vector<Input>& batch, const AppendL
       }
       last = {true, x.t_ms, x.value};
       pending.push_back({&s, x.t_ms, x.value});
-      PutVarint(&samples_part, ref);
-      PutVarint(&samples_part, ZigZag(x.t_ms));
-      PutDouble(&samples_part, x.value);
+      sample_coder.Put(&samples_part, ref, x.t_ms, x.value);
       ++n_samples;
       if (series_part.size() + samples_part.size() >= kSplitBytes)
         GW_RETURN_IF_ERROR(write_record());
@@ -646,9 +697,7 @@ Result<AppendResult> Head::Append(const std::vector<Input>& batch, const AppendL
       }
       taken = Sample{c.t_ms, c.value};
       pending.push_back({&s, c.t_ms, c.value, true});
-      PutVarint(&samples_part, c.ref);
-      PutVarint(&samples_part, ZigZag(c.t_ms));
-      PutDouble(&samples_part, c.value);
+      sample_coder.Put(&samples_part, c.ref, c.t_ms, c.value);
       ++n_samples;
       ++result.accepted_out_of_order;
       if (samples_part.size() >= kSplitBytes) GW_RETURN_IF_ERROR(write_record());

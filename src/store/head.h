@@ -202,7 +202,10 @@ class Head {
     void PrefetchBuffers() const;
   };
   // WAL record types. On-disk: never renumber.
-  enum RecordType : uint8_t { kBatchRecord = 1 };
+  // kBatchRecord: samples as (ref, timestamp, 8-byte double), ~17 bytes each; still read.
+  // kCompactBatchRecord: the same series part, samples coded by WalSampleCoder (head.cc),
+  // what Append writes.
+  enum RecordType : uint8_t { kBatchRecord = 1, kCompactBatchRecord = 2 };
 
   explicit Head(HeadOptions options) : options_(options), index_(options_.pool) {}
   void Replay(uint8_t type, std::string_view payload);

@@ -6,8 +6,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cstring>
 #include <filesystem>
 #include <functional>
+#include <limits>
 #include <random>
 
 #include "store/internal/coding.h"
@@ -272,6 +274,82 @@ TEST_F(HeadTest, ReopenReplaysAWideBatchSeriesBySeries) {
   }
 }
 
+// The WAL codes integral values as varints and keeps every other double's bits: each comes
+// back from a replay exactly, whatever its kind.
+TEST_F(HeadTest, ReplayKeepsEveryValueExactly) {
+  uint64_t stale_bits = 0x7ff0000000000002ULL;  // Prometheus' stale marker, a NaN payload
+  double stale;
+  std::memcpy(&stale, &stale_bits, sizeof stale);
+  const std::vector<double> values = {0.0,
+                                      -0.0,
+                                      1.0,
+                                      -5.0,
+                                      97.0,
+                                      0.5,
+                                      245.37,
+                                      1e300,
+                                      -1e-300,
+                                      9007199254740992.0,  // 2^53, the last exact integer
+                                      9007199254740994.0,  // past it: kept as a double
+                                      -9007199254740992.0,
+                                      std::numeric_limits<double>::infinity(),
+                                      -std::numeric_limits<double>::infinity(),
+                                      std::numeric_limits<double>::quiet_NaN(),
+                                      stale,
+                                      81920.0 * 1024 * 1024};
+  {
+    auto head = OpenHead();
+    std::vector<Head::Input> batch;
+    // One series a value, and one series with every value in turn (timestamps going up by
+    // uneven steps, then an out-of-order one: differences of both signs).
+    std::vector<Sample> all;
+    for (size_t i = 0; i < values.size(); ++i) {
+      batch.push_back(In(std::to_string(i), {{1'700'000'000'000LL, values[i]}}));
+      all.push_back({1'700'000'000'000LL + static_cast<int64_t>(i * i * 977), values[i]});
+    }
+    batch.push_back(In("all", all));
+    ASSERT_EQ(head->Append(batch)->accepted, 2 * values.size());
+  }
+  auto head = OpenHead();
+  ASSERT_EQ(head->num_samples(), 2 * values.size());
+  auto bits = [](double v) {
+    uint64_t b;
+    std::memcpy(&b, &v, sizeof b);
+    return b;
+  };
+  auto q = head->Query(Sel("DCGM_FI_DEV_GPU_UTIL{gpu=\"all\"}"), 0, INT64_MAX);
+  ASSERT_EQ(q.size(), 1u);
+  ASSERT_EQ(q[0].samples.size(), values.size());
+  for (size_t i = 0; i < values.size(); ++i) {
+    EXPECT_EQ(q[0].samples[i].t_ms, 1'700'000'000'000LL + static_cast<int64_t>(i * i * 977));
+    EXPECT_EQ(bits(q[0].samples[i].value), bits(values[i])) << i;
+    auto one =
+        head->Query(Sel("DCGM_FI_DEV_GPU_UTIL{gpu=\"" + std::to_string(i) + "\"}"), 0, INT64_MAX);
+    ASSERT_EQ(one.size(), 1u);
+    EXPECT_EQ(bits(one[0].samples.at(0).value), bits(values[i])) << i;
+  }
+}
+
+// The WAL's samples take a few bytes each where a batch is a tick of integer fields.
+TEST_F(HeadTest, WalSamplesAreCompact) {
+  constexpr int kSeries = 1000, kTicks = 10;
+  {
+    auto head = OpenHead();
+    for (int t = 0; t < kTicks; ++t) {
+      std::vector<Head::Input> batch;
+      for (int g = 0; g < kSeries; ++g)
+        batch.push_back(In(std::to_string(g), {{1'700'000'000'000LL + t * 1000, 40.0 + t}}));
+      ASSERT_EQ(head->Append(batch)->accepted, size_t{kSeries});
+    }
+  }
+  uint64_t wal_bytes = 0;
+  for (const auto& e : fs::directory_iterator(dir_ + "/wal")) wal_bytes += e.file_size();
+  // Series definitions (~55 bytes each, once) plus per sample a 2-byte ref, a 1-byte time
+  // difference and a 1- or 2-byte value: ~5, so ~105 KB. As (ref, timestamp, double) it was
+  // ~17 a sample (~225 KB here).
+  EXPECT_LT(wal_bytes, uint64_t{kSeries} * 60 + uint64_t{kSeries} * kTicks * 6) << wal_bytes;
+}
+
 // A record whose CRC holds but whose samples stop making sense partway (a sample of a series it
 // never defined): the samples before it are applied, as they were appended, and none after.
 TEST_F(HeadTest, ReplayAppliesARecordUpToItsFirstBadSample) {
@@ -302,13 +380,28 @@ TEST_F(HeadTest, ReplayAppliesARecordUpToItsFirstBadSample) {
       PutDouble(&rec, value);
     }
     ASSERT_TRUE((*wal)->Append(/*Head's kBatchRecord, never renumbered*/ 1, rec).ok());
+    // The compact type: a sample of ref 0 (t 5000, the integer 9), then one whose value code
+    // is odd but not 1.
+    rec.clear();
+    PutVarint(&rec, 0);
+    PutVarint(&rec, 2);
+    PutVarint(&rec, 0);
+    PutVarint(&rec, ZigZag(5000));
+    PutVarint(&rec, ZigZag(9) << 1);
+    PutVarint(&rec, 1);
+    PutVarint(&rec, ZigZag(1000));
+    PutVarint(&rec, 3);
+    ASSERT_TRUE((*wal)->Append(/*kCompactBatchRecord*/ 2, rec).ok());
   }
   auto head = OpenHead();
   ASSERT_NE(head, nullptr);
-  EXPECT_EQ(head->num_samples(), 2u);
+  EXPECT_EQ(head->num_samples(), 3u);
   auto q = head->Query(Sel("m"), 0, INT64_MAX);
   ASSERT_EQ(q.size(), 2u);
-  for (const auto& s : q) ASSERT_EQ(s.samples.size(), 1u);
+  ASSERT_EQ(q[0].samples.size(), 2u);
+  EXPECT_EQ(q[0].samples[1].t_ms, 5000);
+  EXPECT_EQ(q[0].samples[1].value, 9.0);
+  ASSERT_EQ(q[1].samples.size(), 1u);
 }
 
 // A batch that fails to reach the WAL (disk full) must not leave the log referring to a series

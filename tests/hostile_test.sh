@@ -81,7 +81,8 @@ start_agent "$TMP/d10" "$TMP/d10.log" --keep-history off
 rw "[rw.push($PORT, [([('__name__', 'w')], [(n - 100000 + r * 1000, r)])], '$TOKEN') for r in range(100)]"
 kill -9 "$AGENT"; wait "$AGENT" 2>/dev/null || true
 seg=$(ls "$TMP"/d10/wal/*.wal | tail -1)
-printf '\xff' | dd of="$seg" bs=1 seek=2000 conv=notrunc 2>/dev/null
+# The middle of the segment: a record with intact ones after it (records are ~20 bytes here).
+printf '\xff' | dd of="$seg" bs=1 seek=$(($(stat -c %s "$seg") / 2)) conv=notrunc 2>/dev/null
 rc=0; "$GPUWATCH" store check --data-dir "$TMP/d10" --no-quarantine >"$TMP/d10.check" 2>&1 || rc=$?
 grep -q "DAMAGE wal/.* at offset" "$TMP/d10.check" || fail "D10: store check did not report the damage: $(cat "$TMP/d10.check")"
 start_agent "$TMP/d10" "$TMP/d10b.log" --keep-history off

@@ -18,7 +18,7 @@ namespace {
 // on a cache miss per series (perf on a replay, bench/fleet/RESULTS.md "Stop and restart": 41 %
 // in the first touch of the series' lock). Fetching a series' lines 16 samples ahead, and its
 // buffers 8 ahead (where they are is read from those lines, in cache by then), overlaps the
-// misses: a replay 1.55 times as fast.
+// misses: a replay ~1.5 times as fast.
 template <typename SeriesAt, typename Apply>
 void ForEachPrefetched(size_t n, SeriesAt series_at, Apply apply) {
   constexpr size_t kSelfAhead = 16, kBuffersAhead = 8;

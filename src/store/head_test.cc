@@ -299,15 +299,14 @@ TEST_F(HeadTest, ReplayKeepsEveryValueExactly) {
                                       81920.0 * 1024 * 1024};
   {
     auto head = OpenHead();
-    std::vector<Head::Input> batch;
-    // One series a value, and one series with every value in turn (timestamps going up by
-    // uneven steps, then an out-of-order one: differences of both signs).
+    // First a series with every value in turn (its timestamps up by uneven steps), then one
+    // series a value at the first timestamp: the record's time differences go both ways.
     std::vector<Sample> all;
-    for (size_t i = 0; i < values.size(); ++i) {
-      batch.push_back(In(std::to_string(i), {{1'700'000'000'000LL, values[i]}}));
+    for (size_t i = 0; i < values.size(); ++i)
       all.push_back({1'700'000'000'000LL + static_cast<int64_t>(i * i * 977), values[i]});
-    }
-    batch.push_back(In("all", all));
+    std::vector<Head::Input> batch = {In("all", all)};
+    for (size_t i = 0; i < values.size(); ++i)
+      batch.push_back(In(std::to_string(i), {{1'700'000'000'000LL, values[i]}}));
     ASSERT_EQ(head->Append(batch)->accepted, 2 * values.size());
   }
   auto head = OpenHead();
